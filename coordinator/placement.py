@@ -1,0 +1,23 @@
+"""Which `__consumer_offsets` partition owns a group: abs(Java String.hashCode) % partitions."""
+
+from __future__ import annotations
+
+_INT_MIN = -(2**31)
+
+
+def java_string_hash(value: str) -> int:
+    """Java's `String.hashCode` over UTF-16 code units, as a signed 32-bit int."""
+    h = 0
+    data = value.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - 2**32 if h >= 2**31 else h
+
+
+def kafka_abs(n: int) -> int:
+    """Kafka's `Utils.abs`: like abs, except Integer.MIN_VALUE maps to 0 (not to itself)."""
+    return 0 if n == _INT_MIN else abs(n)
+
+
+def partition_for(group_id: str, num_partitions: int) -> int:
+    return kafka_abs(java_string_hash(group_id)) % num_partitions

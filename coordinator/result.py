@@ -1,0 +1,64 @@
+"""What the pure coordinator core returns for every command: replies, records, timer changes.
+
+The runtime applies a `Result` in a fixed order: timer changes to the wheel, records appended to
+the group log (and made durable), then replies delivered. A reply addresses a request by its
+`RequestRef`; it may answer a request other than the one being handled (the last JoinGroup of a
+rebalance completes every parked JoinGroup).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+from coordinator.records import CoordinatorRecord
+
+TimerKey = tuple[Hashable, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRef:
+    """Identifies one request on one connection; opaque to the core."""
+
+    connection_id: int
+    sequence: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    ref: RequestRef
+    outcome: Any  # a typed outcome dataclass of the API that `ref` belongs to
+
+
+@dataclass(frozen=True, slots=True)
+class TimerOp:
+    """Schedule `key` at `deadline_ms`, replacing any earlier deadline; None cancels it."""
+
+    key: TimerKey
+    deadline_ms: int | None
+
+
+@dataclass(slots=True)
+class Result:
+    replies: list[Reply] = field(default_factory=list)
+    records: list[CoordinatorRecord] = field(default_factory=list)
+    timers: list[TimerOp] = field(default_factory=list)
+    events: list[Any] = field(default_factory=list)  # coordinator.events dataclasses
+
+    @classmethod
+    def reply(cls, ref: RequestRef, outcome: Any) -> Result:
+        return cls(replies=[Reply(ref, outcome)])
+
+    def merge(self, other: Result) -> Result:
+        self.replies.extend(other.replies)
+        self.records.extend(other.records)
+        self.timers.extend(other.timers)
+        self.events.extend(other.events)
+        return self
+
+    def schedule(self, key: TimerKey, deadline_ms: int) -> None:
+        self.timers.append(TimerOp(key, deadline_ms))
+
+    def cancel(self, key: TimerKey) -> None:
+        self.timers.append(TimerOp(key, None))
