@@ -1,0 +1,75 @@
+"""`rebalanced`: start the broker with settings from a file, the environment and flags."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import time
+from collections.abc import Sequence
+
+import structlog
+
+from coordinator.runtime import Broker
+from coordinator.settings import ConfigError, load
+from protocol.server import KafkaServer, install_signal_handlers, new_event_loop
+
+
+def configure_logging(level: int = logging.INFO) -> None:
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+
+
+async def serve(broker: Broker, server_factory: type[KafkaServer] = KafkaServer) -> None:
+    started = time.monotonic()
+    settings = broker.settings
+    host, port = settings.listen
+    await broker.start()
+    server = server_factory(broker, host=host, port=port,
+                            max_frame_bytes=settings["socket.request.max.bytes"],
+                            max_in_flight=settings["queued.max.requests"])
+    bound = await server.start()
+    log = structlog.get_logger("rebalanced")
+    log.info("broker started", host=host, port=bound, node_id=broker.node_id,
+             data_dir=str(broker.data_dir), startup_ms=round((time.monotonic() - started) * 1000))
+    stopping = asyncio.Event()
+    install_signal_handlers(stopping.set)
+    await stopping.wait()
+    log.info("broker stopping")
+    await server.stop()
+    await broker.stop()
+    log.info("broker stopped")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    configure_logging()
+    try:
+        settings, args = load(argv)
+    except ConfigError as exc:
+        print(f"rebalanced: configuration error: {exc}", file=sys.stderr)
+        return 2
+    broker = Broker(settings, repair=args.repair)
+    loop = new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_until_complete(serve(broker))
+    except Exception as exc:
+        structlog.get_logger("rebalanced").error("broker failed", error=str(exc))
+        print(f"rebalanced: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        loop.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

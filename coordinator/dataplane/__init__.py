@@ -1,0 +1,1 @@
+"""Handlers of the data-plane APIs: topics, Produce, Fetch, ListOffsets, Metadata."""

@@ -1,0 +1,64 @@
+"""ApiVersions: advertise exactly the (key, min, max) ranges this broker implements."""
+
+from __future__ import annotations
+
+import struct
+
+from kio.schema.errors import ErrorCode
+
+from coordinator.context import RequestContext
+from protocol.build import build
+from protocol.codec import response_type
+
+API_VERSIONS = 18
+
+# Kafka API key -> (min, max) this broker answers.
+SUPPORTED: dict[int, tuple[int, int]] = {
+    0: (3, 11),   # Produce
+    1: (4, 16),   # Fetch
+    2: (1, 11),   # ListOffsets
+    3: (0, 13),   # Metadata
+    8: (2, 9),    # OffsetCommit
+    9: (1, 9),    # OffsetFetch
+    10: (0, 6),   # FindCoordinator
+    11: (0, 9),   # JoinGroup
+    12: (0, 4),   # Heartbeat
+    13: (0, 5),   # LeaveGroup
+    14: (0, 5),   # SyncGroup
+    15: (0, 5),   # DescribeGroups
+    16: (0, 5),   # ListGroups
+    18: (0, 4),   # ApiVersions
+    19: (2, 7),   # CreateTopics
+    20: (1, 6),   # DeleteTopics
+    22: (0, 4),   # InitProducerId
+    37: (0, 3),   # CreatePartitions
+    42: (0, 2),   # DeleteGroups
+    47: (0, 0),   # OffsetDelete
+}
+
+
+def advertised(implemented: set[int]) -> list[dict[str, int]]:
+    return [
+        {"api_key": key, "min_version": lo, "max_version": hi}
+        for key, (lo, hi) in sorted(SUPPORTED.items())
+        if key in implemented
+    ]
+
+
+def handle(ctx: RequestContext, implemented: set[int]) -> None:
+    cls = response_type(API_VERSIONS, ctx.version)
+    ctx.respond(build(cls, error_code=ErrorCode.none, api_keys=advertised(implemented),
+                      throttle_time=0))
+
+
+def unsupported_version_response(correlation_id: int, implemented: set[int]) -> bytes:
+    """The v0-layout answer Kafka gives to an ApiVersions version it does not know.
+
+    A client newer than us learns our range from it and retries with a version we speak.
+    """
+    keys = advertised(implemented)
+    body = bytearray(struct.pack(">ihi", correlation_id, ErrorCode.unsupported_version.value,
+                                 len(keys)))
+    for entry in keys:
+        body += struct.pack(">hhh", entry["api_key"], entry["min_version"], entry["max_version"])
+    return struct.pack(">i", len(body)) + bytes(body)

@@ -1,0 +1,174 @@
+"""Fetch: read batches from partition logs; park until data arrives or `max_wait` passes.
+
+A parked fetch is woken by the Produce that appends to any partition it asked for, so a
+consumer at the log end sees new data within the same event-loop turn, never after `max_wait`.
+Fetch sessions (KIP-227) are answered sessionless (session id 0), which every client accepts.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from coordinator.context import RequestContext
+from protocol.build import build
+from protocol.codec import response_type
+from storage.log import OffsetOutOfRange
+
+if TYPE_CHECKING:
+    from coordinator.runtime import Broker
+
+FETCH = 1
+
+
+@dataclass(slots=True, eq=False)
+class ParkedFetch:
+    ctx: RequestContext
+    request: Any
+    key: tuple[Any, ...]
+    partitions: list[tuple[str, int]] = field(default_factory=list)
+
+
+def _topic_wanted(broker: Broker, version: int, fetch_topic: Any) -> tuple[Any, Any]:
+    """(topic or None, the request's identifier for it) by id from v13, by name before."""
+    if version >= 13:
+        return broker.topics.by_id(fetch_topic.topic_id), fetch_topic.topic_id
+    return broker.topics.get(fetch_topic.topic), fetch_topic.topic
+
+
+def _read(broker: Broker, ctx: RequestContext, request: Any) -> tuple[list[dict[str, Any]], int,
+                                                                       bool]:
+    """Build the per-topic answer; returns (topics, bytes of records, any partition errored)."""
+    version = ctx.version
+    remaining = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
+    total = 0
+    errored = False
+    topics_out: list[dict[str, Any]] = []
+    for fetch_topic in request.topics:
+        topic, ident = _topic_wanted(broker, version, fetch_topic)
+        partitions_out = []
+        for wanted in fetch_topic.partitions:
+            entry: dict[str, Any] = {
+                "partition_index": wanted.partition, "error_code": ErrorCode.none,
+                "high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1,
+                "aborted_transactions": None, "preferred_read_replica": -1, "records": b"",
+            }
+            if topic is None or not 0 <= wanted.partition < len(topic.partitions):
+                entry["error_code"] = (ErrorCode.unknown_topic_id if version >= 13
+                                       else ErrorCode.unknown_topic_or_partition)
+                errored = True
+                partitions_out.append(entry)
+                continue
+            partition_log = topic.partitions[wanted.partition]
+            end = partition_log.log_end_offset
+            entry["high_watermark"] = end
+            entry["last_stable_offset"] = end
+            entry["log_start_offset"] = partition_log.log_start_offset
+            limit = min(wanted.partition_max_bytes, remaining)
+            try:
+                if wanted.fetch_offset == end:
+                    data = b""
+                else:
+                    # The first batch goes out even when larger than the limits (as Kafka does),
+                    # so a consumer is never stuck behind one big batch.
+                    data = partition_log.read(wanted.fetch_offset, max(limit, 1) if total == 0
+                                              else limit)
+                    if total and len(data) > limit:
+                        data = b""
+            except OffsetOutOfRange:
+                entry["error_code"] = ErrorCode.offset_out_of_range
+                errored = True
+                data = b""
+            entry["records"] = data
+            total += len(data)
+            remaining = max(remaining - len(data), 0)
+            partitions_out.append(entry)
+        key = "topic_id" if version >= 13 else "topic"
+        topics_out.append({key: ident, "partitions": partitions_out})
+    return topics_out, total, errored
+
+
+def _respond(ctx: RequestContext, topics: list[dict[str, Any]]) -> None:
+    ctx.respond(build(response_type(FETCH, ctx.version), throttle_time=0,
+                      error_code=ErrorCode.none, session_id=0, responses=topics))
+
+
+def handle(broker: Broker, ctx: RequestContext, request: Any) -> None:
+    topics, total, errored = _read(broker, ctx, request)
+    max_wait = int(request.max_wait.total_seconds() * 1000)
+    if errored or total >= max(request.min_bytes, 1) or max_wait <= 0:
+        _respond(ctx, topics)
+        return
+    parked = ParkedFetch(ctx, request, ("fetch", ctx.connection.id, id(ctx.slot)))
+    for fetch_topic in request.topics:
+        topic, _ = _topic_wanted(broker, ctx.version, fetch_topic)
+        if topic is not None:
+            parked.partitions.extend((topic.name, p.partition) for p in fetch_topic.partitions)
+    broker.fetches.park(parked, broker.wall_ms() + max_wait)
+
+
+class FetchPurgatory:
+    """Parked fetches by partition, released by appends, deadlines or a closed connection."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+        self._by_partition: dict[tuple[str, int], set[ParkedFetch]] = {}
+        self._by_key: dict[tuple[Any, ...], ParkedFetch] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def park(self, parked: ParkedFetch, deadline_ms: int) -> None:
+        self._by_key[parked.key] = parked
+        for tp in parked.partitions:
+            self._by_partition.setdefault(tp, set()).add(parked)
+        self._broker.schedule(parked.key, deadline_ms)
+
+    def _release(self, parked: ParkedFetch) -> None:
+        self._by_key.pop(parked.key, None)
+        for tp in parked.partitions:
+            waiting = self._by_partition.get(tp)
+            if waiting is not None:
+                waiting.discard(parked)
+                if not waiting:
+                    del self._by_partition[tp]
+        self._broker.cancel(parked.key)
+
+    def appended(self, topic: str, partition: int) -> None:
+        waiting = self._by_partition.get((topic, partition))
+        if not waiting:
+            return
+        for parked in list(waiting):
+            if not parked.ctx.open:
+                self._release(parked)
+                continue
+            topics, total, errored = _read(self._broker, parked.ctx, parked.request)
+            if errored or total >= max(parked.request.min_bytes, 1):
+                self._release(parked)
+                _respond(parked.ctx, topics)
+
+    def expire(self, key: tuple[Any, ...]) -> None:
+        parked = self._by_key.get(key)
+        if parked is None:
+            return
+        self._release(parked)
+        if parked.ctx.open:
+            topics, _, _ = _read(self._broker, parked.ctx, parked.request)
+            _respond(parked.ctx, topics)
+
+    def release_all(self, reason_filter: Any = None) -> None:
+        """Answer every parked fetch now with what it has (shutdown, or a group rebalance)."""
+        for parked in list(self._by_key.values()):
+            if reason_filter is None or reason_filter(parked):
+                self.expire(parked.key)
+
+    def connection_closed(self, connection_id: int) -> None:
+        for parked in [p for p in self._by_key.values() if p.ctx.connection.id == connection_id]:
+            self._release(parked)
+
+
+def topic_uuid(value: Any) -> uuid.UUID | None:
+    return value if isinstance(value, uuid.UUID) else None

@@ -1,0 +1,91 @@
+"""Produce: append magic-2 batches to partition logs, answer per acks, wake parked fetches."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from kio.schema.errors import ErrorCode
+
+from coordinator.context import RequestContext
+from protocol.build import build
+from protocol.codec import response_type
+from storage.batch import CorruptRecordError
+
+if TYPE_CHECKING:
+    from coordinator.runtime import Broker
+
+PRODUCE = 0
+log = structlog.get_logger("rebalanced.produce")
+
+
+def handle(broker: Broker, ctx: RequestContext, request: Any) -> None:
+    if request.transactional_id is not None:
+        ctx.respond(_all_failed(ctx, request, ErrorCode.transactional_id_authorization_failed,
+                                "transactions are not supported by this broker"))
+        return
+    now_ms = broker.wall_ms()
+    topics_out = []
+    for topic_data in request.topic_data:
+        topic = broker.topics.get(topic_data.name)
+        partitions_out = []
+        for data in topic_data.partition_data:
+            entry: dict[str, Any] = {"index": data.index, "error_code": ErrorCode.none,
+                                     "base_offset": -1, "log_start_offset": -1,
+                                     "record_errors": (), "error_message": None}
+            if topic is None or not 0 <= data.index < len(topic.partitions):
+                entry["error_code"] = ErrorCode.unknown_topic_or_partition
+                partitions_out.append(entry)
+                continue
+            partition_log = topic.partitions[data.index]
+            records = data.records or b""
+            try:
+                producer = broker.producers.check(topic.name, data.index, records)
+                if producer.duplicate_offset is not None:
+                    entry["base_offset"] = producer.duplicate_offset
+                else:
+                    appended = partition_log.append(records, now_ms)
+                    producer.record(appended.base_offset)
+                    entry["base_offset"] = appended.base_offset
+                    broker.partition_appended(topic.name, data.index)
+                entry["log_start_offset"] = partition_log.log_start_offset
+            except CorruptRecordError as exc:
+                log.warning("produce rejected", topic=topic.name, partition=data.index,
+                            client_id=ctx.client_id, reason=str(exc))
+                entry["error_code"] = ErrorCode.corrupt_message
+                entry["error_message"] = str(exc)
+            except ProducerSequenceError as exc:
+                entry["error_code"] = exc.code
+                entry["error_message"] = str(exc)
+            except OSError as exc:
+                log.error("produce append failed", topic=topic.name, partition=data.index,
+                          error=str(exc))
+                entry["error_code"] = ErrorCode.kafka_storage_error
+                entry["error_message"] = str(exc)
+            partitions_out.append(entry)
+        topics_out.append({"name": topic_data.name, "partition_responses": partitions_out})
+    if request.acks == 0:
+        ctx.respond_raw(None)
+        return
+    ctx.respond(build(response_type(PRODUCE, ctx.version), responses=topics_out,
+                      throttle_time=0))
+
+
+def _all_failed(ctx: RequestContext, request: Any, code: ErrorCode, message: str) -> Any:
+    return build(
+        response_type(PRODUCE, ctx.version),
+        throttle_time=0,
+        responses=[
+            {"name": t.name, "partition_responses": [
+                {"index": p.index, "error_code": code, "base_offset": -1,
+                 "record_errors": (), "error_message": message}
+                for p in t.partition_data]}
+            for t in request.topic_data
+        ],
+    )
+
+
+class ProducerSequenceError(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code

@@ -1,0 +1,169 @@
+"""Metadata, CreateTopics, DeleteTopics and CreatePartitions over the topic store."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from coordinator.context import RequestContext
+from protocol.build import build
+from protocol.codec import response_type
+from storage.topics import Topic, valid_topic_name
+
+if TYPE_CHECKING:
+    from coordinator.runtime import Broker
+
+METADATA, CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 3, 19, 20, 37
+
+
+def _partitions(broker: Broker, topic: Topic) -> list[dict[str, Any]]:
+    node = broker.node_id
+    return [
+        {
+            "error_code": ErrorCode.none,
+            "partition_index": index,
+            "leader_id": node,
+            "leader_epoch": 0,
+            "replica_nodes": (node,),
+            "isr_nodes": (node,),
+            "offline_replicas": (),
+        }
+        for index in range(len(topic.partitions))
+    ]
+
+
+def _topic_entry(broker: Broker, topic: Topic) -> dict[str, Any]:
+    return {
+        "error_code": ErrorCode.none,
+        "name": topic.name,
+        "topic_id": topic.topic_id,
+        "is_internal": False,
+        "partitions": _partitions(broker, topic),
+    }
+
+
+def metadata(broker: Broker, ctx: RequestContext, request: Any) -> None:
+    version = ctx.version
+    requested = request.topics
+    # v0 has no null: an empty list meant "all topics" until v1 made null mean that.
+    all_topics = requested is None or (version == 0 and not requested)
+    allow_create = getattr(request, "allow_auto_topic_creation", True)
+    entries: list[dict[str, Any]] = []
+    if all_topics:
+        entries = [_topic_entry(broker, t) for t in broker.topics.topics()]
+    else:
+        for wanted in requested:
+            name = wanted.name
+            topic_id = getattr(wanted, "topic_id", None)
+            if name is None:
+                topic = broker.topics.by_id(topic_id) if topic_id is not None else None
+                if topic is None:
+                    entries.append({"error_code": ErrorCode.unknown_topic_id, "name": None,
+                                    "topic_id": topic_id, "partitions": ()})
+                else:
+                    entries.append(_topic_entry(broker, topic))
+                continue
+            topic = broker.topics.get(name)
+            if topic is None:
+                if not valid_topic_name(name) or name.startswith("__"):
+                    entries.append({"error_code": ErrorCode.invalid_topic_exception,
+                                    "name": name, "partitions": ()})
+                    continue
+                if allow_create and broker.settings["auto.create.topics.enable"]:
+                    topic = broker.create_topic(name, broker.settings["num.partitions"], {},
+                                                reason="auto-create on Metadata")
+                else:
+                    entries.append({"error_code": ErrorCode.unknown_topic_or_partition,
+                                    "name": name, "partitions": ()})
+                    continue
+            entries.append(_topic_entry(broker, topic))
+    host, port = broker.advertised
+    ctx.respond(build(
+        response_type(METADATA, version),
+        throttle_time=0,
+        brokers=[{"node_id": broker.node_id, "host": host, "port": port, "rack": None}],
+        cluster_id=broker.cluster_id,
+        controller_id=broker.node_id,
+        topics=entries,
+        error_code=ErrorCode.none,
+    ))
+
+
+def create_topics(broker: Broker, ctx: RequestContext, request: Any) -> None:
+    results = []
+    seen: set[str] = set()
+    for creatable in request.topics:
+        name = creatable.name
+        result: dict[str, Any] = {"name": name, "error_code": ErrorCode.none,
+                                  "error_message": None, "topic_id": None}
+        partitions = creatable.num_partitions
+        if partitions == -1:
+            partitions = len(creatable.assignments) or broker.settings["num.partitions"]
+        replication = creatable.replication_factor
+        if name in seen:
+            result.update(error_code=ErrorCode.invalid_request,
+                          error_message=f"topic {name} appears twice in the request")
+        elif not valid_topic_name(name) or name.startswith("__"):
+            result.update(error_code=ErrorCode.invalid_topic_exception,
+                          error_message=f"invalid topic name {name!r}")
+        elif broker.topics.get(name) is not None:
+            result.update(error_code=ErrorCode.topic_already_exists,
+                          error_message=f"Topic '{name}' already exists.")
+        elif partitions <= 0:
+            result.update(error_code=ErrorCode.invalid_partitions,
+                          error_message="Number of partitions must be larger than 0.")
+        elif replication not in (-1, 1):
+            result.update(error_code=ErrorCode.invalid_replication_factor,
+                          error_message=f"Replication factor: {replication} larger than "
+                                        "available brokers: 1.")
+        else:
+            configs = {c.name: c.value for c in creatable.configs if c.value is not None}
+            result.update(num_partitions=partitions, replication_factor=1, configs=())
+            if not request.validate_only:
+                topic = broker.create_topic(name, partitions, configs, reason="CreateTopics")
+                result["topic_id"] = topic.topic_id
+        seen.add(name)
+        results.append(result)
+    ctx.respond(build(response_type(CREATE_TOPICS, ctx.version), throttle_time=0,
+                      topics=results))
+
+
+def delete_topics(broker: Broker, ctx: RequestContext, request: Any) -> None:
+    if ctx.version >= 6:
+        wanted = [(t.name, t.topic_id) for t in request.topics]
+    else:
+        wanted = [(name, None) for name in request.topic_names]
+    results = []
+    for name, topic_id in wanted:
+        topic = broker.topics.get(name) if name is not None else broker.topics.by_id(topic_id)
+        if topic is None:
+            code = (ErrorCode.unknown_topic_id if name is None
+                    else ErrorCode.unknown_topic_or_partition)
+            results.append({"name": name, "topic_id": topic_id, "error_code": code})
+            continue
+        broker.delete_topic(topic.name)
+        results.append({"name": topic.name, "topic_id": topic.topic_id,
+                        "error_code": ErrorCode.none})
+    ctx.respond(build(response_type(DELETE_TOPICS, ctx.version), throttle_time=0,
+                      responses=results))
+
+
+def create_partitions(broker: Broker, ctx: RequestContext, request: Any) -> None:
+    results = []
+    for wanted in request.topics:
+        topic = broker.topics.get(wanted.name)
+        entry: dict[str, Any] = {"name": wanted.name, "error_code": ErrorCode.none,
+                                 "error_message": None}
+        if topic is None:
+            entry.update(error_code=ErrorCode.unknown_topic_or_partition,
+                         error_message=f"The topic '{wanted.name}' does not exist.")
+        elif wanted.count <= len(topic.partitions):
+            entry.update(error_code=ErrorCode.invalid_partitions,
+                         error_message=f"Topic currently has {len(topic.partitions)} partitions, "
+                                       f"which is higher than the requested {wanted.count}.")
+        elif not request.validate_only:
+            broker.add_partitions(wanted.name, wanted.count)
+        results.append(entry)
+    ctx.respond(build(response_type(CREATE_PARTITIONS, ctx.version), throttle_time=0,
+                      results=results))

@@ -1,0 +1,222 @@
+"""The asyncio runtime: routes decoded requests to the data plane and the coordinator core.
+
+This is the only place that reads the clock, owns the timer wheel's single loop timer, writes to
+storage and sends replies. The coordinator core stays pure: it gets commands and `now_ms`, and
+returns a `Result` that is applied here in order: timers, records (made durable), replies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import structlog
+from kio.schema.errors import ErrorCode
+
+from coordinator.context import RequestContext
+from coordinator.dataplane import api_versions, fetch, list_offsets, produce, topics_admin
+from coordinator.dataplane.producers import ProducerTable
+from coordinator.settings import BrokerSettings
+from coordinator.timer import TimerWheel
+from protocol.build import build
+from protocol.codec import RequestHeader, response_type
+from protocol.connection import Connection, ResponseSlot
+from storage.log import LogConfig
+from storage.topics import Topic, TopicStore
+
+log = structlog.get_logger("rebalanced.broker")
+
+Handler = Callable[[RequestContext, Any], None]
+
+
+class Broker:
+    def __init__(self, settings: BrokerSettings, *, repair: bool = False) -> None:
+        self.settings = settings
+        self.node_id: int = settings["node.id"]
+        self.advertised = settings.advertised
+        self.repair = repair
+        self.data_dir: Path = settings.data_dir
+        self.cluster_id = "rebalanced"
+        self.topics: TopicStore
+        self.producers = ProducerTable()
+        self.wheel = TimerWheel(tick_ms=5, wheel_size=4096, start_ms=self.wall_ms())
+        self.fetches = fetch.FetchPurgatory(self)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._armed: asyncio.TimerHandle | None = None
+        self._armed_at: int | None = None
+        self._timer_handlers: dict[str, Callable[[tuple[Any, ...], int], None]] = {
+            "fetch": lambda key, now: self.fetches.expire(key),
+        }
+        self._handlers: dict[int, Handler] = {
+            0: lambda ctx, req: produce.handle(self, ctx, req),
+            1: lambda ctx, req: fetch.handle(self, ctx, req),
+            2: lambda ctx, req: list_offsets.handle(self, ctx, req),
+            3: lambda ctx, req: topics_admin.metadata(self, ctx, req),
+            18: lambda ctx, req: api_versions.handle(ctx, self.implemented),
+            19: lambda ctx, req: topics_admin.create_topics(self, ctx, req),
+            20: lambda ctx, req: topics_admin.delete_topics(self, ctx, req),
+            22: self._init_producer_id,
+            37: lambda ctx, req: topics_admin.create_partitions(self, ctx, req),
+        }
+        self.implemented: set[int] = set(self._handlers)
+
+    # lifecycle --------------------------------------------------------------------------------
+
+    def log_config(self) -> LogConfig:
+        return LogConfig(
+            segment_bytes=self.settings["log.segment.bytes"],
+            retention_ms=self.settings["log.retention.ms"],
+            retention_bytes=self.settings["log.retention.bytes"],
+        )
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.cluster_id = _cluster_id(self.data_dir)
+        self.topics = TopicStore.open(self.data_dir, self.log_config(), repair=self.repair)
+        self._retention_task = self._loop.create_task(self._retention_loop())
+
+    async def stop(self) -> None:
+        self.fetches.release_all()
+        if self._armed is not None:
+            self._armed.cancel()
+        task = getattr(self, "_retention_task", None)
+        if task is not None:
+            task.cancel()
+        self.topics.flush_all()
+        self.topics.close()
+
+    async def _retention_loop(self) -> None:
+        interval = self.settings["log.retention.check.interval.ms"] / 1000
+        while True:
+            await asyncio.sleep(interval)
+            now = self.wall_ms()
+            for topic in self.topics.topics():
+                for partition_log in topic.partitions:
+                    partition_log.apply_retention(now)
+            self.topics.flush_all()
+
+    # clock and timers -------------------------------------------------------------------------
+
+    @staticmethod
+    def wall_ms() -> int:
+        return int(time.time() * 1000)
+
+    def schedule(self, key: tuple[Any, ...], deadline_ms: int) -> None:
+        self.wheel.schedule(key, deadline_ms)
+        self._arm()
+
+    def cancel(self, key: tuple[Any, ...]) -> None:
+        self.wheel.cancel(key)
+
+    def _arm(self) -> None:
+        deadline = self.wheel.next_deadline()
+        if deadline is None or self._loop is None:
+            return
+        if self._armed is not None and self._armed_at is not None and self._armed_at <= deadline:
+            return
+        if self._armed is not None:
+            self._armed.cancel()
+        delay = max(deadline - self.wall_ms(), 0) / 1000
+        self._armed_at = deadline
+        self._armed = self._loop.call_later(delay, self._fire)
+
+    def _fire(self) -> None:
+        self._armed = None
+        self._armed_at = None
+        now = self.wall_ms()
+        for key in self.wheel.poll(now):
+            handler = self._timer_handlers.get(str(key[0]))
+            try:
+                if handler is not None:
+                    handler(key, now)
+                else:
+                    self.on_timer(key, now)
+            except Exception:
+                log.exception("timer handler failed", key=repr(key))
+        self._arm()
+
+    def on_timer(self, key: tuple[Any, ...], now_ms: int) -> None:
+        """Timer keys not owned by the data plane belong to the coordinator."""
+
+    # topics -----------------------------------------------------------------------------------
+
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str], *,
+                     reason: str) -> Topic:
+        topic = self.topics.create(name, partitions, configs)
+        log.info("topic created", topic=name, partitions=partitions, topic_id=str(topic.topic_id),
+                 reason=reason)
+        return topic
+
+    def delete_topic(self, name: str) -> None:
+        self.topics.delete(name)
+        log.info("topic deleted", topic=name)
+
+    def add_partitions(self, name: str, total: int) -> None:
+        self.topics.add_partitions(name, total)
+        log.info("partitions added", topic=name, partitions=total)
+
+    def partition_appended(self, topic: str, partition: int) -> None:
+        self.fetches.appended(topic, partition)
+
+    # requests ---------------------------------------------------------------------------------
+
+    def handle(self, connection: Connection, slot: ResponseSlot, header: RequestHeader,
+               request: Any) -> None:
+        ctx = RequestContext(connection, slot, header)
+        handler = self._handlers.get(header.api_key)
+        if handler is None:
+            log.warning("unsupported api", api_key=header.api_key, version=header.api_version,
+                        client_id=header.client_id)
+            connection.close()
+            return
+        try:
+            handler(ctx, request)
+        except Exception:
+            log.exception("request failed", api_key=header.api_key, version=header.api_version,
+                          client_id=header.client_id)
+            connection.close()
+
+    def unsupported(self, connection: Connection, slot: ResponseSlot, api_key: int,
+                    api_version: int, correlation_id: int) -> bool:
+        if api_key == api_versions.API_VERSIONS:
+            connection.complete(
+                slot, api_versions.unsupported_version_response(correlation_id, self.implemented)
+            )
+            return True
+        return False
+
+    def connection_closed(self, connection: Connection) -> None:
+        self.fetches.connection_closed(connection.id)
+
+    def register(self, api_key: int, handler: Handler) -> None:
+        self._handlers[api_key] = handler
+        self.implemented.add(api_key)
+
+    def _init_producer_id(self, ctx: RequestContext, request: Any) -> None:
+        cls = response_type(22, ctx.version)
+        if request.transactional_id is not None:
+            ctx.respond(build(cls, throttle_time=0,
+                              error_code=ErrorCode.transactional_id_authorization_failed,
+                              producer_id=-1, producer_epoch=-1))
+            return
+        ctx.respond(build(cls, throttle_time=0, error_code=ErrorCode.none,
+                          producer_id=self.producers.new_producer_id(), producer_epoch=0))
+
+
+def _cluster_id(data_dir: Path) -> str:
+    """A stable cluster id per data directory, like Kafka's meta.properties."""
+    path = data_dir / "meta.properties"
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.startswith("cluster.id="):
+                return line.split("=", 1)[1].strip()
+    cluster_id = uuid.uuid4().hex[:22]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(f"version=1\ncluster.id={cluster_id}\n", encoding="utf-8")
+    tmp.replace(path)
+    return cluster_id

@@ -1,0 +1,205 @@
+"""Broker settings under Kafka's own names, from defaults, a properties file, env and flags.
+
+Precedence, lowest first: built-in defaults, `--config server.properties`, environment variables
+(`REBALANCED_` + the key upper-cased with dots as underscores, e.g. `REBALANCED_LOG_DIRS`), then
+command-line flags (`--log.dirs ./data`). A bad value is a start-up error naming the key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _int(lo: int | None = None, hi: int | None = None) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text.strip())
+        if lo is not None and value < lo:
+            raise ValueError(f"must be >= {lo}")
+        if hi is not None and value > hi:
+            raise ValueError(f"must be <= {hi}")
+        return value
+
+    return parse
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise ValueError("must be true or false")
+
+
+def _listener(text: str) -> str:
+    parse_listener(text)
+    return text.strip()
+
+
+def parse_listener(text: str) -> tuple[str, int]:
+    """`PLAINTEXT://host:port` (or `host:port`) -> (host, port)."""
+    value = text.strip().split(",")[0]
+    if "://" in value:
+        scheme, value = value.split("://", 1)
+        if scheme.upper() != "PLAINTEXT":
+            raise ValueError(f"only PLAINTEXT listeners are supported, got {scheme}")
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        raise ValueError("expected PLAINTEXT://host:port")
+    port_number = int(port)
+    if not 0 <= port_number <= 65535:
+        raise ValueError("port out of range")
+    return host.strip("[]") or "0.0.0.0", port_number
+
+
+def _fsync_policy(text: str) -> str:
+    value = text.strip().lower()
+    if value == "always" or value.isdigit():
+        return value
+    raise ValueError("must be 'always' or an interval in milliseconds")
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    key: str
+    parse: Callable[[str], Any]
+    default: str
+    doc: str
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("listeners", _listener, "PLAINTEXT://127.0.0.1:9092", "address to listen on"),
+    Setting("advertised.listeners", lambda s: _listener(s) if s else "", "",
+            "address clients are told to connect to (default: listeners)"),
+    Setting("node.id", _int(0), "1", "this broker's node id"),
+    Setting("log.dirs", str, "./data", "data directory (topics and the group log)"),
+    Setting("num.partitions", _int(1), "1", "partitions of an auto-created topic"),
+    Setting("auto.create.topics.enable", _bool, "true", "create unknown topics on Metadata"),
+    Setting("log.segment.bytes", _int(14), "1073741824", "segment size before rolling"),
+    Setting("log.retention.ms", _int(-1), "604800000", "delete segments older than this (-1: never)"),
+    Setting("log.retention.bytes", _int(-1), "-1", "per-partition size limit (-1: none)"),
+    Setting("log.retention.check.interval.ms", _int(1), "300000", "how often retention runs"),
+    Setting("socket.request.max.bytes", _int(1), "104857600", "largest request frame accepted"),
+    Setting("queued.max.requests", _int(1), "500",
+            "requests in flight per connection before reading pauses"),
+    Setting("group.min.session.timeout.ms", _int(0), "6000", "smallest session timeout allowed"),
+    Setting("group.max.session.timeout.ms", _int(0), "1800000", "largest session timeout allowed"),
+    Setting("group.initial.rebalance.delay.ms", _int(0), "3000",
+            "wait for more members before the first rebalance of an empty group"),
+    Setting("group.max.size", _int(1), "2147483647", "members allowed in one group"),
+    Setting("offsets.topic.num.partitions", _int(1), "50", "partitions of the group log"),
+    Setting("offsets.topic.segment.bytes", _int(14), "104857600", "group log segment size"),
+    Setting("offset.metadata.max.bytes", _int(0), "4096", "largest commit metadata string"),
+    Setting("offsets.retention.minutes", _int(1), "10080", "committed offsets expire after this"),
+    Setting("offsets.retention.check.interval.ms", _int(1), "600000",
+            "how often offset expiry runs"),
+    Setting("offsets.commit.fsync", _fsync_policy, "always",
+            "'always': fsync before acknowledging a commit; N: fsync every N ms"),
+    Setting("log.cleaner.delete.retention.ms", _int(0), "86400000",
+            "how long group-log tombstones survive compaction"),
+    Setting("log.cleaner.backoff.ms", _int(1), "15000", "how often the group log is compacted"),
+    Setting("journal.path", str, "", "JSON-lines event journal (default: <log.dirs>/events.jsonl)"),
+)
+_BY_KEY = {s.key: s for s in SETTINGS}
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerSettings:
+    values: Mapping[str, Any]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    @property
+    def listen(self) -> tuple[str, int]:
+        return parse_listener(self.values["listeners"])
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        advertised = self.values["advertised.listeners"] or self.values["listeners"]
+        host, port = parse_listener(advertised)
+        return ("127.0.0.1" if host == "0.0.0.0" else host), port
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.values["log.dirs"].split(",")[0])
+
+    def with_overrides(self, overrides: Mapping[str, str]) -> BrokerSettings:
+        values = dict(self.values)
+        for key, text in overrides.items():
+            values[key] = _parse(key, text)
+        return BrokerSettings(values)
+
+
+def _parse(key: str, text: str) -> Any:
+    setting = _BY_KEY.get(key)
+    if setting is None:
+        raise ConfigError(f"unknown setting {key!r}")
+    try:
+        return setting.parse(text)
+    except ValueError as exc:
+        raise ConfigError(f"invalid value {text!r} for {key}: {exc}") from exc
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        stripped = line.strip()
+        if not stripped or stripped[0] in "#!":
+            continue
+        key, sep, value = stripped.partition("=")
+        if not sep:
+            key, sep, value = stripped.partition(":")
+        if not sep:
+            raise ConfigError(f"{path}:{number}: expected key=value")
+        values[key.strip()] = value.strip()
+    return values
+
+
+def defaults() -> BrokerSettings:
+    return BrokerSettings({s.key: s.parse(s.default) for s in SETTINGS})
+
+
+def argument_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rebalanced",
+        description="A Kafka wire-protocol compatible consumer-group coordinator broker.",
+        epilog="Every setting may also come from --config FILE or REBALANCED_<KEY> env vars.",
+    )
+    parser.add_argument("--config", type=Path, help="server.properties-style file")
+    parser.add_argument("--repair", action="store_true",
+                        help="truncate logs at a corrupted batch instead of refusing to start")
+    for s in SETTINGS:
+        parser.add_argument(f"--{s.key}", dest=s.key, metavar="VALUE",
+                            help=f"{s.doc} (default: {s.default or 'unset'})")
+    return parser
+
+
+def load(argv: Sequence[str] | None = None,
+         environ: Mapping[str, str] | None = None) -> tuple[BrokerSettings, argparse.Namespace]:
+    args = argument_parser().parse_args(argv)
+    env = os.environ if environ is None else environ
+    overrides: dict[str, str] = {}
+    if args.config is not None:
+        overrides.update(read_properties(args.config))
+    for s in SETTINGS:
+        env_key = "REBALANCED_" + s.key.upper().replace(".", "_")
+        if env_key in env:
+            overrides[s.key] = env[env_key]
+    for s in SETTINGS:
+        value = getattr(args, s.key)
+        if value is not None:
+            overrides[s.key] = value
+    settings = defaults().with_overrides(overrides)
+    if settings["group.min.session.timeout.ms"] > settings["group.max.session.timeout.ms"]:
+        raise ConfigError("group.min.session.timeout.ms exceeds group.max.session.timeout.ms")
+    return settings, args

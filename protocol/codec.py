@@ -1,0 +1,205 @@
+"""The one place that imports `kio.serial`: cached request decoders and response encoders.
+
+Readers are native (fast); writers are pure Python, so hot fixed-shape responses may bypass
+`encode_response` with hand-packed bytes (see `protocol.fastpath`).
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kio.index import KioIndexError, load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+from kio.serial.errors import SerialError
+
+from protocol.errors import MalformedRequest, UnsupportedApi
+
+_FIXED_HEADER = struct.Struct(">hhi")
+_SIZE = struct.Struct(">i")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class _RequestCodec:
+    request_type: type
+    header_reader: Callable[[Any, int], tuple[Any, int]]
+    body_reader: Callable[[Any, int], tuple[Any, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class _ResponseCodec:
+    response_type: type
+    header_type: type
+    header_writer: Callable[[Any, Any], None]
+    body_writer: Callable[[Any, Any], None]
+
+
+_request_codecs: dict[tuple[int, int], _RequestCodec] = {}
+_response_codecs: dict[tuple[int, int], _ResponseCodec] = {}
+
+
+def peek_header(frame: bytes) -> tuple[int, int, int]:
+    """api_key, api_version, correlation_id: the 8 bytes every header version starts with."""
+    if len(frame) < 8:
+        raise MalformedRequest(f"request of {len(frame)} bytes is shorter than a header")
+    key, version, correlation_id = _FIXED_HEADER.unpack_from(frame, 0)
+    return key, version, correlation_id
+
+
+def request_type(api_key: int, api_version: int) -> type:
+    return _request_codec(api_key, api_version).request_type
+
+
+def _request_codec(api_key: int, api_version: int) -> _RequestCodec:
+    codec = _request_codecs.get((api_key, api_version))
+    if codec is None:
+        try:
+            cls = load_request_schema(api_key, api_version)
+        except KioIndexError as exc:
+            raise UnsupportedApi(api_key, api_version) from exc
+        codec = _RequestCodec(cls, entity_reader(cls.__header_schema__), entity_reader(cls))
+        _request_codecs[(api_key, api_version)] = codec
+    return codec
+
+
+def response_codec(api_key: int, api_version: int) -> _ResponseCodec:
+    codec = _response_codecs.get((api_key, api_version))
+    if codec is None:
+        cls = load_response_schema(api_key, api_version)
+        header_cls = cls.__header_schema__
+        codec = _ResponseCodec(cls, header_cls, entity_writer(header_cls), entity_writer(cls))
+        _response_codecs[(api_key, api_version)] = codec
+    return codec
+
+
+def response_type(api_key: int, api_version: int) -> type:
+    return response_codec(api_key, api_version).response_type
+
+
+def decode_request(frame: bytes) -> tuple[RequestHeader, Any]:
+    """Decode header and body; the body must use up the frame exactly."""
+    api_key, api_version, _ = peek_header(frame)
+    codec = _request_codec(api_key, api_version)
+    try:
+        header, offset = codec.header_reader(frame, 0)
+        body, size = codec.body_reader(frame, offset)
+    except (SerialError, KeyError, ValueError, TypeError, IndexError, OverflowError) as exc:
+        # kio raises KeyError on tagged fields it does not know; see _skip_unknown_tags below.
+        if isinstance(exc, KeyError) and "tagged field" in str(exc):
+            return _decode_skipping_unknown_tags(frame, codec)
+        raise MalformedRequest(f"cannot decode api_key={api_key} v{api_version}: {exc!r}") from exc
+    if offset + size != len(frame):
+        raise MalformedRequest(
+            f"api_key={api_key} v{api_version}: {len(frame) - offset - size} trailing bytes"
+        )
+    return (
+        RequestHeader(api_key, api_version, header.correlation_id, header.client_id),
+        body,
+    )
+
+
+def _decode_skipping_unknown_tags(frame: bytes, codec: _RequestCodec) -> tuple[RequestHeader, Any]:
+    """Kafka decoders skip tagged fields they do not know; kio raises instead.
+
+    Only the top-level tagged section of the body is rewritten: requests with unknown tags in
+    nested structs are still refused (no client sends those to a broker of this version).
+    """
+    api_key, api_version, _ = peek_header(frame)
+    try:
+        header, offset = codec.header_reader(frame, 0)
+    except (SerialError, KeyError, ValueError) as exc:
+        # An unknown tag in the header itself: drop the header's tag section.
+        header, offset = _header_without_tags(frame)
+        if header is None:
+            raise MalformedRequest(f"bad request header: {exc!r}") from exc
+    body_bytes = frame[offset:]
+    stripped = _strip_trailing_tags(body_bytes, codec)
+    if stripped is None:
+        raise MalformedRequest(f"api_key={api_key} v{api_version}: undecodable tagged fields")
+    body, _ = codec.body_reader(stripped, 0)
+    return RequestHeader(api_key, api_version, header.correlation_id, header.client_id), body
+
+
+def _read_uvarint(data: bytes, pos: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    while True:
+        if pos >= len(data) or shift > 28:
+            raise MalformedRequest("bad varint")
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+
+
+def _header_without_tags(frame: bytes) -> tuple[Any, int]:
+    # Header v2: 8 fixed bytes, int16-length client id, then tags.
+    from kio.schema.request_header.v2.header import RequestHeader as HeaderV2
+
+    (length,) = struct.unpack_from(">h", frame, 8)
+    pos = 10 + max(length, 0)
+    client_id = None if length < 0 else frame[10:pos].decode()
+    count, pos = _read_uvarint(frame, pos)
+    for _ in range(count):
+        _, pos = _read_uvarint(frame, pos)
+        size, pos = _read_uvarint(frame, pos)
+        pos += size
+    _, api_version, correlation_id = peek_header(frame)
+    api_key = struct.unpack_from(">h", frame, 0)[0]
+    header = HeaderV2(
+        request_api_key=api_key,
+        request_api_version=api_version,
+        correlation_id=correlation_id,
+        client_id=client_id,
+    )
+    return header, pos
+
+
+def _strip_trailing_tags(body: bytes, codec: _RequestCodec) -> bytes | None:
+    """Find the body's final tag section by trying each suffix start, and drop it."""
+    for cut in range(len(body) - 1, -1, -1):
+        try:
+            count, pos = _read_uvarint(body, cut)
+            for _ in range(count):
+                _, pos = _read_uvarint(body, pos)
+                size, pos = _read_uvarint(body, pos)
+                pos += size
+        except MalformedRequest:
+            continue
+        if pos != len(body) or count == 0:
+            continue
+        candidate = body[:cut] + b"\x00"
+        try:
+            _, size = codec.body_reader(candidate, 0)
+        except (SerialError, KeyError, ValueError, TypeError, IndexError, OverflowError):
+            continue
+        if size == len(candidate):
+            return candidate
+    return None
+
+
+def encode_response(api_key: int, api_version: int, correlation_id: int, response: Any) -> bytes:
+    """Header (v0, or v1 for flexible versions; ApiVersions always v0) + body, size-prefixed."""
+    codec = response_codec(api_key, api_version)
+    buffer = io.BytesIO()
+    buffer.write(b"\x00\x00\x00\x00")
+    codec.header_writer(buffer, codec.header_type(correlation_id=correlation_id))
+    codec.body_writer(buffer, response)
+    data = buffer.getbuffer()
+    _SIZE.pack_into(data, 0, len(data) - 4)
+    out = bytes(data)
+    del data
+    return out

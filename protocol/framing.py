@@ -1,0 +1,56 @@
+"""Kafka framing: a 4-byte big-endian signed size, then that many bytes of request."""
+
+from __future__ import annotations
+
+import struct
+
+_SIZE = struct.Struct(">i")
+
+
+class FrameError(ValueError):
+    """The byte stream cannot be a Kafka frame; the connection must be closed."""
+
+
+class FrameDecoder:
+    """Turns an arbitrary split of the byte stream into whole frame bodies.
+
+    Bytes arrive split or coalesced at any boundary; `feed` returns every frame completed by the
+    new data, in order. A negative size or one above `max_frame_bytes` raises `FrameError`
+    before any of the body is buffered, so a hostile size never makes us allocate.
+    """
+
+    __slots__ = ("_buffer", "_max_frame_bytes")
+
+    def __init__(self, max_frame_bytes: int) -> None:
+        self._buffer = bytearray()
+        self._max_frame_bytes = max_frame_bytes
+
+    def feed(self, data: bytes) -> list[bytes]:
+        buffer = self._buffer
+        buffer += data
+        frames: list[bytes] = []
+        start = 0
+        end = len(buffer)
+        while end - start >= 4:
+            (size,) = _SIZE.unpack_from(buffer, start)
+            if size < 0:
+                raise FrameError(f"negative frame size {size}")
+            if size > self._max_frame_bytes:
+                raise FrameError(
+                    f"frame size {size} exceeds socket.request.max.bytes {self._max_frame_bytes}"
+                )
+            if end - start - 4 < size:
+                break
+            frames.append(bytes(buffer[start + 4 : start + 4 + size]))
+            start += 4 + size
+        if start:
+            del buffer[:start]
+        return frames
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer)
+
+
+def frame(payload: bytes) -> bytes:
+    return _SIZE.pack(len(payload)) + payload

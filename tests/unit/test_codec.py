@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+import io
+import struct
+
+import pytest
+from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_writer
+
+from protocol.build import build
+from protocol.codec import decode_request, encode_response, response_type
+from protocol.errors import MalformedRequest, UnsupportedApi
+
+
+def _request_bytes(key: int, version: int, correlation_id: int, body: object) -> bytes:
+    cls = load_request_schema(key, version)
+    buffer = io.BytesIO()
+    header = cls.__header_schema__(request_api_key=key, request_api_version=version,
+                                   correlation_id=correlation_id, client_id="cid")
+    entity_writer(cls.__header_schema__)(buffer, header)
+    entity_writer(cls)(buffer, body)
+    return buffer.getvalue()
+
+
+def heartbeat(version: int) -> object:
+    cls = load_request_schema(12, version)
+    fields = {"group_id": "g", "generation_id": 3, "member_id": "m"}
+    if version >= 3:
+        fields["group_instance_id"] = None
+    return cls(**fields)
+
+
+@pytest.mark.parametrize("version", range(5))
+def test_header_versions_round_trip(version: int) -> None:
+    raw = _request_bytes(12, version, 77, heartbeat(version))
+    header, body = decode_request(raw)
+    assert (header.api_key, header.api_version, header.correlation_id) == (12, version, 77)
+    assert header.client_id == "cid"
+    assert body == heartbeat(version)
+
+
+def test_header_v2_bytes_match_kafka_layout() -> None:
+    raw = _request_bytes(12, 4, 7, heartbeat(4))
+    assert raw.startswith(bytes.fromhex("000c0004000000070003636964" "00"))
+
+
+def test_unknown_tagged_field_is_skipped() -> None:
+    raw = _request_bytes(12, 4, 7, heartbeat(4))
+    assert raw.endswith(b"\x00")
+    tagged = raw[:-1] + bytes([1, 9, 2]) + b"zz"
+    header, body = decode_request(tagged)
+    assert body == heartbeat(4)
+
+
+def test_trailing_bytes_are_malformed() -> None:
+    with pytest.raises(MalformedRequest):
+        decode_request(_request_bytes(12, 3, 1, heartbeat(3)) + b"\x00")
+
+
+def test_truncated_body_is_malformed() -> None:
+    with pytest.raises(MalformedRequest):
+        decode_request(_request_bytes(12, 3, 1, heartbeat(3))[:-3])
+
+
+def test_unknown_api_is_unsupported() -> None:
+    with pytest.raises(UnsupportedApi):
+        decode_request(struct.pack(">hhi", 999, 0, 1) + b"\xff\xff")
+
+
+def test_api_versions_response_always_uses_header_v0() -> None:
+    cls = response_type(18, 3)
+    data = encode_response(18, 3, 9, build(cls, error_code=0, api_keys=[]))
+    # size, correlation id, then the error code straight away: no tagged header byte.
+    assert struct.unpack_from(">iih", data) == (len(data) - 4, 9, 0)
+
+
+def test_flexible_response_uses_header_v1() -> None:
+    cls = response_type(12, 4)
+    data = encode_response(12, 4, 9, build(cls, error_code=ErrorCode.none))
+    assert data[8] == 0  # the response header's empty tagged-field section
