@@ -1,0 +1,79 @@
+"""OffsetCommit (api key 8): kio request -> `OffsetCommit` command, outcome -> response.
+
+Versions handled here: v2-v9 (kio 0.6.5 has v2-v10; v10 names topics by id and is not
+advertised).
+
+* v2-v4: `retention_time` (kio: a timedelta; -1 ms = broker default). An explicit retention
+  gives the offsets an absolute expire timestamp, stored as OffsetCommitValue v1.
+* v3+: `throttle_time` in the response.
+* v5: `retention_time` removed.
+* v6: per-partition `committed_leader_epoch`.
+* v7: `group_instance_id` (KIP-345).
+* v8: flexible versions.
+* v9: `generation_id_or_member_epoch` may carry a KIP-848 member epoch; classic groups read it
+  as the generation.
+
+Group-level errors are answered on every partition (Kafka has no top-level error here).
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from coordinator.offset_commands import OffsetCommit, OffsetCommitOutcome
+from coordinator.offsets import DEFAULT_RETENTION_TIME_MS
+from coordinator.result import RequestRef
+from protocol.build import build
+from protocol.codec import response_type
+
+API_KEY = 8
+MIN_VERSION = 2
+MAX_VERSION = 9
+
+_ONE_MS = datetime.timedelta(milliseconds=1)
+
+
+def to_command(request: Any, version: int, ref: RequestRef) -> OffsetCommit:
+    retention = getattr(request, "retention_time", None)
+    retention_ms = DEFAULT_RETENTION_TIME_MS if retention is None else retention // _ONE_MS
+    return OffsetCommit(
+        ref=ref,
+        group_id=request.group_id,
+        generation_id=request.generation_id_or_member_epoch,
+        member_id=request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+        retention_time_ms=retention_ms if version <= 4 else DEFAULT_RETENTION_TIME_MS,
+        topics=tuple(
+            (
+                topic.name,
+                tuple(
+                    (
+                        p.partition_index,
+                        p.committed_offset,
+                        getattr(p, "committed_leader_epoch", -1),
+                        p.committed_metadata,
+                    )
+                    for p in topic.partitions
+                ),
+            )
+            for topic in request.topics
+        ),
+    )
+
+
+def to_response(outcome: OffsetCommitOutcome, version: int) -> Any:
+    return build(
+        response_type(API_KEY, version),
+        throttle_time=0,
+        topics=[
+            {
+                "name": topic,
+                "partitions": [
+                    {"partition_index": partition, "error_code": error}
+                    for partition, error in partitions
+                ],
+            }
+            for topic, partitions in outcome.topics
+        ],
+    )

@@ -1,0 +1,100 @@
+"""Build magic-2 record batches of key/value records, and read the records back out.
+
+The group log stores its records exactly as Kafka stores `__consumer_offsets`: uncompressed
+record batches whose records carry the serialized key and value (a null value is a tombstone).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+
+from crc32c import crc32c
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = _HEADER.size  # 61
+_CRC_START = 21  # attributes onwards are covered by the CRC
+
+
+def _varint(value: int, out: bytearray) -> None:
+    value = (value << 1) ^ (value >> 63)  # zigzag
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def encode_batch(records: Sequence[tuple[bytes, bytes | None]], timestamp_ms: int,
+                 base_offset: int = 0) -> bytes:
+    body = bytearray()
+    for delta, (key, value) in enumerate(records):
+        record = bytearray(b"\x00")  # attributes
+        _varint(0, record)  # timestamp delta
+        _varint(delta, record)  # offset delta
+        _varint(len(key), record)
+        record += key
+        if value is None:
+            _varint(-1, record)
+        else:
+            _varint(len(value), record)
+            record += value
+        _varint(0, record)  # headers
+        _varint(len(record), body)
+        body += record
+    count = len(records)
+    header = bytearray(_HEADER.pack(
+        base_offset, HEADER_SIZE - 12 + len(body), 0, 2, 0, 0, count - 1, timestamp_ms,
+        timestamp_ms, -1, -1, -1, count))
+    batch = header + body
+    struct.pack_into(">I", batch, 17, crc32c(memoryview(batch)[_CRC_START:]))
+    return bytes(batch)
+
+
+def _read_varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def iter_records(batches: bytes | memoryview) -> Iterator[tuple[int, bytes | None, bytes | None]]:
+    """(offset, key, value) of every record in a run of uncompressed batches already verified."""
+    data = memoryview(batches)
+    pos = 0
+    end = len(data)
+    while pos + HEADER_SIZE <= end:
+        (base_offset, length, _, magic, _, attributes, _, _, _, _, _, _, count) = (
+            _HEADER.unpack_from(data, pos))
+        batch_end = pos + 12 + length
+        if magic != 2 or attributes & 0x07:
+            raise ValueError(f"unsupported batch at {pos}: magic {magic}, attributes {attributes}")
+        if attributes & 0x20:  # control batch (transaction markers): no data records
+            pos = batch_end
+            continue
+        cursor = pos + HEADER_SIZE
+        for _ in range(count):
+            _, cursor = _read_varint(data, cursor)  # record length
+            cursor += 1  # attributes
+            _, cursor = _read_varint(data, cursor)  # timestamp delta
+            offset_delta, cursor = _read_varint(data, cursor)
+            key_len, cursor = _read_varint(data, cursor)
+            key = None if key_len < 0 else bytes(data[cursor:cursor + key_len])
+            cursor += max(key_len, 0)
+            value_len, cursor = _read_varint(data, cursor)
+            value = None if value_len < 0 else bytes(data[cursor:cursor + value_len])
+            cursor += max(value_len, 0)
+            headers, cursor = _read_varint(data, cursor)
+            for _ in range(headers):
+                header_key_len, cursor = _read_varint(data, cursor)
+                cursor += header_key_len
+                header_value_len, cursor = _read_varint(data, cursor)
+                cursor += max(header_value_len, 0)
+            yield base_offset + offset_delta, key, value
+        pos = batch_end

@@ -1,0 +1,620 @@
+"""Our codec for Kafka's `__consumer_offsets` record keys and values.
+
+Owns the bytes: turning `coordinator.records` dataclasses into exactly what Kafka writes and
+reading back every version Kafka ever wrote. Framing, checksums and batches belong to the log
+(`storage/segment.py`); what a record *means* belongs to the coordinator.
+
+Layout (Kafka's `CoordinatorRecordSerde`, schemas in `group-coordinator/.../common/message/`):
+
+* key   = int16 version, then the key body. The key version picks the record type:
+  0/1 OffsetCommitKey, 2 GroupMetadataKey, 3+ KIP-848/share-group records we do not model
+  (decoded as `UnknownRecord` so replay can skip them).
+* value = int16 version, then the value body; no value at all is a tombstone.
+* Non-flexible versions: big-endian ints, int16-length strings (-1 = null), int32-length bytes,
+  int32-count arrays. Flexible versions (values v4): compact strings/bytes/arrays
+  (uvarint length+1, 0 = null) and a tagged-field section after every struct; unknown tags are
+  skipped on read, and we write none.
+
+What we write: OffsetCommitKey v1, OffsetCommitValue v3 (v1 when an explicit expire timestamp
+is set, which drops the leader epoch, as Kafka does), GroupMetadataKey v2, GroupMetadataValue v3.
+
+Two layers:
+
+* `encode(record_name, version, fields)` / `decode(record_name, raw)`: a generic codec driven by
+  the schema tables below, with Kafka's camelCase field names. The golden tests use it.
+* `encode_key` / `encode_value` / `encode_record` / `decode_record`: typed. OffsetCommit key and
+  value (the hot path: one per committed partition) are hand-packed with `struct`; group
+  metadata goes through the generic layer.
+
+Errors: decoding raises `RecordDecodeError` (a `ValueError`) for truncated or malformed bytes,
+unknown value versions, trailing garbage in non-flexible bodies and invalid UTF-8; encoding
+raises `ValueError` for values the schema cannot represent (null in a non-nullable field,
+out-of-range ints, over-long strings). Anything else is a bug.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from coordinator.records import (
+    CoordinatorRecord,
+    GroupMemberRecord,
+    GroupMetadataKey,
+    GroupMetadataRecord,
+    GroupMetadataValue,
+    OffsetCommitKey,
+    OffsetCommitRecord,
+    OffsetCommitValue,
+)
+
+FieldValue: TypeAlias = int | str | bytes | list[dict[str, "FieldValue"]] | None
+Fields = dict[str, FieldValue]
+
+
+class RecordDecodeError(ValueError):
+    """The bytes are not a valid `__consumer_offsets` key or value we can read."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnknownRecord:
+    """A record whose key version we do not model (KIP-848 consumer groups, share groups, ...).
+
+    Replay skips it; compaction may keep it by its raw key.
+    """
+
+    key_version: int
+    key: bytes
+    value: bytes | None
+
+
+# --------------------------------------------------------------------------------------------
+# Schema tables (transcribed from Kafka's JSON schemas; see tests/golden/README.md).
+
+
+@dataclass(frozen=True, slots=True)
+class _Field:
+    name: str
+    type: str  # int16 | int32 | int64 | string | bytes | array
+    min_version: int
+    max_version: int | None = None  # inclusive; None = open-ended
+    nullable_from: int | None = None  # first version in which null is allowed
+    default: FieldValue = None
+    struct: tuple[_Field, ...] = ()  # element fields when type == "array"
+
+    def present(self, version: int) -> bool:
+        return version >= self.min_version and (
+            self.max_version is None or version <= self.max_version
+        )
+
+    def nullable(self, version: int) -> bool:
+        return self.nullable_from is not None and version >= self.nullable_from
+
+
+@dataclass(frozen=True, slots=True)
+class _Schema:
+    name: str
+    min_version: int
+    max_version: int
+    flexible_from: int | None
+    fields: tuple[_Field, ...]
+
+    def flexible(self, version: int) -> bool:
+        return self.flexible_from is not None and version >= self.flexible_from
+
+
+_MEMBER_METADATA = (
+    _Field("memberId", "string", 0),
+    _Field("groupInstanceId", "string", 3, nullable_from=3, default=None),
+    _Field("clientId", "string", 0),
+    _Field("clientHost", "string", 0),
+    _Field("rebalanceTimeout", "int32", 1, default=-1),
+    _Field("sessionTimeout", "int32", 0),
+    _Field("subscription", "bytes", 0),
+    _Field("assignment", "bytes", 0),
+)
+
+SCHEMAS: Mapping[str, _Schema] = {
+    "OffsetCommitKey": _Schema(
+        "OffsetCommitKey",
+        0,
+        1,
+        None,
+        (
+            _Field("group", "string", 0),
+            _Field("topic", "string", 0),
+            _Field("partition", "int32", 0),
+        ),
+    ),
+    "OffsetCommitValue": _Schema(
+        "OffsetCommitValue",
+        0,
+        4,
+        4,
+        (
+            _Field("offset", "int64", 0),
+            _Field("leaderEpoch", "int32", 3, default=-1),
+            _Field("metadata", "string", 0),
+            _Field("commitTimestamp", "int64", 0),
+            _Field("expireTimestamp", "int64", 1, 1, default=-1),
+        ),
+    ),
+    "GroupMetadataKey": _Schema(
+        "GroupMetadataKey", 2, 2, None, (_Field("group", "string", 2),)
+    ),
+    "GroupMetadataValue": _Schema(
+        "GroupMetadataValue",
+        0,
+        4,
+        4,
+        (
+            _Field("protocolType", "string", 0),
+            _Field("generation", "int32", 0),
+            _Field("protocol", "string", 0, nullable_from=0),
+            _Field("leader", "string", 0, nullable_from=0),
+            _Field("currentStateTimestamp", "int64", 2, default=-1),
+            _Field("members", "array", 0, struct=_MEMBER_METADATA),
+        ),
+    ),
+}
+
+OFFSET_COMMIT_KEY_VERSION = 1
+OFFSET_COMMIT_VALUE_VERSION = 3
+OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY = 1
+GROUP_METADATA_KEY_VERSION = 2
+GROUP_METADATA_VALUE_VERSION = 3
+
+_INT_RANGES = {
+    "int16": (-(1 << 15), (1 << 15) - 1),
+    "int32": (-(1 << 31), (1 << 31) - 1),
+    "int64": (-(1 << 63), (1 << 63) - 1),
+}
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_INT_STRUCTS = {"int16": _I16, "int32": _I32, "int64": _I64}
+
+# --------------------------------------------------------------------------------------------
+# Reading
+
+
+class _Reader:
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf: bytes | memoryview, pos: int = 0) -> None:
+        self.buf = memoryview(buf)
+        self.pos = pos
+
+    def _take(self, n: int) -> memoryview:
+        end = self.pos + n
+        if n < 0 or end > len(self.buf):
+            have = len(self.buf) - self.pos
+            raise RecordDecodeError(f"need {n} bytes at {self.pos}, have {have}")
+        chunk = self.buf[self.pos : end]
+        self.pos = end
+        return chunk
+
+    def read_int(self, kind: str) -> int:
+        s = _INT_STRUCTS[kind]
+        if self.pos + s.size > len(self.buf):
+            raise RecordDecodeError(f"truncated {kind} at {self.pos}")
+        (v,) = s.unpack_from(self.buf, self.pos)
+        self.pos += s.size
+        return int(v)
+
+    def uvarint(self) -> int:
+        result = 0
+        shift = 0
+        while True:
+            if self.pos >= len(self.buf):
+                raise RecordDecodeError("truncated varint")
+            b = self.buf[self.pos]
+            self.pos += 1
+            result |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return result
+            shift += 7
+            if shift > 28:
+                raise RecordDecodeError("varint longer than 5 bytes")
+
+    def length(self, flexible: bool, wide: bool) -> int:
+        """Length or count prefix; -1 means null."""
+        if flexible:
+            return self.uvarint() - 1
+        return self.read_int("int32" if wide else "int16")
+
+    def string(self, flexible: bool, nullable: bool) -> str | None:
+        n = self.length(flexible, wide=False)
+        if n < 0:
+            if n == -1 and nullable:
+                return None
+            raise RecordDecodeError(f"invalid string length {n} at {self.pos}")
+        try:
+            return str(self._take(n), "utf-8")
+        except UnicodeDecodeError as exc:
+            raise RecordDecodeError(f"invalid UTF-8: {exc}") from exc
+
+    def bytes_(self, flexible: bool, nullable: bool) -> bytes | None:
+        n = self.length(flexible, wide=True)
+        if n < 0:
+            if n == -1 and nullable:
+                return None
+            raise RecordDecodeError(f"invalid bytes length {n} at {self.pos}")
+        return bytes(self._take(n))
+
+    def skip_tagged_fields(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()  # tag: none are known to us
+            self._take(self.uvarint())
+
+    def at_end(self) -> bool:
+        return self.pos == len(self.buf)
+
+
+def _read_struct(r: _Reader, fields: Sequence[_Field], version: int, flexible: bool) -> Fields:
+    out: Fields = {}
+    for f in fields:
+        if not f.present(version):
+            continue
+        nullable = f.nullable(version)
+        if f.type in _INT_STRUCTS:
+            out[f.name] = r.read_int(f.type)
+        elif f.type == "string":
+            s = r.string(flexible, nullable)
+            if s is None and not nullable:
+                raise RecordDecodeError(f"null {f.name}")
+            out[f.name] = s
+        elif f.type == "bytes":
+            out[f.name] = r.bytes_(flexible, nullable)
+        elif f.type == "array":
+            count = r.length(flexible, wide=True)
+            if count < 0:
+                raise RecordDecodeError(f"null array {f.name}")
+            if count > len(r.buf) - r.pos:  # every element takes at least one byte
+                raise RecordDecodeError(f"array {f.name} of {count} cannot fit")
+            out[f.name] = [_read_struct(r, f.struct, version, flexible) for _ in range(count)]
+        else:  # pragma: no cover - schema tables are static
+            raise AssertionError(f.type)
+    if flexible:
+        r.skip_tagged_fields()
+    return out
+
+
+def decode(record_name: str, raw: bytes | memoryview) -> tuple[int, Fields]:
+    """Decode a serialized key or value (with its int16 version prefix) by schema.
+
+    Returns the version and the fields present at that version, in schema order, named as in
+    Kafka's schema. `bytes` fields come back as `bytes`.
+    """
+    schema = SCHEMAS[record_name]
+    r = _Reader(raw)
+    version = r.read_int("int16")
+    if not schema.min_version <= version <= schema.max_version:
+        raise RecordDecodeError(f"{record_name} version {version} is not supported")
+    flexible = schema.flexible(version)
+    fields = _read_struct(r, schema.fields, version, flexible)
+    if not r.at_end():
+        raise RecordDecodeError(
+            f"{record_name} v{version}: {len(r.buf) - r.pos} trailing bytes"
+        )
+    return version, fields
+
+
+# --------------------------------------------------------------------------------------------
+# Writing
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _write_length(out: list[bytes], n: int, flexible: bool, wide: bool) -> None:
+    if flexible:
+        out.append(_uvarint(n + 1))
+    elif wide:
+        out.append(_I32.pack(n))
+    else:
+        out.append(_I16.pack(n))
+
+
+def _write_struct(
+    out: list[bytes], fields: Sequence[_Field], values: Mapping[str, FieldValue], version: int,
+    flexible: bool,
+) -> None:
+    for f in fields:
+        if not f.present(version):
+            continue
+        v = values.get(f.name, f.default)
+        if v is None and not f.nullable(version):
+            raise ValueError(f"{f.name} is not nullable at version {version}")
+        if f.type in _INT_STRUCTS:
+            if not isinstance(v, int):
+                raise ValueError(f"{f.name} must be an int, got {v!r}")
+            lo, hi = _INT_RANGES[f.type]
+            if not lo <= v <= hi:
+                raise ValueError(f"{f.name}={v} out of {f.type} range")
+            out.append(_INT_STRUCTS[f.type].pack(v))
+        elif f.type == "string":
+            if v is None:
+                _write_length(out, -1, flexible, wide=False)
+                continue
+            if not isinstance(v, str):
+                raise ValueError(f"{f.name} must be a str, got {v!r}")
+            data = v.encode("utf-8")
+            if len(data) > 0x7FFF:
+                raise ValueError(f"{f.name} is {len(data)} bytes, over the int16 limit")
+            _write_length(out, len(data), flexible, wide=False)
+            out.append(data)
+        elif f.type == "bytes":
+            if v is None:
+                _write_length(out, -1, flexible, wide=True)
+                continue
+            if not isinstance(v, bytes | bytearray | memoryview):
+                raise ValueError(f"{f.name} must be bytes, got {type(v).__name__}")
+            _write_length(out, len(v), flexible, wide=True)
+            out.append(bytes(v))
+        elif f.type == "array":
+            if not isinstance(v, list | tuple):
+                raise ValueError(f"{f.name} must be a list")
+            _write_length(out, len(v), flexible, wide=True)
+            for element in v:
+                _write_struct(out, f.struct, element, version, flexible)
+        else:  # pragma: no cover - schema tables are static
+            raise AssertionError(f.type)
+    if flexible:
+        out.append(b"\x00")  # no tagged fields
+
+
+def encode(record_name: str, version: int, fields: Mapping[str, FieldValue]) -> bytes:
+    """Encode `fields` (Kafka schema names) as `record_name` at `version`, version prefix included.
+
+    Fields absent at `version` are ignored; fields missing from `fields` take the schema default
+    (an error if the schema has none and the field is not nullable).
+    """
+    schema = SCHEMAS[record_name]
+    if not schema.min_version <= version <= schema.max_version:
+        raise ValueError(f"{record_name} version {version} is not supported")
+    out = [_I16.pack(version)]
+    _write_struct(out, schema.fields, fields, version, schema.flexible(version))
+    return b"".join(out)
+
+
+# --------------------------------------------------------------------------------------------
+# Typed layer
+
+_OC_KEY_PREFIX = _I16.pack(OFFSET_COMMIT_KEY_VERSION)
+_OC_VALUE_V3_HEAD = struct.Struct(">hqi")  # version, offset, leaderEpoch
+_OC_TAIL_V3 = struct.Struct(">q")  # commitTimestamp
+_OC_TAIL_V1 = struct.Struct(">qq")  # commitTimestamp, expireTimestamp
+_OC_VALUE_V1_HEAD = struct.Struct(">hq")  # version, offset
+
+
+def _str16(s: str) -> bytes:
+    data = s.encode("utf-8")
+    if len(data) > 0x7FFF:
+        raise ValueError(f"string of {len(data)} bytes is over the int16 limit")
+    return _I16.pack(len(data)) + data
+
+
+def encode_key(key: OffsetCommitKey | GroupMetadataKey) -> bytes:
+    """The key bytes Kafka writes: OffsetCommitKey v1 or GroupMetadataKey v2."""
+    try:
+        if isinstance(key, OffsetCommitKey):
+            return b"".join(
+                (_OC_KEY_PREFIX, _str16(key.group), _str16(key.topic), _I32.pack(key.partition))
+            )
+        return _I16.pack(GROUP_METADATA_KEY_VERSION) + _str16(key.group)
+    except struct.error as exc:
+        raise ValueError(f"cannot encode {key!r}: {exc}") from exc
+
+
+def encode_value(
+    value: OffsetCommitValue | GroupMetadataValue, version: int | None = None
+) -> bytes:
+    """The value bytes; `version` None picks what Kafka writes (see the module docstring)."""
+    try:
+        return _encode_value(value, version)
+    except struct.error as exc:
+        raise ValueError(f"cannot encode {value!r}: {exc}") from exc
+
+
+def _encode_value(value: OffsetCommitValue | GroupMetadataValue, version: int | None) -> bytes:
+    if isinstance(value, OffsetCommitValue):
+        if version is None:
+            version = (
+                OFFSET_COMMIT_VALUE_VERSION
+                if value.expire_timestamp == -1
+                else OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY
+            )
+        if version == 3:
+            return b"".join(
+                (
+                    _OC_VALUE_V3_HEAD.pack(3, value.offset, value.leader_epoch),
+                    _str16(value.metadata),
+                    _OC_TAIL_V3.pack(value.commit_timestamp),
+                )
+            )
+        if version == 1:
+            return b"".join(
+                (
+                    _OC_VALUE_V1_HEAD.pack(1, value.offset),
+                    _str16(value.metadata),
+                    _OC_TAIL_V1.pack(value.commit_timestamp, value.expire_timestamp),
+                )
+            )
+        return encode("OffsetCommitValue", version, _offset_commit_fields(value))
+    return encode(
+        "GroupMetadataValue",
+        GROUP_METADATA_VALUE_VERSION if version is None else version,
+        _group_metadata_fields(value),
+    )
+
+
+def encode_record(record: CoordinatorRecord) -> tuple[bytes, bytes | None]:
+    """(key bytes, value bytes or None for a tombstone)."""
+    key = encode_key(record.key)
+    return key, None if record.value is None else encode_value(record.value)
+
+
+def _offset_commit_fields(value: OffsetCommitValue) -> Fields:
+    return {
+        "offset": value.offset,
+        "leaderEpoch": value.leader_epoch,
+        "metadata": value.metadata,
+        "commitTimestamp": value.commit_timestamp,
+        "expireTimestamp": value.expire_timestamp,
+    }
+
+
+def _group_metadata_fields(value: GroupMetadataValue) -> Fields:
+    return {
+        "protocolType": value.protocol_type,
+        "generation": value.generation,
+        "protocol": value.protocol,
+        "leader": value.leader,
+        "currentStateTimestamp": value.current_state_timestamp,
+        "members": [
+            {
+                "memberId": m.member_id,
+                "groupInstanceId": m.group_instance_id,
+                "clientId": m.client_id,
+                "clientHost": m.client_host,
+                "rebalanceTimeout": m.rebalance_timeout,
+                "sessionTimeout": m.session_timeout,
+                "subscription": m.subscription,
+                "assignment": m.assignment,
+            }
+            for m in value.members
+        ],
+    }
+
+
+def _decode_offset_commit_key(raw: bytes) -> OffsetCommitKey:
+    # Versions 0 and 1 share one layout. Hand-unpacked: this runs once per committed partition
+    # on replay. Any short read or bad length surfaces as struct.error/UnicodeDecodeError.
+    try:
+        (glen,) = _I16.unpack_from(raw, 2)
+        gend = 4 + glen
+        (tlen,) = _I16.unpack_from(raw, gend)
+        tend = gend + 2 + tlen
+        (partition,) = _I32.unpack_from(raw, tend)
+        if glen < 0 or tlen < 0 or tend + 4 != len(raw):
+            raise RecordDecodeError("malformed OffsetCommitKey")
+        return OffsetCommitKey(
+            group=raw[4:gend].decode("utf-8"),
+            topic=raw[gend + 2 : tend].decode("utf-8"),
+            partition=partition,
+        )
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise RecordDecodeError(f"malformed OffsetCommitKey: {exc}") from exc
+
+
+_OC_V3_HEAD = struct.Struct(">qih")  # offset, leaderEpoch, metadata length
+
+
+def _decode_offset_commit_value(raw: bytes) -> OffsetCommitValue:
+    if raw[:2] == b"\x00\x03":  # the version we write: hand-unpacked fast path
+        try:
+            offset, leader_epoch, mlen = _OC_V3_HEAD.unpack_from(raw, 2)
+            mend = 16 + mlen
+            (commit_timestamp,) = _I64.unpack_from(raw, mend)
+            if mlen < 0 or mend + 8 != len(raw):
+                raise RecordDecodeError("malformed OffsetCommitValue v3")
+            return OffsetCommitValue(
+                offset=offset,
+                leader_epoch=leader_epoch,
+                metadata=raw[16:mend].decode("utf-8"),
+                commit_timestamp=commit_timestamp,
+            )
+        except (struct.error, UnicodeDecodeError) as exc:
+            raise RecordDecodeError(f"malformed OffsetCommitValue v3: {exc}") from exc
+    _, f = decode("OffsetCommitValue", raw)
+    return OffsetCommitValue(
+        offset=_int(f["offset"]),
+        leader_epoch=_int(f.get("leaderEpoch", -1)),
+        metadata=_str(f["metadata"]),
+        commit_timestamp=_int(f["commitTimestamp"]),
+        expire_timestamp=_int(f.get("expireTimestamp", -1)),
+    )
+
+
+def _decode_group_metadata_value(raw: bytes) -> GroupMetadataValue:
+    _, f = decode("GroupMetadataValue", raw)
+    members = f["members"]
+    assert isinstance(members, list)
+    return GroupMetadataValue(
+        protocol_type=_str(f["protocolType"]),
+        generation=_int(f["generation"]),
+        protocol=_opt_str(f["protocol"]),
+        leader=_opt_str(f["leader"]),
+        current_state_timestamp=_int(f.get("currentStateTimestamp", -1)),
+        members=tuple(
+            GroupMemberRecord(
+                member_id=_str(m["memberId"]),
+                group_instance_id=_opt_str(m.get("groupInstanceId")),
+                client_id=_str(m["clientId"]),
+                client_host=_str(m["clientHost"]),
+                rebalance_timeout=_int(m.get("rebalanceTimeout", -1)),
+                session_timeout=_int(m["sessionTimeout"]),
+                subscription=_bytes(m["subscription"]),
+                assignment=_bytes(m["assignment"]),
+            )
+            for m in members
+        ),
+    )
+
+
+def decode_record(key: bytes, value: bytes | None) -> CoordinatorRecord | UnknownRecord:
+    """Decode one `__consumer_offsets` record; `value` None is a tombstone.
+
+    The key version alone picks the type. Key versions >= 3 give an `UnknownRecord`.
+    Raises `RecordDecodeError` for bytes we cannot read.
+    """
+    if len(key) < 2:
+        raise RecordDecodeError(f"key of {len(key)} bytes has no version")
+    key_version = _I16.unpack_from(key, 0)[0]
+    if key_version in (0, 1):
+        return OffsetCommitRecord(
+            key=_decode_offset_commit_key(key),
+            value=None if value is None else _decode_offset_commit_value(value),
+        )
+    if key_version == 2:
+        _, kf = decode("GroupMetadataKey", key)
+        return GroupMetadataRecord(
+            key=GroupMetadataKey(group=_str(kf["group"])),
+            value=None if value is None else _decode_group_metadata_value(value),
+        )
+    if key_version >= 3:
+        return UnknownRecord(key_version=key_version, key=bytes(key), value=value)
+    raise RecordDecodeError(f"negative key version {key_version}")
+
+
+def _int(v: FieldValue) -> int:
+    assert isinstance(v, int)
+    return v
+
+
+def _str(v: FieldValue) -> str:
+    assert isinstance(v, str)
+    return v
+
+
+def _opt_str(v: FieldValue) -> str | None:
+    assert v is None or isinstance(v, str)
+    return v
+
+
+def _bytes(v: FieldValue) -> bytes:
+    # Kafka's schema does not allow null here; treat a (non-conforming) null as empty.
+    if v is None:
+        return b""
+    assert isinstance(v, bytes)
+    return v

@@ -1,0 +1,125 @@
+"""Replaying every durable record into a fresh `OffsetStore` rebuilds the live view exactly."""
+
+from __future__ import annotations
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from coordinator.offsets import GroupExpiryView, OffsetStore, OffsetStoreConfig
+from coordinator.records import OffsetCommitRecord
+
+GROUPS = st.sampled_from(["g1", "g2", "g3"])
+TOPICS = st.sampled_from(["a", "b", "c"])
+PARTITIONS = st.integers(0, 2)
+RETENTION_MINUTES = 1
+
+views = st.builds(
+    GroupExpiryView,
+    state_is_empty=st.booleans(),
+    current_state_timestamp=st.none() | st.integers(0, 5 * 60_000),
+    subscribed_topics=st.none() | st.sets(TOPICS).map(frozenset),
+    protocol_type=st.sampled_from(["", "consumer", "connect"]),
+    state_is_stable=st.booleans(),
+)
+
+
+class OffsetReplay(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.config = OffsetStoreConfig(offsets_retention_minutes=RETENTION_MINUTES)
+        self.store = OffsetStore(self.config)
+        self.log: list[OffsetCommitRecord] = []
+        self.now_ms = 0
+
+    def _durable(self, records: list[OffsetCommitRecord]) -> None:
+        for record in records:
+            self.log.append(record)
+            self.store.apply(record)
+
+    @rule(
+        group=GROUPS,
+        topics=st.lists(
+            st.tuples(
+                TOPICS,
+                st.lists(
+                    st.tuples(
+                        PARTITIONS,
+                        st.integers(0, 1000),
+                        st.integers(-1, 5),
+                        st.none() | st.text(max_size=6),
+                    ),
+                    max_size=3,
+                ),
+            ),
+            max_size=3,
+        ),
+        expire_after=st.none() | st.integers(0, 120_000),
+        fsync_ok=st.booleans(),
+    )
+    def commit(
+        self,
+        group: str,
+        topics: list[tuple[str, list[tuple[int, int, int, str | None]]]],
+        expire_after: int | None,
+        fsync_ok: bool,
+    ) -> None:
+        expire_ts = -1 if expire_after is None else self.now_ms + expire_after
+        _, records = self.store.commit(
+            group, topics, self.now_ms, topic_exists=lambda t, p: t != "c" or p == 0,
+            expire_timestamp=expire_ts,
+        )
+        if fsync_ok:
+            self._durable(records)
+        else:
+            self.store.abort(records)
+
+    @rule(group=GROUPS, topics=st.lists(st.tuples(TOPICS, st.lists(PARTITIONS, max_size=3))),
+          subscribed=st.sets(TOPICS))
+    def delete(self, group: str, topics: list[tuple[str, list[int]]], subscribed: set[str]) -> None:
+        _, records = self.store.delete(group, topics, subscribed)
+        self._durable(records)
+
+    @rule(group=GROUPS)
+    def delete_group(self, group: str) -> None:
+        self._durable(self.store.delete_group(group))
+
+    @rule(ms=st.integers(0, 90_000))
+    def sleep(self, ms: int) -> None:
+        self.now_ms += ms
+
+    @rule(group_views=st.dictionaries(GROUPS, views))
+    def expire(self, group_views: dict[str, GroupExpiryView]) -> None:
+        result = self.store.expire(self.now_ms, group_views)
+        self._durable(result.tombstones)
+        for group in result.groups_without_offsets:
+            assert not self.store.has_offsets(group)
+
+    @invariant()
+    def replay_equals_live_view(self) -> None:
+        fresh = OffsetStore(self.config)
+        for record in self.log:
+            fresh.apply(record)
+        assert fresh.committed_view() == self.store.committed_view()
+
+    @invariant()
+    def nothing_is_left_pending(self) -> None:
+        # every commit was either made durable or aborted
+        for group in ("g1", "g2", "g3"):
+            assert not self.store.has_pending(group)
+
+    @invariant()
+    def fetch_answers_the_last_durable_value(self) -> None:
+        last: dict[tuple[str, str, int], int | None] = {}
+        for r in self.log:
+            last[(r.key.group, r.key.topic, r.key.partition)] = (
+                None if r.value is None else r.value.offset
+            )
+        for (group, topic, partition), offset in last.items():
+            (fetched,) = self.store.fetch(group, [(topic, [partition])], require_stable=True)
+            assert fetched.offset == (-1 if offset is None else offset)
+
+
+OffsetReplay.TestCase.settings = settings(max_examples=150, stateful_step_count=30,
+                                          deadline=None)
+TestOffsetReplay = OffsetReplay.TestCase
