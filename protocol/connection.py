@@ -70,8 +70,8 @@ class Connection(asyncio.Protocol):
     # asyncio.Protocol -------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # uvloop's transports are not subclasses of asyncio.Transport; duck typing suffices.
+        self._transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
         self.client_host = f"/{peer[0]}" if peer else ""
 
@@ -95,6 +95,11 @@ class Connection(asyncio.Protocol):
         finally:
             self._processing = False
         self._update_reading()
+
+    def eof_received(self) -> bool | None:
+        if self._decoder.buffered:
+            self._reject(f"stream ended inside a frame ({self._decoder.buffered} bytes buffered)")
+        return None  # close the transport
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.closed:

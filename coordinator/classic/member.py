@@ -1,0 +1,81 @@
+"""A classic group member: plain data plus the requests parked on its behalf."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from coordinator.commands import Protocol
+from coordinator.result import RequestRef
+
+__all__ = ["ClassicGroupMember", "Parked"]
+
+
+@dataclass(slots=True)
+class Parked:
+    """A JoinGroup or SyncGroup waiting for the rebalance to move on.
+
+    `ref` becomes None when the client's connection closes: the member still counts as
+    having joined (Kafka keeps the callback of a muted socket too), but nobody is answered.
+    """
+
+    ref: RequestRef | None
+
+
+@dataclass(slots=True, kw_only=True)
+class ClassicGroupMember:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    protocols: tuple[Protocol, ...]
+    assignment: bytes = b""
+    awaiting_join: Parked | None = None
+    awaiting_sync: Parked | None = None
+    # Until its first JoinGroup completes, a member cannot heartbeat: its deadline is the
+    # new-member join timeout and being parked does not keep it alive.
+    is_new: bool = False
+    # Liveness: the deadline lives here; the wheel holds `heartbeat_armed_ms` and re-arms
+    # when it fires early (STYLE §6). None: no deadline (parked members are alive).
+    session_deadline_ms: int | None = None
+    heartbeat_armed_ms: int | None = None
+
+    @property
+    def is_static(self) -> bool:
+        return self.group_instance_id is not None
+
+    @property
+    def is_awaiting_join(self) -> bool:
+        return self.awaiting_join is not None
+
+    @property
+    def is_awaiting_sync(self) -> bool:
+        return self.awaiting_sync is not None
+
+    def protocol_names(self) -> list[str]:
+        return [p.name for p in self.protocols]
+
+    def metadata(self, protocol_name: str) -> bytes:
+        for p in self.protocols:
+            if p.name == protocol_name:
+                return p.metadata
+        raise AssertionError(f"member {self.member_id} does not support {protocol_name}")
+
+    def matches(self, protocols: tuple[Protocol, ...]) -> bool:
+        """Same protocols, same order, same metadata bytes (Kafka `MemberMetadata.matches`)."""
+        return self.protocols == protocols
+
+    def vote(self, candidates: set[str]) -> str:
+        """The member's most preferred protocol among `candidates`."""
+        for p in self.protocols:
+            if p.name in candidates:
+                return p.name
+        raise AssertionError(f"member {self.member_id} supports none of {candidates}")
+
+    def has_satisfied_heartbeat(self) -> bool:
+        """Kafka `MemberMetadata.hasSatisfiedHeartbeat`, evaluated when the deadline passes."""
+        if self.is_new:
+            return False
+        return self.is_awaiting_join or self.is_awaiting_sync

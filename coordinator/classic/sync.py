@@ -1,0 +1,113 @@
+"""SyncGroup for a classic group (SPEC §5; Kafka `classicGroupSync`).
+
+Versions:
+
+* v3: group.instance.id (KIP-345), checked against the member id.
+* v5: protocol type and name are mandatory and must match the group's (KIP-559).
+
+The leader's assignment is persisted as a group snapshot and answered in the same `Result`:
+the runtime delivers the replies only after the record is durable, which is Kafka's
+"answer in the append callback" without the callback.
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from coordinator import commands as c
+from coordinator import events as ev
+from coordinator.classic import rebalance as rb
+from coordinator.classic.group import ClassicGroup
+from coordinator.classic.member import Parked
+from coordinator.classic.state import GroupState
+from coordinator.outcomes import SyncGroupOutcome
+from coordinator.result import Reply
+
+__all__ = ["sync_group", "validate_sync_group"]
+
+
+def reply(env: rb.Env, cmd: c.SyncGroup, outcome: SyncGroupOutcome) -> None:
+    env.result.replies.append(Reply(cmd.ref, outcome))
+
+
+def validate_sync_group(group: ClassicGroup, cmd: c.SyncGroup) -> ErrorCode | None:
+    if group.is_state(GroupState.DEAD):
+        return ErrorCode.coordinator_not_available
+    error = rb.validate_current_member(group, cmd.member_id, cmd.group_instance_id)
+    if error is not None:
+        return error
+    if cmd.generation_id != group.generation_id:
+        return ErrorCode.illegal_generation
+    if cmd.protocol_type is not None and cmd.protocol_type != group.protocol_type:
+        return ErrorCode.inconsistent_group_protocol
+    if cmd.protocol_name is not None and cmd.protocol_name != group.protocol_name:
+        return ErrorCode.inconsistent_group_protocol
+    return None
+
+
+def sync_group(env: rb.Env, group: ClassicGroup, cmd: c.SyncGroup) -> None:
+    error = validate_sync_group(group, cmd)
+    if error is not None:
+        reply(env, cmd, SyncGroupOutcome(error=error))
+        return
+    member = group.members[cmd.member_id]
+    match group.state:
+        case GroupState.EMPTY:
+            reply(env, cmd, SyncGroupOutcome(error=ErrorCode.unknown_member_id))
+        case GroupState.PREPARING_REBALANCE:
+            reply(env, cmd, SyncGroupOutcome(error=ErrorCode.rebalance_in_progress))
+        case GroupState.COMPLETING_REBALANCE:
+            # A SyncGroup parked earlier by the same member (a client retry) is told to rejoin
+            # rather than left unanswered.
+            retry = SyncGroupOutcome(error=ErrorCode.rebalance_in_progress)
+            rb.complete_sync_of(env, member, retry)
+            member.awaiting_sync = Parked(cmd.ref)
+            rb.remove_pending_sync_member(env, group, member.member_id)
+            if group.is_leader(member.member_id):
+                complete_sync(env, group, cmd)
+        case GroupState.STABLE:
+            rb.remove_pending_sync_member(env, group, member.member_id)
+            reply(
+                env,
+                cmd,
+                SyncGroupOutcome(
+                    protocol_type=group.protocol_type,
+                    protocol_name=group.protocol_name,
+                    assignment=member.assignment,
+                ),
+            )
+            rb.schedule_heartbeat(env, group, member)
+        case GroupState.DEAD:
+            raise AssertionError("validated above")
+
+
+def complete_sync(env: rb.Env, group: ClassicGroup, cmd: c.SyncGroup) -> None:
+    """The leader's assignment: fill the gaps, persist, answer everyone, go Stable."""
+    assignment = dict(cmd.assignments)
+    missing = [m for m in group.members if m not in assignment]
+    for member_id in missing:
+        assignment[member_id] = b""
+    env.result.events.append(
+        ev.AssignmentReceived(
+            ts_ms=env.now_ms,
+            group_id=group.group_id,
+            generation_id=group.generation_id,
+            member_id=cmd.member_id,
+            member_count=len(group.members),
+            missing_assignments=len(missing),
+        )
+    )
+    rb.set_and_propagate_assignment(env, group, assignment)
+    rb.store_group(env, group)
+    group.transition_to(GroupState.STABLE, env.now_ms)
+    started = group.rebalance_started_ms
+    group.rebalance_started_ms = None
+    env.result.events.append(
+        ev.GroupStabilized(
+            ts_ms=env.now_ms,
+            group_id=group.group_id,
+            generation_id=group.generation_id,
+            member_count=len(group.members),
+            duration_ms=env.now_ms - started if started is not None else 0,
+        )
+    )

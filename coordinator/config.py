@@ -1,0 +1,54 @@
+"""Coordinator settings, named after the Kafka broker configs they stand for."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+
+__all__ = ["KAFKA_NAMES", "GroupConfig"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupConfig:
+    node_id: int = 1  # broker.id / node.id
+    group_min_session_timeout_ms: int = 6_000
+    group_max_session_timeout_ms: int = 1_800_000
+    group_initial_rebalance_delay_ms: int = 3_000
+    group_max_size: int = 2**31 - 1
+    # Kafka's classic NewMemberJoinTimeoutMs: a new member's JoinGroup is dropped after this
+    # long, since it cannot heartbeat before it knows its member id (KIP-394 discussion).
+    group_new_member_join_timeout_ms: int = 300_000
+    offsets_topic_num_partitions: int = 50
+    offset_metadata_max_bytes: int = 4_096
+    offsets_retention_minutes: int = 10_080
+    offsets_retention_check_interval_ms: int = 600_000
+
+    @property
+    def offsets_retention_ms(self) -> int:
+        return self.offsets_retention_minutes * 60_000
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str]) -> GroupConfig:
+        """Build from Kafka-style `server.properties` keys; unknown keys raise KeyError."""
+        known = {f.name for f in fields(cls)}
+        values: dict[str, int] = {}
+        for name, raw in props.items():
+            attr = KAFKA_NAMES.get(name)
+            if attr is None or attr not in known:
+                raise KeyError(f"unknown group coordinator config {name!r}")
+            values[attr] = int(raw)
+        return replace(cls(), **values)
+
+
+KAFKA_NAMES: Mapping[str, str] = {
+    "node.id": "node_id",
+    "broker.id": "node_id",
+    "group.min.session.timeout.ms": "group_min_session_timeout_ms",
+    "group.max.session.timeout.ms": "group_max_session_timeout_ms",
+    "group.initial.rebalance.delay.ms": "group_initial_rebalance_delay_ms",
+    "group.max.size": "group_max_size",
+    "offsets.topic.num.partitions": "offsets_topic_num_partitions",
+    "offset.metadata.max.bytes": "offset_metadata_max_bytes",
+    "offsets.retention.minutes": "offsets_retention_minutes",
+    "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
+}

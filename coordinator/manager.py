@@ -1,0 +1,454 @@
+"""The classic group coordinator: every group of this node, driven by commands and timers.
+
+`GroupCoordinator` is the pure core's entry point. It owns the `ClassicGroup`s, dispatches a
+command to the per-API module (`classic/join.py`, ...), and returns a `Result`. It does no I/O
+and reads no clock: `now_ms` is passed in (`Clock.now_ms()`, epoch-aligned and monotonic; it is
+both the timer time base and the persisted state timestamp).
+
+What it leaves to others:
+
+* the runtime applies `Result.timers` to the wheel, appends `Result.records`, waits until they
+  are durable and only then delivers `Result.replies`; it calls `expire(key)` when the wheel
+  fires one of our keys and `connection_closed` when a client goes away;
+* whether this node owns a group's partition and whether that partition is still loading is
+  the runtime's check, before `handle` (`outcomes.error_outcome` shapes the answer);
+* the committed offsets live in `coordinator/offsets.py`; it asks `validate_offset_commit` for
+  the group-side checks of SPEC §10 and `delete_group` when an Empty group loses its last
+  offset.
+
+Failed appends: if the runtime cannot make a Result's records durable it must not deliver that
+Result's replies (answer them with `outcomes.error_outcome` instead) and should call
+`append_failed`, which sends the affected groups through a new rebalance (Kafka
+`resetAndPropagateAssignmentError` + `maybePrepareRebalance`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from types import MappingProxyType
+
+from kio.schema.errors import ErrorCode
+
+from coordinator import commands as c
+from coordinator import events as ev
+from coordinator.classic import rebalance as rb
+from coordinator.classic.group import ClassicGroup
+from coordinator.classic.heartbeat import heartbeat
+from coordinator.classic.join import join_group
+from coordinator.classic.leave import leave_group
+from coordinator.classic.member import ClassicGroupMember
+from coordinator.classic.state import GroupState
+from coordinator.classic.sync import sync_group
+from coordinator.commands import Protocol
+from coordinator.config import GroupConfig
+from coordinator.outcomes import (
+    DescribedGroup,
+    DescribedMember,
+    DescribeGroupsOutcome,
+    HeartbeatOutcome,
+    JoinGroupOutcome,
+    LeaveGroupOutcome,
+    LeaveMemberOutcome,
+    ListedGroup,
+    ListGroupsOutcome,
+    SyncGroupOutcome,
+)
+from coordinator.records import (
+    GroupMetadataKey,
+    GroupMetadataRecord,
+    GroupMetadataValue,
+)
+from coordinator.result import Reply, Result, TimerKey
+
+__all__ = ["GroupCoordinator"]
+
+# Kafka: DescribeGroups with includeAuthorizedOperations and no authorizer reports every
+# operation a group supports: READ (3), DELETE (6), DESCRIBE (8), as a bit field.
+_GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+
+
+class GroupCoordinator:
+    """All classic groups of this node. Methods raise nothing but AssertionError (a bug)."""
+
+    def __init__(self, config: GroupConfig, new_member_id: Callable[[str], str]) -> None:
+        self.config = config
+        self._new_member_id = new_member_id
+        self._groups: dict[str, ClassicGroup] = {}
+        self._durable: dict[str, GroupMetadataValue] = {}
+        # connection id -> groups where a request of that connection may be parked
+        self._parked_by_connection: dict[int, set[str]] = {}
+
+    # -- read access for the offsets/admin layer -------------------------------------------
+
+    @property
+    def groups(self) -> Mapping[str, ClassicGroup]:
+        """Live groups by id (read-only view; mutate only through this class)."""
+        return MappingProxyType(self._groups)
+
+    def group(self, group_id: str) -> ClassicGroup | None:
+        return self._groups.get(group_id)
+
+    def durable_view(self) -> dict[str, GroupMetadataValue]:
+        """Every group's GroupMetadataValue as last emitted in `Result.records` (or replayed)."""
+        return dict(self._durable)
+
+    # -- commands --------------------------------------------------------------------------
+
+    def handle(self, cmd: c.Command, now_ms: int) -> Result:
+        env = self._env(now_ms)
+        match cmd:
+            case c.JoinGroup():
+                self._join_group(env, cmd)
+            case c.SyncGroup():
+                self._sync_group(env, cmd)
+            case c.Heartbeat():
+                self._heartbeat(env, cmd)
+            case c.LeaveGroup():
+                self._leave_group(env, cmd)
+            case c.DescribeGroups():
+                env.result.replies.append(Reply(cmd.ref, self._describe_groups(cmd)))
+            case c.ListGroups():
+                env.result.replies.append(Reply(cmd.ref, self._list_groups(cmd)))
+        return self._finish(env, cmd)
+
+    def _join_group(self, env: rb.Env, cmd: c.JoinGroup) -> None:
+        def fail(error: ErrorCode) -> None:
+            env.result.replies.append(
+                Reply(cmd.ref, JoinGroupOutcome(error=error, member_id=cmd.member_id))
+            )
+
+        if cmd.group_id == "":
+            return fail(ErrorCode.invalid_group_id)
+        if not (
+            self.config.group_min_session_timeout_ms
+            <= cmd.session_timeout_ms
+            <= self.config.group_max_session_timeout_ms
+        ):
+            return fail(ErrorCode.invalid_session_timeout)
+        if cmd.protocol_type == "" or not cmd.protocols:
+            return fail(ErrorCode.inconsistent_group_protocol)
+        group = self._groups.get(cmd.group_id)
+        if group is None:
+            if cmd.member_id != c.UNKNOWN_MEMBER_ID:
+                return fail(ErrorCode.unknown_member_id)
+            group = self._create_group(cmd.group_id, env.now_ms)
+        join_group(env, group, cmd)
+        return None
+
+    def _sync_group(self, env: rb.Env, cmd: c.SyncGroup) -> None:
+        def fail(error: ErrorCode) -> None:
+            env.result.replies.append(Reply(cmd.ref, SyncGroupOutcome(error=error)))
+
+        if cmd.requires_protocol and (cmd.protocol_type is None or cmd.protocol_name is None):
+            return fail(ErrorCode.inconsistent_group_protocol)
+        if cmd.group_id == "":
+            return fail(ErrorCode.invalid_group_id)
+        group = self._groups.get(cmd.group_id)
+        if group is None:
+            return fail(ErrorCode.unknown_member_id)
+        sync_group(env, group, cmd)
+        return None
+
+    def _heartbeat(self, env: rb.Env, cmd: c.Heartbeat) -> None:
+        group = self._groups.get(cmd.group_id)
+        if cmd.group_id == "" or group is None:
+            error = ErrorCode.unknown_member_id if cmd.group_id else ErrorCode.invalid_group_id
+            env.result.replies.append(Reply(cmd.ref, HeartbeatOutcome(error=error)))
+            return
+        heartbeat(env, group, cmd)
+
+    def _leave_group(self, env: rb.Env, cmd: c.LeaveGroup) -> None:
+        group = self._groups.get(cmd.group_id)
+        if cmd.group_id == "":
+            outcome = LeaveGroupOutcome(error=ErrorCode.invalid_group_id)
+        elif group is None:
+            outcome = LeaveGroupOutcome(
+                members=tuple(
+                    LeaveMemberOutcome(
+                        member_id=m.member_id,
+                        group_instance_id=m.group_instance_id,
+                        error=ErrorCode.unknown_member_id,
+                    )
+                    for m in cmd.members
+                )
+            )
+        else:
+            leave_group(env, group, cmd)
+            return
+        env.result.replies.append(Reply(cmd.ref, outcome))
+
+    def _describe_groups(self, cmd: c.DescribeGroups) -> DescribeGroupsOutcome:
+        return DescribeGroupsOutcome(
+            groups=tuple(self._describe_group(gid, cmd) for gid in cmd.group_ids)
+        )
+
+    def _describe_group(self, group_id: str, cmd: c.DescribeGroups) -> DescribedGroup:
+        group = self._groups.get(group_id)
+        if group is None:
+            if cmd.api_version >= 6:
+                # KIP-1043: v6 reports a missing group as such instead of a Dead one.
+                return DescribedGroup(
+                    group_id=group_id,
+                    error=ErrorCode.group_id_not_found,
+                    error_message=f"Group {group_id} not found.",
+                    state=GroupState.DEAD.value,
+                )
+            return DescribedGroup(group_id=group_id, state=GroupState.DEAD.value)
+        stable = group.is_state(GroupState.STABLE) and group.protocol_name is not None
+        protocol = group.protocol_name if stable else None
+        return DescribedGroup(
+            group_id=group_id,
+            state=group.state.value,
+            protocol_type=group.protocol_type or "",
+            protocol_data=protocol or "",
+            members=tuple(
+                DescribedMember(
+                    member_id=m.member_id,
+                    group_instance_id=m.group_instance_id,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    metadata=m.metadata(protocol) if protocol is not None else b"",
+                    assignment=m.assignment if protocol is not None else b"",
+                )
+                for m in group.members.values()
+            ),
+            authorized_operations=(
+                _GROUP_AUTHORIZED_OPERATIONS if cmd.include_authorized_operations else -(2**31)
+            ),
+        )
+
+    def _list_groups(self, cmd: c.ListGroups) -> ListGroupsOutcome:
+        states = {s.lower() for s in cmd.states_filter}
+        types = {t.lower() for t in cmd.types_filter}
+        if types and "classic" not in types:
+            return ListGroupsOutcome()
+        return ListGroupsOutcome(
+            groups=tuple(
+                ListedGroup(
+                    group_id=g.group_id,
+                    protocol_type=g.protocol_type or "",
+                    state=g.state.value,
+                )
+                for g in self._groups.values()
+                if not states or g.state.value.lower() in states
+            )
+        )
+
+    # -- timers and connections ------------------------------------------------------------
+
+    def expire(self, key: TimerKey, now_ms: int) -> Result:
+        """The wheel fired `key`; stale or early wake-ups are ignored or re-armed."""
+        env = self._env(now_ms)
+        kind, group_id = key[0], key[1]
+        group = self._groups.get(str(group_id))
+        if group is not None:
+            match kind:
+                case "heartbeat":
+                    rb.on_heartbeat_deadline(env, group, str(key[2]))
+                case "join":
+                    rb.on_join_deadline(env, group)
+                case "sync":
+                    rb.on_sync_deadline(env, group)
+                case _:
+                    raise AssertionError(f"not a group coordinator timer key: {key!r}")
+        return self._finish(env, None)
+
+    def connection_closed(self, connection_id: int, now_ms: int) -> Result:
+        """Forget requests parked by a closed connection: they will never be answered.
+
+        The members stay (their JoinGroup still counts as a rejoin, as in Kafka) until their
+        session expires or the rebalance moves on without them.
+        """
+        for group_id in self._parked_by_connection.pop(connection_id, set()):
+            group = self._groups.get(group_id)
+            if group is None:
+                continue
+            for member in group.members.values():
+                for parked in (member.awaiting_join, member.awaiting_sync):
+                    if parked is None or parked.ref is None:
+                        continue
+                    if parked.ref.connection_id == connection_id:
+                        parked.ref = None
+        return Result()
+
+    # -- the offsets/admin layer -----------------------------------------------------------
+
+    def validate_offset_commit(
+        self,
+        group_id: str,
+        member_id: str,
+        generation_id: int,
+        group_instance_id: str | None,
+        now_ms: int,
+    ) -> tuple[ErrorCode | None, Result]:
+        """The group-side checks of an OffsetCommit (SPEC §10, Kafka `validateOffsetCommit`).
+
+        Returns None when the offsets may be stored. A commit by a current member resets its
+        session deadline, also during PreparingRebalance (KIP-429 members commit while they
+        revoke). A commit with generation -1 to an unknown group creates it Empty (a
+        standalone consumer using Kafka only for offsets).
+        """
+        env = self._env(now_ms)
+        error = self._validate_offset_commit(
+            env, group_id, member_id, generation_id, group_instance_id
+        )
+        return error, self._finish(env, None)
+
+    def _validate_offset_commit(
+        self,
+        env: rb.Env,
+        group_id: str,
+        member_id: str,
+        generation_id: int,
+        group_instance_id: str | None,
+    ) -> ErrorCode | None:
+        group = self._groups.get(group_id)
+        if group is None:
+            if generation_id < 0:
+                self._create_group(group_id, env.now_ms)
+                return None
+            return ErrorCode.illegal_generation
+        if group.is_state(GroupState.DEAD):
+            return ErrorCode.coordinator_not_available
+        if generation_id < 0 and group.is_state(GroupState.EMPTY):
+            return None
+        if generation_id >= 0 or member_id != c.UNKNOWN_MEMBER_ID or group_instance_id is not None:
+            error = rb.validate_current_member(group, member_id, group_instance_id)
+            if error is not None:
+                return error
+            if generation_id != group.generation_id:
+                return ErrorCode.illegal_generation
+        elif not group.is_state(GroupState.EMPTY):
+            return ErrorCode.unknown_member_id
+        match group.state:
+            case GroupState.EMPTY:
+                return None
+            case GroupState.STABLE | GroupState.PREPARING_REBALANCE:
+                rb.schedule_heartbeat(env, group, group.members[member_id])
+                return None
+            case GroupState.COMPLETING_REBALANCE:
+                return ErrorCode.rebalance_in_progress
+            case GroupState.DEAD:
+                raise AssertionError("checked above")
+
+    def delete_group(self, group_id: str, now_ms: int) -> tuple[ErrorCode | None, Result]:
+        """Delete an Empty group: Dead, forgotten, and a tombstone (DeleteGroups, expiry).
+
+        Errors: GROUP_ID_NOT_FOUND when absent, NON_EMPTY_GROUP while it has members. The
+        caller deletes the group's offsets (with their own tombstones).
+        """
+        env = self._env(now_ms)
+        group = self._groups.get(group_id)
+        if group is None or group.is_state(GroupState.DEAD):
+            return ErrorCode.group_id_not_found, Result()
+        if not group.is_state(GroupState.EMPTY):
+            return ErrorCode.non_empty_group, Result()
+        for member_id in list(group.pending_members):
+            env.result.cancel(rb.heartbeat_key(group_id, member_id))
+        group.pending_members.clear()
+        if group.join_deadline_ms is not None:
+            env.result.cancel(rb.join_key(group_id))
+        group.transition_to(GroupState.DEAD, now_ms)
+        del self._groups[group_id]
+        env.result.records.append(
+            GroupMetadataRecord(key=GroupMetadataKey(group=group_id), value=None)
+        )
+        env.result.events.append(
+            ev.GroupDead(
+                ts_ms=now_ms,
+                group_id=group_id,
+                generation_id=group.generation_id,
+                reason="group deleted",
+            )
+        )
+        return None, self._finish(env, None)
+
+    def append_failed(self, group_ids: set[str], now_ms: int) -> Result:
+        """The records of a Result for these groups were not made durable (see module doc)."""
+        env = self._env(now_ms)
+        for group_id in sorted(group_ids):
+            group = self._groups.get(group_id)
+            if group is None:
+                continue
+            if group.is_state(GroupState.STABLE) or group.is_state(GroupState.COMPLETING_REBALANCE):
+                rb.prepare_rebalance(env, group, "failed to persist the group metadata")
+        return self._finish(env, None)
+
+    # -- recovery --------------------------------------------------------------------------
+
+    def replay(self, record: GroupMetadataRecord, now_ms: int) -> Result:
+        """Apply one group record read back from the log (latest value per key wins).
+
+        Groups with members come back Stable at their generation, every member with a fresh
+        session deadline, as Kafka loads them; groups without members come back Empty. The
+        returned Result only carries timer changes.
+        """
+        env = self._env(now_ms)
+        group_id = record.key.group
+        old = self._groups.pop(group_id, None)
+        if old is not None:
+            for member in old.members.values():
+                rb.cancel_heartbeat(env, old, member)
+        value = record.value
+        if value is None:
+            self._durable.pop(group_id, None)
+            return env.result
+        self._durable[group_id] = value
+        state = GroupState.STABLE if value.members else GroupState.EMPTY
+        group = ClassicGroup(
+            group_id=group_id,
+            state=state,
+            previous_state=state,
+            state_timestamp_ms=value.current_state_timestamp,
+            generation_id=value.generation,
+            protocol_type=value.protocol_type or None,
+            protocol_name=value.protocol,
+            leader_id=value.leader,
+        )
+        for m in value.members:
+            member = ClassicGroupMember(
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                rebalance_timeout_ms=m.rebalance_timeout,
+                session_timeout_ms=m.session_timeout,
+                protocol_type=value.protocol_type,
+                protocols=(Protocol(name=value.protocol or "", metadata=m.subscription),),
+                assignment=m.assignment,
+            )
+            group.members[m.member_id] = member
+            if m.group_instance_id is not None:
+                group.static_members[m.group_instance_id] = m.member_id
+            rb.schedule_heartbeat(env, group, member)
+        self._groups[group_id] = group
+        return env.result
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def _env(self, now_ms: int) -> rb.Env:
+        return rb.Env(
+            config=self.config, now_ms=now_ms, new_member_id=self._new_member_id, result=Result()
+        )
+
+    def _create_group(self, group_id: str, now_ms: int) -> ClassicGroup:
+        group = ClassicGroup(group_id=group_id, state_timestamp_ms=now_ms)
+        self._groups[group_id] = group
+        return group
+
+    def _finish(self, env: rb.Env, cmd: c.Command | None) -> Result:
+        result = env.result
+        for record in result.records:
+            if isinstance(record, GroupMetadataRecord):
+                if record.value is None:
+                    self._durable.pop(record.key.group, None)
+                else:
+                    self._durable[record.key.group] = record.value
+        if isinstance(cmd, (c.JoinGroup, c.SyncGroup)) and not any(
+            r.ref == cmd.ref for r in result.replies
+        ):
+            self._parked_by_connection.setdefault(cmd.ref.connection_id, set()).add(cmd.group_id)
+        return result
+
+    def __iter__(self) -> Iterator[ClassicGroup]:
+        return iter(self._groups.values())

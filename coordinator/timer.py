@@ -1,0 +1,148 @@
+"""A hashed timing wheel of keyed deadlines; pure, time is passed in.
+
+Theory of operation
+-------------------
+Time is cut into ticks of `tick_ms`. The wheel is a ring of `wheel_size` buckets; a deadline
+falls into tick `deadline_ms // tick_ms` and its entry lives in bucket `tick % wheel_size`.
+A deadline further away than one revolution (`tick_ms * wheel_size`) shares a bucket with
+nearer ones: this is the *round-counting* variant (Varghese & Lauck's scheme 6, Netty's
+`HashedWheelTimer`) rather than Kafka's hierarchical `TimingWheel`. Each entry remembers its own
+tick, so when the cursor visits a bucket only entries whose tick has been reached fire; the
+others wait for a later revolution. A 30-minute session deadline therefore costs one dictionary
+slot and one comparison per revolution, never work per tick.
+
+Every key maps to exactly one entry (`_entries`), and each bucket is a dict used as an ordered
+set, so `schedule` (which replaces an existing deadline of the same key), `cancel` and a
+reschedule are O(1).
+
+`poll(now_ms)` moves the cursor from the last polled tick to the tick of `now_ms`. Ticks wholly
+in the past are visited once (at most one revolution: after a long pause every bucket is scanned
+once, not once per missed tick). The bucket of the current tick is only partly due, so there the
+exact deadline is compared with `now_ms`: a key may fire after its deadline (the runtime polls
+late) but never before it. A deadline scheduled in the past lands in the current tick and fires
+on the next poll.
+
+`next_deadline()` tells the runtime when to poll next. It scans forward from the cursor for the
+first bucket holding an entry due within the coming revolution and returns the smallest deadline
+there. If no entry is due within a revolution it returns the start of the next revolution: an
+early wake-up that only advances the cursor. The answer is cached until the next `poll`; a
+`schedule` lowers the cached value, a `cancel` leaves it (an early wake-up is harmless). The
+value is therefore never later than the earliest deadline.
+
+Imperfection: a bucket holding many far-future entries is re-scanned once per revolution.
+Choose `tick_ms * wheel_size` comfortably above the common session timeouts to keep that rare.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from coordinator.result import TimerKey
+
+__all__ = ["TimerWheel"]
+
+
+@dataclass(slots=True)
+class _Entry:
+    deadline_ms: int
+    tick: int
+    seq: int
+
+
+class TimerWheel:
+    """Keyed one-shot deadlines on a hashed wheel; keys are hashable tuples such as
+    `("heartbeat", group_id, member_id)`."""
+
+    __slots__ = ("_buckets", "_cached_next", "_cursor", "_entries", "_seq", "tick_ms", "wheel_size")
+
+    def __init__(self, *, tick_ms: int = 10, wheel_size: int = 512, start_ms: int = 0) -> None:
+        if tick_ms <= 0 or wheel_size <= 0:
+            raise ValueError("tick_ms and wheel_size must be positive")
+        self.tick_ms = tick_ms
+        self.wheel_size = wheel_size
+        self._buckets: list[dict[TimerKey, None]] = [{} for _ in range(wheel_size)]
+        self._entries: dict[TimerKey, _Entry] = {}
+        # Every tick before `_cursor` has been processed completely.
+        self._cursor = start_ms // tick_ms
+        self._seq = 0
+        self._cached_next: int | None = None
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries
+
+    def deadline(self, key: TimerKey) -> int | None:
+        entry = self._entries.get(key)
+        return None if entry is None else entry.deadline_ms
+
+    def schedule(self, key: TimerKey, deadline_ms: int) -> None:
+        """Arm `key` at `deadline_ms`, replacing its previous deadline if it had one."""
+        self._unlink(key)
+        tick = max(deadline_ms // self.tick_ms, self._cursor)
+        self._seq += 1
+        self._entries[key] = _Entry(deadline_ms, tick, self._seq)
+        self._buckets[tick % self.wheel_size][key] = None
+        if self._cached_next is not None and deadline_ms < self._cached_next:
+            self._cached_next = deadline_ms
+
+    def cancel(self, key: TimerKey) -> None:
+        """Disarm `key`; unknown keys are ignored."""
+        self._unlink(key)
+
+    def poll(self, now_ms: int) -> list[TimerKey]:
+        """Remove and return every key whose deadline is <= `now_ms`, earliest first."""
+        self._cached_next = None
+        now_tick = now_ms // self.tick_ms
+        due: list[tuple[int, int, TimerKey]] = []
+        if now_tick - self._cursor >= self.wheel_size:
+            # A long pause: visit every bucket once instead of once per missed tick.
+            for bucket in self._buckets:
+                self._collect(bucket, now_ms, now_tick, due)
+        else:
+            for tick in range(self._cursor, now_tick + 1):
+                self._collect(self._buckets[tick % self.wheel_size], now_ms, now_tick, due)
+        self._cursor = max(self._cursor, now_tick)
+        due.sort(key=lambda item: (item[0], item[1]))
+        for _, _, key in due:
+            self._unlink(key)
+        return [key for _, _, key in due]
+
+    def next_deadline(self) -> int | None:
+        """A time at or before the earliest deadline (see the module docstring); None if empty."""
+        if not self._entries:
+            return None
+        if self._cached_next is None:
+            self._cached_next = self._scan_next()
+        return self._cached_next
+
+    def _scan_next(self) -> int:
+        horizon = self._cursor + self.wheel_size
+        for tick in range(self._cursor, horizon):
+            bucket = self._buckets[tick % self.wheel_size]
+            best: int | None = None
+            for key in bucket:
+                entry = self._entries[key]
+                if entry.tick < horizon and (best is None or entry.deadline_ms < best):
+                    best = entry.deadline_ms
+            if best is not None:
+                return best
+        return horizon * self.tick_ms
+
+    def _collect(
+        self,
+        bucket: dict[TimerKey, None],
+        now_ms: int,
+        now_tick: int,
+        due: list[tuple[int, int, TimerKey]],
+    ) -> None:
+        for key in bucket:
+            entry = self._entries[key]
+            if entry.tick < now_tick or (entry.tick == now_tick and entry.deadline_ms <= now_ms):
+                due.append((entry.deadline_ms, entry.seq, key))
+
+    def _unlink(self, key: TimerKey) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            del self._buckets[entry.tick % self.wheel_size][key]

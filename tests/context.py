@@ -1,0 +1,151 @@
+"""`GroupTestContext`: the manager, a real TimerWheel and a ManualClock, read as a timeline.
+
+`send` gives a command a fresh `RequestRef`, handles it, applies the Result (timers to the
+wheel, records to a log list, replies to a mailbox) and returns the immediate answer, or None
+when the request was parked. `sleep(ms)` advances the clock and fires due timers through
+`manager.expire`, in deadline order, exactly like the runtime. Every reply is checked to answer
+a request that was sent, once, on a connection that is still open.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+from typing import Any
+
+from coordinator import commands as c
+from coordinator.classic.group import ClassicGroup
+from coordinator.clock import ManualClock
+from coordinator.config import GroupConfig
+from coordinator.manager import GroupCoordinator
+from coordinator.records import CoordinatorRecord
+from coordinator.result import RequestRef, Result
+from coordinator.timer import TimerWheel
+
+DEFAULT_CONFIG = GroupConfig(group_initial_rebalance_delay_ms=0)
+
+
+class GroupTestContext:
+    def __init__(self, config: GroupConfig = DEFAULT_CONFIG, *, start_ms: int = 0) -> None:
+        self.clock = ManualClock(start_ms)
+        self.wheel = TimerWheel(tick_ms=10, wheel_size=64, start_ms=start_ms)
+        self._ids = itertools.count(1)
+        self.manager = GroupCoordinator(config, self._new_member_id)
+        self._sequence = itertools.count(1)
+        self.sent: dict[RequestRef, c.Command] = {}
+        self.replies: dict[RequestRef, Any] = {}
+        self.closed: set[int] = set()
+        self.records: list[CoordinatorRecord] = []
+        self.events: list[Any] = []
+
+    def _new_member_id(self, prefix: str) -> str:
+        return f"{prefix}-{next(self._ids)}"
+
+    @property
+    def now_ms(self) -> int:
+        return self.clock.now_ms()
+
+    # -- driving ---------------------------------------------------------------------------
+
+    def send(self, cmd: c.Command | Any, connection: int = 1) -> Any:
+        """Handle `cmd` (a command or a builder); the immediate answer, or None if parked."""
+        if not isinstance(
+            cmd,
+            c.JoinGroup
+            | c.SyncGroup
+            | c.Heartbeat
+            | c.LeaveGroup
+            | c.DescribeGroups
+            | c.ListGroups,
+        ):
+            cmd = cmd.build()
+        ref = RequestRef(connection, next(self._sequence))
+        cmd = replace(cmd, ref=ref)
+        self.sent[ref] = cmd
+        self.apply(self.manager.handle(cmd, self.now_ms))
+        return self.replies.get(ref)
+
+    def ref_of_last(self) -> RequestRef:
+        return next(reversed(self.sent))
+
+    def apply(self, result: Result) -> Result:
+        for op in result.timers:
+            if op.deadline_ms is None:
+                self.wheel.cancel(op.key)
+            else:
+                self.wheel.schedule(op.key, op.deadline_ms)
+        self.records.extend(result.records)
+        self.events.extend(result.events)
+        for reply in result.replies:
+            assert reply.ref in self.sent, f"reply to a request never sent: {reply.ref}"
+            assert reply.ref not in self.replies, f"second reply to {reply.ref}"
+            assert reply.ref.connection_id not in self.closed, f"reply on closed {reply.ref}"
+            self.replies[reply.ref] = reply.outcome
+        return result
+
+    def sleep(self, ms: int) -> None:
+        target = self.now_ms + ms
+        while True:
+            deadline = self.wheel.next_deadline()
+            if deadline is None or deadline > target:
+                break
+            self.clock.set(max(deadline, self.now_ms))
+            for key in self.wheel.poll(self.now_ms):
+                self.apply(self.manager.expire(key, self.now_ms))
+        self.clock.set(target)
+        for key in self.wheel.poll(self.now_ms):
+            self.apply(self.manager.expire(key, self.now_ms))
+
+    def close(self, connection: int) -> None:
+        self.closed.add(connection)
+        self.apply(self.manager.connection_closed(connection, self.now_ms))
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def reply(self, ref: RequestRef) -> Any:
+        return self.replies.get(ref)
+
+    def group(self, group_id: str = "g") -> ClassicGroup:
+        group = self.manager.group(group_id)
+        assert group is not None, f"no group {group_id}"
+        return group
+
+    def unanswered(self) -> list[RequestRef]:
+        return [ref for ref in self.sent if ref not in self.replies]
+
+    def events_named(self, name: str) -> list[Any]:
+        return [e for e in self.events if e.event == name]
+
+    # -- common scenarios ------------------------------------------------------------------
+
+    def join_dynamic(self, builder: Any = None, connection: int = 1) -> str:
+        """v4+ two-step join of a new dynamic member; returns its member id (maybe parked)."""
+        from tests.builders import JoinGroupBuilder
+
+        b = builder or JoinGroupBuilder()
+        first = self.send(b, connection)
+        assert first is not None and first.member_id, first
+        self.send(b.member_id(first.member_id), connection)
+        return str(first.member_id)
+
+    def stable_group(self, n: int, group: str = "g", **kw: Any) -> list[str]:
+        """A Stable group of n dynamic members (leader first) at generation 1."""
+        from tests.builders import JoinGroupBuilder, sync
+
+        ids = []
+        refs = []
+        for i in range(n):
+            b = JoinGroupBuilder(group=group, client_id=f"c{i}", **kw)
+            ids.append(self.join_dynamic(b, connection=100 + i))
+            refs.append(self.ref_of_last())
+        self.sleep(0)
+        joined = [self.reply(r) for r in refs]
+        assert all(j is not None and j.error.value == 0 for j in joined), joined
+        leader = joined[0].leader
+        generation = joined[0].generation_id
+        ordered = [leader] + [m for m in ids if m != leader]
+        for m in ordered:
+            assignments = {x: x.encode() for x in ids} if m == leader else None
+            self.send(sync(m, generation, group=group, assignments=assignments), 100)
+        assert self.group(group).state.value == "Stable"
+        return ordered

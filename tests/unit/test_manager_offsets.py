@@ -1,0 +1,128 @@
+"""The group-side checks of OffsetCommit (SPEC §10), group deletion, connections, replay."""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from coordinator.classic.state import GroupState
+from coordinator.config import GroupConfig
+from coordinator.manager import GroupCoordinator
+from coordinator.records import GroupMetadataRecord
+from tests.builders import JoinGroupBuilder, describe, heartbeat, leave, list_groups, sync
+from tests.context import GroupTestContext
+
+
+def commit(ctx: GroupTestContext, member: str, generation: int, group: str = "g") -> object:
+    error, result = ctx.manager.validate_offset_commit(group, member, generation, None, ctx.now_ms)
+    ctx.apply(result)
+    return error
+
+
+def test_standalone_commit_creates_an_empty_group() -> None:
+    ctx = GroupTestContext()
+    assert commit(ctx, "", -1, group="solo") is None
+    assert ctx.group("solo").state is GroupState.EMPTY
+    assert commit(ctx, "", -1, group="solo") is None
+
+
+def test_commit_to_unknown_group_with_generation_is_illegal() -> None:
+    ctx = GroupTestContext()
+    assert commit(ctx, "m", 3, group="nope") is ErrorCode.illegal_generation
+
+
+def test_member_commit_checks() -> None:
+    ctx = GroupTestContext()
+    a, _ = ctx.stable_group(2)
+    assert commit(ctx, a, 1) is None
+    assert commit(ctx, "ghost", 1) is ErrorCode.unknown_member_id
+    assert commit(ctx, a, 0) is ErrorCode.illegal_generation
+    assert commit(ctx, "", -1) is ErrorCode.unknown_member_id
+
+
+def test_commit_during_preparing_rebalance_is_accepted_and_resets_session() -> None:
+    ctx = GroupTestContext()
+    a, b = ctx.stable_group(2, session_ms=10_000)
+    ctx.send(JoinGroupBuilder().member_id(a))
+    ctx.sleep(9_000)
+    assert commit(ctx, b, 1) is None
+    ctx.sleep(9_000)
+    assert b in ctx.group().members
+
+
+def test_commit_during_completing_rebalance_is_rebalance_in_progress() -> None:
+    ctx = GroupTestContext()
+    a = ctx.join_dynamic()
+    ctx.sleep(0)
+    assert commit(ctx, a, 1) is ErrorCode.rebalance_in_progress
+
+
+def test_delete_group() -> None:
+    ctx = GroupTestContext()
+    a = ctx.stable_group(1)[0]
+    error, _ = ctx.manager.delete_group("g", ctx.now_ms)
+    assert error is ErrorCode.non_empty_group
+    ctx.send(leave(a))
+    error, result = ctx.manager.delete_group("g", ctx.now_ms)
+    ctx.apply(result)
+    assert error is None and ctx.manager.group("g") is None
+    assert "g" not in ctx.manager.durable_view()
+    assert isinstance(result.records[-1], GroupMetadataRecord) and result.records[-1].value is None
+
+
+def test_no_reply_on_a_closed_connection_and_member_stays() -> None:
+    ctx = GroupTestContext()
+    leader, follower = ctx.stable_group(2, session_ms=10_000)
+    ctx.send(JoinGroupBuilder().member_id(leader), connection=7)
+    ctx.close(7)  # the context asserts no reply reaches connection 7
+    ctx.send(JoinGroupBuilder(client_id="c1").member_id(follower), connection=8)
+    assert ctx.reply(ctx.ref_of_last()).generation_id == 2
+    assert leader in ctx.group().members
+    ctx.sleep(10_000)  # nobody answers for the leader: it expires
+    assert leader not in ctx.group().members
+
+
+def test_replay_restores_stable_groups_with_fresh_sessions() -> None:
+    ctx = GroupTestContext()
+    members = ctx.stable_group(3)
+    other = GroupTestContext()
+    for record in ctx.records:
+        if isinstance(record, GroupMetadataRecord):
+            other.apply(other.manager.replay(record, other.now_ms))
+    assert other.manager.durable_view() == ctx.manager.durable_view()
+    group = other.group()
+    assert group.state is GroupState.STABLE and group.generation_id == 1
+    assert list(group.members) == members
+    assert other.send(sync(members[1], 1)).assignment == members[1].encode()
+    assert other.send(heartbeat(members[0], 1)).error is ErrorCode.none
+    other.sleep(10_000)
+    assert other.group().state is GroupState.EMPTY  # nobody heartbeat after the restart
+
+
+def test_describe_and_list() -> None:
+    ctx = GroupTestContext()
+    a, b = ctx.stable_group(2)
+    ctx.send(JoinGroupBuilder(group="h"))
+    described = ctx.send(describe("g", "h", "missing")).groups
+    assert described[0].state == "Stable" and described[0].protocol_data == "range"
+    assert [m.assignment for m in described[0].members] == [a.encode(), b.encode()]
+    assert described[1].state == "Empty" and described[1].members == ()
+    assert described[2].state == "Dead" and described[2].error is ErrorCode.none
+    v6 = ctx.send(describe("missing", version=6)).groups[0]
+    assert v6.error is ErrorCode.group_id_not_found
+    listed = ctx.send(list_groups(states=frozenset({"stable"}))).groups
+    assert [g.group_id for g in listed] == ["g"]
+    assert ctx.send(list_groups(types=frozenset({"consumer"}))).groups == ()
+    assert len(ctx.send(list_groups()).groups) == 2
+
+
+def test_new_member_id_is_injected() -> None:
+    seen: list[str] = []
+
+    def ids(prefix: str) -> str:
+        seen.append(prefix)
+        return prefix + "-fixed"
+
+    manager = GroupCoordinator(GroupConfig(), ids)
+    cmd = JoinGroupBuilder(client_id="cid").build()
+    result = manager.handle(cmd, 0)
+    assert result.replies[0].outcome.member_id == "cid-fixed" and seen == ["cid"]

@@ -1,0 +1,102 @@
+from __future__ import annotations
+
+import random
+
+from coordinator.result import TimerKey
+from coordinator.timer import TimerWheel
+
+
+def test_fires_at_deadline_not_before() -> None:
+    wheel = TimerWheel(tick_ms=10, wheel_size=8)
+    wheel.schedule(("a",), 25)
+    assert wheel.poll(24) == []
+    assert wheel.poll(25) == [("a",)]
+    assert len(wheel) == 0
+
+
+def test_reschedule_replaces_by_key() -> None:
+    wheel = TimerWheel(tick_ms=10, wheel_size=8)
+    wheel.schedule(("a",), 20)
+    wheel.schedule(("a",), 500)
+    assert wheel.poll(100) == []
+    assert wheel.deadline(("a",)) == 500
+    assert wheel.poll(500) == [("a",)]
+
+
+def test_cancel() -> None:
+    wheel = TimerWheel(tick_ms=10, wheel_size=8)
+    wheel.schedule(("a",), 20)
+    wheel.cancel(("a",))
+    wheel.cancel(("missing",))
+    assert wheel.poll(1_000) == []
+    assert wheel.next_deadline() is None
+
+
+def test_far_deadline_survives_many_revolutions() -> None:
+    wheel = TimerWheel(tick_ms=10, wheel_size=4)  # one revolution = 40 ms
+    wheel.schedule(("far",), 1_800_000)
+    for now in range(0, 1_800_000, 997):
+        assert wheel.poll(now) == []
+    assert wheel.poll(1_800_000) == [("far",)]
+
+
+def test_due_keys_come_back_in_deadline_order() -> None:
+    wheel = TimerWheel(tick_ms=10, wheel_size=4)
+    wheel.schedule(("c",), 300)
+    wheel.schedule(("a",), 5)
+    wheel.schedule(("b",), 77)
+    assert wheel.poll(10_000) == [("a",), ("b",), ("c",)]
+
+
+def test_past_deadline_fires_on_next_poll() -> None:
+    wheel = TimerWheel(tick_ms=10, wheel_size=4)
+    wheel.poll(1_000)
+    wheel.schedule(("late",), 3)
+    assert wheel.next_deadline() == 3
+    assert wheel.poll(1_000) == [("late",)]
+
+
+def test_next_deadline_is_exact_within_a_revolution_and_never_late() -> None:
+    wheel = TimerWheel(tick_ms=10, wheel_size=8)
+    assert wheel.next_deadline() is None
+    wheel.schedule(("a",), 57)
+    assert wheel.next_deadline() == 57
+    wheel.schedule(("b",), 5_000)
+    assert wheel.next_deadline() == 57
+    wheel.cancel(("a",))
+    nxt = wheel.next_deadline()
+    assert nxt is not None and nxt <= 5_000
+
+
+def test_start_ms_offsets_the_cursor() -> None:
+    wheel = TimerWheel(tick_ms=5, wheel_size=16, start_ms=1_700_000_000_000)
+    wheel.schedule(("k",), 1_700_000_000_010)
+    assert wheel.poll(1_700_000_000_009) == []
+    assert wheel.poll(1_700_000_000_010) == [("k",)]
+
+
+def test_random_schedule_matches_a_model() -> None:
+    rng = random.Random(7)
+    wheel = TimerWheel(tick_ms=7, wheel_size=5)
+    model: dict[TimerKey, int] = {}
+    now = 0
+    for _ in range(3_000):
+        op = rng.random()
+        key = (rng.randrange(40),)
+        if op < 0.5:
+            deadline = now + rng.randrange(-20, 400)
+            wheel.schedule(key, deadline)
+            model[key] = deadline
+        elif op < 0.6:
+            wheel.cancel(key)
+            model.pop(key, None)
+        else:
+            nxt = wheel.next_deadline()
+            if model:
+                assert nxt is not None and nxt <= max(min(model.values()), now)
+            now += rng.randrange(0, 60)
+            fired = wheel.poll(now)
+            expected = sorted((d, k) for k, d in model.items() if d <= now)
+            assert sorted(fired) == sorted(k for _, k in expected)
+            for k in fired:
+                assert model.pop(k) <= now
