@@ -8,7 +8,6 @@ returns a `Result` that is applied here in order: timers, records (made durable)
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -17,9 +16,11 @@ from typing import Any
 import structlog
 from kio.schema.errors import ErrorCode
 
+from coordinator.clock import SystemClock
 from coordinator.context import RequestContext
 from coordinator.dataplane import api_versions, fetch, list_offsets, produce, topics_admin
 from coordinator.dataplane.producers import ProducerTable
+from coordinator.group_runtime import GroupRuntime
 from coordinator.settings import BrokerSettings
 from coordinator.timer import TimerWheel
 from protocol.build import build
@@ -41,9 +42,10 @@ class Broker:
         self.repair = repair
         self.data_dir: Path = settings.data_dir
         self.cluster_id = "rebalanced"
+        self.clock = SystemClock()
         self.topics: TopicStore
         self.producers = ProducerTable()
-        self.wheel = TimerWheel(tick_ms=5, wheel_size=4096, start_ms=self.wall_ms())
+        self.wheel = TimerWheel(tick_ms=5, wheel_size=4096, start_ms=self.clock.now_ms())
         self.fetches = fetch.FetchPurgatory(self)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._armed: asyncio.TimerHandle | None = None
@@ -63,6 +65,8 @@ class Broker:
             37: lambda ctx, req: topics_admin.create_partitions(self, ctx, req),
         }
         self.implemented: set[int] = set(self._handlers)
+        self.groups = GroupRuntime(self)
+        self.groups.register()
 
     # lifecycle --------------------------------------------------------------------------------
 
@@ -78,6 +82,7 @@ class Broker:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_id = _cluster_id(self.data_dir)
         self.topics = TopicStore.open(self.data_dir, self.log_config(), repair=self.repair)
+        self.groups.open(self.data_dir, self.repair)
         self._retention_task = self._loop.create_task(self._retention_loop())
 
     async def stop(self) -> None:
@@ -89,6 +94,7 @@ class Broker:
             task.cancel()
         self.topics.flush_all()
         self.topics.close()
+        self.groups.close()
 
     async def _retention_loop(self) -> None:
         interval = self.settings["log.retention.check.interval.ms"] / 1000
@@ -102,9 +108,9 @@ class Broker:
 
     # clock and timers -------------------------------------------------------------------------
 
-    @staticmethod
-    def wall_ms() -> int:
-        return int(time.time() * 1000)
+    def wall_ms(self) -> int:
+        """Epoch-aligned and never going backwards: timer deadlines and timestamps alike."""
+        return self.clock.now_ms()
 
     def schedule(self, key: tuple[Any, ...], deadline_ms: int) -> None:
         self.wheel.schedule(key, deadline_ms)
@@ -142,6 +148,7 @@ class Broker:
 
     def on_timer(self, key: tuple[Any, ...], now_ms: int) -> None:
         """Timer keys not owned by the data plane belong to the coordinator."""
+        self.groups.on_timer(key, now_ms)
 
     # topics -----------------------------------------------------------------------------------
 
@@ -192,6 +199,7 @@ class Broker:
 
     def connection_closed(self, connection: Connection) -> None:
         self.fetches.connection_closed(connection.id)
+        self.groups.connection_closed(connection.id)
 
     def register(self, api_key: int, handler: Handler) -> None:
         self._handlers[api_key] = handler

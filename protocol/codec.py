@@ -15,6 +15,7 @@ from typing import Any
 from kio.index import KioIndexError, load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
+from kio.static.primitive import i16, i32
 
 from protocol.errors import MalformedRequest, UnsupportedApi
 
@@ -161,8 +162,8 @@ def _header_without_tags(frame: bytes) -> tuple[Any, int]:
     api_key = struct.unpack_from(">h", frame, 0)[0]
     header = HeaderV2(
         request_api_key=api_key,
-        request_api_version=api_version,
-        correlation_id=correlation_id,
+        request_api_version=i16(api_version),
+        correlation_id=i32(correlation_id),
         client_id=client_id,
     )
     return header, pos

@@ -1,0 +1,169 @@
+"""The group log: the stand-in for `__consumer_offsets`, with group commit.
+
+`offsets.topic.num.partitions` partition logs (`<data>/__consumer_offsets-N/`), written through
+the same segment log as topics, each record batch holding records in Kafka's own key/value
+schemas. A group's records go to partition `abs(hash(group)) % N`, so a group's history is
+ordered within one partition.
+
+Durability: `append` writes the batches at once (one `write` per partition) and returns a future
+that completes when they are durable. With `offsets.commit.fsync=always` every append waiting in
+the same event-loop turn, and every append arriving while an fsync runs, shares the next fsync
+(group commit); the fsync runs in a worker thread so the event loop keeps serving. With an
+interval policy the future completes after the write and a timer fsyncs every interval.
+A failed write or fsync fails the futures of everything not yet durable: nothing is acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import structlog
+
+from coordinator.placement import partition_for
+from coordinator.records import CoordinatorRecord
+from storage.fs import REAL_FS, FileSystem
+from storage.log import LogConfig, PartitionLog
+from storage.record_batch import encode_batch, iter_records
+from storage.records import UnknownRecord, decode_record, encode_record
+
+log = structlog.get_logger("rebalanced.group_log")
+
+TOPIC = "__consumer_offsets"
+
+
+class GroupLog:
+    def __init__(self, logs: list[PartitionLog], fsync_policy: str) -> None:
+        self.logs = logs
+        self.fsync_always = fsync_policy == "always"
+        self.fsync_interval_ms = 0 if self.fsync_always else int(fsync_policy)
+        self._dirty: set[int] = set()
+        self._waiting: list[asyncio.Future[None]] = []
+        self._flushing = False
+        self._interval_task: asyncio.Task[None] | None = None
+        self.appends = 0
+        self.fsyncs = 0
+
+    @classmethod
+    def open(cls, data_dir: Path, num_partitions: int, config: LogConfig, fsync_policy: str,
+             fs: FileSystem = REAL_FS, *, repair: bool = False) -> GroupLog:
+        logs = [
+            PartitionLog.open(data_dir / f"{TOPIC}-{p}", config, fs, repair=repair)
+            for p in range(num_partitions)
+        ]
+        return cls(logs, fsync_policy)
+
+    def partition_of(self, group_id: str) -> int:
+        return partition_for(group_id, len(self.logs))
+
+    # recovery ---------------------------------------------------------------------------------
+
+    def replay_partition(self, partition: int) -> Iterator[CoordinatorRecord]:
+        """Every record of one partition in log order; unknown record types are skipped."""
+        partition_log = self.logs[partition]
+        offset = partition_log.log_start_offset
+        end = partition_log.log_end_offset
+        while offset < end:
+            chunk = partition_log.read(offset, 8 << 20)
+            if not chunk:
+                break
+            last = offset
+            for record_offset, key, value in iter_records(chunk):
+                last = record_offset
+                if key is None or record_offset < offset:
+                    continue
+                record = decode_record(key, value)
+                if isinstance(record, UnknownRecord):
+                    continue
+                yield record
+            offset = last + 1
+
+    # appends ----------------------------------------------------------------------------------
+
+    def append(self, records: list[CoordinatorRecord], now_ms: int | None = None
+               ) -> asyncio.Future[None]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        timestamp = int(time.time() * 1000) if now_ms is None else now_ms
+        by_partition: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        for record in records:
+            by_partition.setdefault(self.partition_of(record.key.group), []).append(
+                encode_record(record))
+        try:
+            for partition, encoded in by_partition.items():
+                self.logs[partition].append(encode_batch(encoded, timestamp), timestamp)
+                self._dirty.add(partition)
+        except OSError as exc:
+            log.error("group log write failed", error=str(exc))
+            future.set_exception(exc)
+            return future
+        self.appends += 1
+        if not self.fsync_always:
+            future.set_result(None)
+            self._ensure_interval_flusher()
+            return future
+        self._waiting.append(future)
+        if not self._flushing:
+            self._flushing = True
+            loop.call_soon(self._start_flush)
+        return future
+
+    def _start_flush(self) -> None:
+        waiting, self._waiting = self._waiting, []
+        dirty, self._dirty = self._dirty, set()
+        if not waiting:
+            self._flushing = False
+            return
+        loop = asyncio.get_running_loop()
+        job = loop.run_in_executor(None, self._fsync, dirty)
+        job.add_done_callback(lambda done: self._flushed(done, waiting))
+
+    def _fsync(self, partitions: set[int]) -> None:
+        for partition in partitions:
+            self.logs[partition].flush()
+
+    def _flushed(self, done: asyncio.Future[None], waiting: list[asyncio.Future[None]]) -> None:
+        self.fsyncs += 1
+        exc = done.exception()
+        if exc is not None:
+            log.error("group log fsync failed", error=str(exc), waiting=len(waiting))
+        for future in waiting:
+            if future.done():
+                continue
+            if exc is None:
+                future.set_result(None)
+            else:
+                future.set_exception(exc)
+        if self._waiting:
+            self._start_flush()
+        else:
+            self._flushing = False
+
+    def _ensure_interval_flusher(self) -> None:
+        if self._interval_task is None:
+            self._interval_task = asyncio.get_running_loop().create_task(self._interval_flush())
+
+    async def _interval_flush(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.fsync_interval_ms / 1000)
+            dirty, self._dirty = self._dirty, set()
+            if dirty:
+                try:
+                    await loop.run_in_executor(None, self._fsync, dirty)
+                    self.fsyncs += 1
+                except OSError as exc:
+                    log.error("group log fsync failed", error=str(exc))
+
+    def flush(self) -> None:
+        dirty, self._dirty = self._dirty, set()
+        self._fsync(dirty)
+
+    def close(self) -> None:
+        if self._interval_task is not None:
+            self._interval_task.cancel()
+        self.flush()
+        for partition_log in self.logs:
+            partition_log.close()
