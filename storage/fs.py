@@ -1,0 +1,289 @@
+"""The filesystem seam under the partition log.
+
+Everything `storage/segment.py`, `storage/log.py` and `storage/topics.py` do to disk goes
+through a `FileSystem`, so a test can swap in `FaultyFileSystem` and make the next write,
+fsync, truncate, open or rename fail (the idea of franz-go's `kfake/persist_fs.go`
+`failNextSync`). The real implementation is a thin layer over `os`: file descriptors, `pread`,
+`ftruncate`, `fsync`, and directory fsyncs after anything that changes a directory.
+
+What is left to the callers: deciding *when* to fsync (the log's policy) and what to do after a
+failure (the log rolls a failed append back with `truncate`).
+
+Raises: every method may raise `OSError`; anything else is a bug.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+from collections import deque
+from pathlib import Path
+
+__all__ = [
+    "REAL_FS",
+    "AppendHandle",
+    "FaultyFileSystem",
+    "FileSystem",
+    "ReadHandle",
+]
+
+Buffer = bytes | bytearray | memoryview
+
+
+class ReadHandle:
+    """A file opened for positional reads."""
+
+    __slots__ = ("_fd", "path")
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path = path
+        self._fd = fd
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def pread(self, size: int, position: int) -> bytes:
+        """Up to `size` bytes at `position` (fewer only at end of file)."""
+        data = os.pread(self._fd, size, position)
+        if len(data) == size or not data:
+            return data
+        # A regular file returns short reads only at EOF, but be exact anyway.
+        parts = [data]
+        got = len(data)
+        while got < size:
+            more = os.pread(self._fd, size - got, position + got)
+            if not more:
+                break
+            parts.append(more)
+            got += len(more)
+        return b"".join(parts)
+
+    def size(self) -> int:
+        return os.fstat(self._fd).st_size
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            os.close(fd)
+
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
+
+
+class AppendHandle(ReadHandle):
+    """A file opened `O_RDWR | O_APPEND`: every `write` lands at the current end of file.
+
+    The same descriptor serves `pread`, so the active segment needs one descriptor only.
+    """
+
+    __slots__ = ()
+
+    def write(self, data: Buffer) -> None:
+        """Write all of `data` (looping over short writes)."""
+        view = memoryview(data)
+        written = os.write(self._fd, view)
+        while written < len(view):
+            written += os.write(self._fd, view[written:])
+
+    def fsync(self) -> None:
+        os.fsync(self._fd)
+
+    def truncate(self, size: int) -> None:
+        os.ftruncate(self._fd, size)
+
+
+class FileSystem:
+    """The real filesystem. Subclass it to inject failures (see `FaultyFileSystem`)."""
+
+    def open_append(self, path: Path) -> AppendHandle:
+        """Open `path` for appending and positional reads, creating it if absent."""
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | _O_CLOEXEC, 0o644)
+        return AppendHandle(path, fd)
+
+    def open_read(self, path: Path) -> ReadHandle:
+        fd = os.open(path, os.O_RDONLY | _O_CLOEXEC)
+        return ReadHandle(path, fd)
+
+    def read_bytes(self, path: Path) -> bytes:
+        return path.read_bytes()
+
+    def write_atomic(self, path: Path, data: Buffer) -> None:
+        """Replace `path` with `data` so a crash leaves either the old or the new file.
+
+        Writes `path.tmp`, fsyncs it, renames it over `path`, then fsyncs the directory.
+        """
+        tmp = path.with_name(path.name + ".tmp")
+        handle = self.open_append(tmp)
+        try:
+            try:
+                handle.truncate(0)
+                handle.write(data)
+                handle.fsync()
+            finally:
+                handle.close()
+            self.rename(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                self.remove(tmp)
+            raise
+        self.fsync_dir(path.parent)
+
+    def listdir(self, path: Path) -> list[str]:
+        return sorted(os.listdir(path))
+
+    def exists(self, path: Path) -> bool:
+        return os.path.exists(path)
+
+    def is_dir(self, path: Path) -> bool:
+        return os.path.isdir(path)
+
+    def getsize(self, path: Path) -> int:
+        return os.path.getsize(path)
+
+    def mtime_ms(self, path: Path) -> int:
+        return os.stat(path).st_mtime_ns // 1_000_000
+
+    def makedirs(self, path: Path) -> None:
+        """Create `path` (and parents) if absent; fsync the parent when a directory was made."""
+        if os.path.isdir(path):
+            return
+        os.makedirs(path, exist_ok=True)
+        self.fsync_dir(path.parent)
+
+    def rename(self, src: Path, dst: Path) -> None:
+        os.replace(src, dst)
+
+    def remove(self, path: Path) -> None:
+        """Remove a file; a missing file is not an error."""
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+
+    def rmtree(self, path: Path) -> None:
+        """Remove a directory tree; a missing directory is not an error."""
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(path)
+
+    def fsync_dir(self, path: Path) -> None:
+        """Make entries created, renamed or removed in `path` durable."""
+        fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+_O_CLOEXEC: int = getattr(os, "O_CLOEXEC", 0)
+_O_DIRECTORY: int = getattr(os, "O_DIRECTORY", 0)
+
+REAL_FS = FileSystem()
+
+
+# --------------------------------------------------------------------------------------------
+# Fault injection
+# --------------------------------------------------------------------------------------------
+
+
+def _enospc() -> OSError:
+    return OSError(errno.ENOSPC, "No space left on device (injected)")
+
+
+def _eio() -> OSError:
+    return OSError(errno.EIO, "Input/output error (injected)")
+
+
+class FaultyFileSystem(FileSystem):
+    """The real filesystem plus one-shot injected failures, for tests.
+
+    Each `fail_next_*` call queues one failure for the next matching operation on any file
+    opened through this object. `fail_next_write(partial=n)` writes the first `n` bytes before
+    raising, to model a torn write. `ops` counts the operations seen, for assertions such as
+    "no fsync happened".
+    """
+
+    def __init__(self) -> None:
+        self._faults: dict[str, deque[tuple[OSError, int, str]]] = {}
+        self.ops: dict[str, int] = {}
+
+    def _queue(self, op: str, exc: OSError | None, partial: int = 0, suffix: str = "") -> None:
+        self._faults.setdefault(op, deque()).append((exc or _eio(), partial, suffix))
+
+    def _take(self, op: str, path: Path | None = None) -> tuple[OSError, int] | None:
+        self.ops[op] = self.ops.get(op, 0) + 1
+        queue = self._faults.get(op)
+        if queue:
+            exc, partial, suffix = queue[0]
+            if not suffix or (path is not None and path.name.endswith(suffix)):
+                queue.popleft()
+                return exc, partial
+        return None
+
+    def fail_next_write(self, exc: OSError | None = None, *, partial: int = 0) -> None:
+        self._queue("write", exc or _enospc(), partial)
+
+    def fail_next_fsync(self, exc: OSError | None = None) -> None:
+        self._queue("fsync", exc)
+
+    def fail_next_truncate(self, exc: OSError | None = None) -> None:
+        self._queue("truncate", exc)
+
+    def fail_next_open(self, exc: OSError | None = None, *, suffix: str = "") -> None:
+        """Fail the next open (of a file whose name ends with `suffix`, if given)."""
+        self._queue("open", exc, suffix=suffix)
+
+    def fail_next_rename(self, exc: OSError | None = None) -> None:
+        self._queue("rename", exc)
+
+    def pending(self) -> int:
+        """How many injected failures have not fired yet."""
+        return sum(len(q) for q in self._faults.values())
+
+    def open_append(self, path: Path) -> AppendHandle:
+        fault = self._take("open", path)
+        if fault is not None:
+            raise fault[0]
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | _O_CLOEXEC, 0o644)
+        return _FaultyAppendHandle(path, fd, self)
+
+    def open_read(self, path: Path) -> ReadHandle:
+        fault = self._take("open", path)
+        if fault is not None:
+            raise fault[0]
+        return super().open_read(path)
+
+    def rename(self, src: Path, dst: Path) -> None:
+        fault = self._take("rename")
+        if fault is not None:
+            raise fault[0]
+        super().rename(src, dst)
+
+
+class _FaultyAppendHandle(AppendHandle):
+    __slots__ = ("_fs",)
+
+    def __init__(self, path: Path, fd: int, fs: FaultyFileSystem) -> None:
+        super().__init__(path, fd)
+        self._fs = fs
+
+    def write(self, data: Buffer) -> None:
+        fault = self._fs._take("write")
+        if fault is not None:
+            exc, partial = fault
+            if partial > 0:
+                super().write(memoryview(data)[:partial])
+            raise exc
+        super().write(data)
+
+    def fsync(self) -> None:
+        fault = self._fs._take("fsync")
+        if fault is not None:
+            raise fault[0]
+        super().fsync()
+
+    def truncate(self, size: int) -> None:
+        fault = self._fs._take("truncate")
+        if fault is not None:
+            raise fault[0]
+        super().truncate(size)

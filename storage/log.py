@@ -1,0 +1,498 @@
+"""The append-only partition log: a directory of segments, appended to and read by offset.
+
+`PartitionLog` owns one `<data_dir>/<topic>-<partition>/` directory. It validates and stores
+Produce `records` fields as they came (assigning offsets by rewriting each batch's base offset),
+serves Fetch reads of whole batches, answers ListOffsets, rolls segments, applies retention and
+recovers after a crash. What the records mean is left to the callers (the data plane, the group
+log); so are replication and the high watermark beyond "everything appended" (one node).
+
+Theory of operation
+-------------------
+* **Append** validates every batch of the request first (framing, magic, CRC-32C, record count),
+  so a bad request writes nothing. It then rewrites base offsets and the leader epoch in a copy
+  of the request, and hands the whole thing to the active segment as one `write()`. The end
+  offset, the tail position and the indexes are updated in memory only after the write (and the
+  fsync, if configured) succeeded; on an `OSError` the file is cut back, so a failed append is
+  neither readable nor recovered after a restart.
+* **Roll**: before an append that would push the active segment past `segment_bytes` (or past
+  the int32 limits of the index entries, or older than `segment_ms`), the active segment is
+  fsynced, its indexes are written, and a new segment named by the log end offset starts.
+  Because sealed segments are always fsynced, a crash can only tear the last segment.
+* **Recovery** (`open`): the last segment is CRC-checked batch by batch. Damage at its end with
+  no valid batch after it is a torn write and is cut off. Damage anywhere else (valid batches
+  follow it, it is in a sealed segment, or offsets are not contiguous across files) raises
+  `CorruptLogError(path, position)` unless `repair=True`, which cuts the log at the damage and
+  drops the segments after it.
+* **Durability**: `append` does not fsync unless `fsync_each_append`; `flush()` fsyncs the active
+  segment. `flush()` may run on a worker thread while the owning thread appends: it holds a lock
+  that rolls, truncation, retention deletes and `close()` also take.
+
+Raises (public methods): `CorruptRecordError` and subclasses (bad Produce input),
+`OffsetOutOfRange`, `CorruptLogError` (open), `LogClosedError`, `OSError` (disk); anything else
+is a bug.
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_right
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+from storage.batch import (
+    CorruptRecordError,
+    InvalidRecordError,
+    MessageTooLargeError,
+    scan_batches,
+    set_base_offset,
+    set_leader_epoch,
+    set_log_append_time,
+)
+from storage.fs import REAL_FS, FileSystem
+from storage.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    MAX_SEGMENT_POSITION,
+    TIME_INDEX_SUFFIX,
+    CorruptLogError,
+    Segment,
+    parse_segment_name,
+)
+
+__all__ = [
+    "AppendInfo",
+    "CorruptLogError",
+    "CorruptRecordError",
+    "InvalidConfigError",
+    "LogClosedError",
+    "LogConfig",
+    "OffsetOutOfRange",
+    "PartitionLog",
+]
+
+CREATE_TIME = "CreateTime"
+LOG_APPEND_TIME = "LogAppendTime"
+_WEEK_MS = 7 * 24 * 3600 * 1000
+
+
+class InvalidConfigError(ValueError):
+    """A topic config value the log cannot use. CreateTopics maps this to INVALID_CONFIG."""
+
+
+class OffsetOutOfRange(Exception):
+    """An offset outside `[log_start_offset, log_end_offset]`. Fetch maps this to
+    OFFSET_OUT_OF_RANGE."""
+
+    def __init__(self, offset: int, log_start_offset: int, log_end_offset: int) -> None:
+        super().__init__(
+            f"offset {offset} is outside [{log_start_offset}, {log_end_offset}]"
+        )
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+
+
+class LogClosedError(RuntimeError):
+    """The log was closed or deleted (a topic deleted while a request was in flight)."""
+
+
+@dataclass
+class LogConfig:
+    """Per-partition log settings; `with_overrides` applies Kafka topic configs."""
+
+    segment_bytes: int = 1 << 30
+    retention_ms: int = _WEEK_MS  # -1 keeps data forever
+    retention_bytes: int = -1  # -1: no size limit
+    index_interval_bytes: int = 4096
+    fsync_each_append: bool = False
+    segment_ms: int = _WEEK_MS
+    max_message_bytes: int = 1048588
+    message_timestamp_type: str = CREATE_TIME
+
+    def with_overrides(self, configs: Mapping[str, str]) -> LogConfig:
+        """A copy with the Kafka topic configs in `configs` applied.
+
+        Known keys: segment.bytes, segment.ms, retention.ms, retention.bytes,
+        index.interval.bytes, max.message.bytes, message.timestamp.type, flush.messages
+        (1 means fsync every append). Other keys are accepted and ignored here.
+        Raises `InvalidConfigError` on a bad value for a known key.
+        """
+        changes: dict[str, object] = {}
+        for key, value in configs.items():
+            rule = _TOPIC_CONFIGS.get(key)
+            if rule is None:
+                continue
+            attribute, minimum = rule
+            if attribute == "message_timestamp_type":
+                if value not in (CREATE_TIME, LOG_APPEND_TIME):
+                    raise InvalidConfigError(
+                        f"{key}={value!r}: expected CreateTime or LogAppendTime"
+                    )
+                changes[attribute] = value
+                continue
+            try:
+                number = int(value)
+            except (TypeError, ValueError):
+                raise InvalidConfigError(f"{key}={value!r}: not an integer") from None
+            if number < minimum or number > 2**63 - 1:
+                raise InvalidConfigError(f"{key}={value!r}: must be at least {minimum}")
+            if attribute == "fsync_each_append":
+                changes[attribute] = number == 1
+            else:
+                changes[attribute] = number
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+# Kafka topic config -> (LogConfig attribute, minimum value).
+_TOPIC_CONFIGS: dict[str, tuple[str, int]] = {
+    "segment.bytes": ("segment_bytes", 14),
+    "segment.ms": ("segment_ms", 1),
+    "retention.ms": ("retention_ms", -1),
+    "retention.bytes": ("retention_bytes", -1),
+    "index.interval.bytes": ("index_interval_bytes", 0),
+    "max.message.bytes": ("max_message_bytes", 0),
+    "message.timestamp.type": ("message_timestamp_type", 0),
+    "flush.messages": ("fsync_each_append", 1),
+}
+assert {a for a, _ in _TOPIC_CONFIGS.values()} <= {f.name for f in fields(LogConfig)}
+
+
+@dataclass(frozen=True)
+class AppendInfo:
+    """Where an append landed. All -1 for an empty `records` field (nothing written)."""
+
+    base_offset: int
+    last_offset: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+
+
+class PartitionLog:
+    """One partition's segmented log. See the module docstring."""
+
+    def __init__(
+        self, directory: Path, config: LogConfig, fs: FileSystem, segments: list[Segment]
+    ) -> None:
+        assert segments and segments[-1].is_active
+        self.directory = directory
+        self.config = config
+        self.fs = fs
+        # Stamped into every appended batch's partitionLeaderEpoch (no replication: constant).
+        self.leader_epoch = 0
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._lock = threading.Lock()
+        self._closed = False
+
+    # ---------------------------------------------------------------- open and recovery
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        fs: FileSystem = REAL_FS,
+        *,
+        repair: bool = False,
+    ) -> PartitionLog:
+        """Open (creating if absent) and recover the log in `directory`.
+
+        Raises `CorruptLogError` on damage that is not a torn tail (see the module docstring)
+        unless `repair`, which also CRC-checks every sealed segment; `OSError`.
+        """
+        fs.makedirs(directory)
+        names = fs.listdir(directory)
+        bases = sorted(b for n in names if (b := parse_segment_name(n, LOG_SUFFIX)) is not None)
+        live = set(bases)
+        for name in names:
+            if name.endswith(".tmp"):
+                fs.remove(directory / name)
+                continue
+            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                base = parse_segment_name(name, suffix)
+                if base is not None and base not in live:
+                    fs.remove(directory / name)
+        interval = config.index_interval_bytes
+        if not bases:
+            return cls(directory, config, fs, [Segment.create(fs, directory, 0, interval)])
+
+        segments: list[Segment] = []
+        try:
+            for i, base in enumerate(bases):
+                last = i == len(bases) - 1
+                if segments and base != segments[-1].next_offset:
+                    prev = segments[-1]
+                    reason = (
+                        f"the segment ends at offset {prev.next_offset} but the next segment "
+                        f"file starts at offset {base}"
+                    )
+                    if not repair:
+                        raise CorruptLogError(prev.path, prev.size, reason)
+                    _remove_segment_files(fs, directory, bases[i:])
+                    break
+                seg, damage = Segment.open_existing(
+                    fs, directory, base, interval, active=last, full_scan=repair
+                )
+                if damage is not None:
+                    if not repair and not (last and damage.torn):
+                        seg.close_files()
+                        raise CorruptLogError(seg.path, damage.position, damage.reason)
+                    seg.cut(damage.position)
+                    segments.append(seg)
+                    _remove_segment_files(fs, directory, bases[i + 1 :])
+                    break
+                segments.append(seg)
+            segments[-1].reactivate()
+        except BaseException:
+            for seg in segments:
+                seg.close_files()
+            raise
+        return cls(directory, config, fs, segments)
+
+    # ---------------------------------------------------------------- offsets
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._segments[0].base_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        """The next offset to assign; also the high watermark (no replication)."""
+        return self._segments[-1].next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    def segment_base_offsets(self) -> list[int]:
+        return list(self._bases)
+
+    # ---------------------------------------------------------------- append
+
+    def append(self, records: bytes | bytearray | memoryview, now_ms: int) -> AppendInfo:
+        """Append one Produce `records` field; returns the offsets it got.
+
+        Raises `CorruptRecordError` (bad framing, magic, CRC, trailing bytes),
+        `InvalidRecordError` (empty batch, last_offset_delta != records_count - 1),
+        `MessageTooLargeError` (a batch over `max_message_bytes`) before writing anything;
+        `OSError` if the write (or the configured fsync) fails, leaving the log unchanged;
+        `LogClosedError`.
+        """
+        if self._closed:
+            raise LogClosedError(f"{self.directory}: log is closed")
+        batches, _, error = scan_batches(records)
+        if error is not None:
+            raise error
+        if not batches:
+            return AppendInfo(-1, -1, -1)
+        limit = self.config.max_message_bytes
+        for start, end, _base, delta, _ts, count, _pid, _attrs in batches:
+            if count < 1 or delta != count - 1:
+                raise InvalidRecordError(
+                    f"records_count {count} does not match last_offset_delta {delta}",
+                    position=start,
+                )
+            if end - start > limit:
+                raise MessageTooLargeError(
+                    f"batch of {end - start} bytes exceeds max.message.bytes {limit}",
+                    position=start,
+                )
+        buf = bytearray(records)
+        log_append_time = self.config.message_timestamp_type == LOG_APPEND_TIME
+        first = next_offset = self.log_end_offset
+        epoch = self.leader_epoch
+        entries: list[tuple[int, int, int, int]] = []
+        for start, end, _base, delta, max_ts, _count, _pid, _attrs in batches:
+            set_base_offset(buf, start, next_offset)
+            set_leader_epoch(buf, start, epoch)
+            if log_append_time:
+                set_log_append_time(buf, start, end, now_ms)
+                max_ts = now_ms
+            next_offset += delta + 1
+            entries.append((start, end - start, next_offset - 1, max_ts))
+        segment = self._segments[-1]
+        if self._should_roll(segment, len(buf), next_offset, now_ms):
+            segment = self._roll()
+        segment.append(buf, entries, next_offset, now_ms, fsync=self.config.fsync_each_append)
+        return AppendInfo(first, next_offset - 1, now_ms if log_append_time else -1)
+
+    def _should_roll(self, seg: Segment, size: int, next_offset: int, now_ms: int) -> bool:
+        if seg.empty:
+            return False
+        if seg.size + size > min(self.config.segment_bytes, MAX_SEGMENT_POSITION):
+            return True
+        if next_offset - 1 - seg.base_offset > MAX_SEGMENT_POSITION:
+            return True
+        return seg.rolling_base_ms is not None and now_ms - seg.rolling_base_ms >= (
+            self.config.segment_ms
+        )
+
+    def _roll(self) -> Segment:
+        """Seal the active segment and start a new one at the log end offset."""
+        with self._lock:
+            old = self._segments[-1]
+            old.seal()
+            try:
+                new = Segment.create(
+                    self.fs, self.directory, old.next_offset, self.config.index_interval_bytes
+                )
+            except BaseException:
+                old.reactivate()
+                raise
+            self._segments.append(new)
+            self._bases.append(new.base_offset)
+            return new
+
+    # ---------------------------------------------------------------- read
+
+    def read(self, offset: int, max_bytes: int) -> bytes:
+        """Whole batches from the batch holding `offset`, up to `max_bytes` but never less than
+        one batch; `b""` at the log end. Stops at a segment boundary.
+
+        Raises `OffsetOutOfRange` outside `[log_start_offset, log_end_offset]`; `OSError`.
+        """
+        segments = self._segments
+        end = segments[-1].next_offset
+        if offset == end:
+            return b""
+        if offset < segments[0].base_offset or offset > end:
+            raise OffsetOutOfRange(offset, segments[0].base_offset, end)
+        seg = segments[bisect_right(self._bases, offset) - 1]
+        return seg.read(offset, max_bytes)
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= `timestamp_ms`, else None."""
+        for seg in list(self._segments):
+            found = seg.offset_for_timestamp(timestamp_ms)
+            if found is not None:
+                return found
+        return None
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3)."""
+        best: Segment | None = None
+        for seg in self._segments:
+            if seg.max_timestamp >= 0 and (best is None or seg.max_timestamp > best.max_timestamp):
+                best = seg
+        return None if best is None else best.max_timestamp_offset()
+
+    # ---------------------------------------------------------------- durability
+
+    def flush(self) -> None:
+        """fsync the active segment. Raises `OSError`; the appended data stays readable."""
+        with self._lock:
+            if self._closed:
+                raise LogClosedError(f"{self.directory}: log is closed")
+            self._segments[-1].flush()
+
+    # ---------------------------------------------------------------- retention, truncation
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete the oldest whole segments past `retention_ms` / `retention_bytes`.
+
+        Time uses each segment's largest timestamp. When every segment has expired, the active
+        one is rolled first (Kafka does the same), so the log ends up empty with its start and
+        end offsets at the old end. Returns the number of segments deleted.
+        """
+        if self._closed:
+            return 0
+        removed = 0
+        config = self.config
+        if config.retention_ms >= 0:
+            horizon = now_ms - config.retention_ms
+            expired = 0
+            for seg in self._segments:
+                if seg.empty or seg.largest_timestamp() >= horizon:
+                    break
+                expired += 1
+            if expired == len(self._segments):
+                self._roll()
+            removed += self._delete_oldest(expired)
+        if config.retention_bytes >= 0:
+            excess = self.size_bytes - config.retention_bytes
+            count = 0
+            for seg in self._segments[:-1]:
+                if excess - seg.size < 0:
+                    break
+                excess -= seg.size
+                count += 1
+            removed += self._delete_oldest(count)
+        return removed
+
+    def _delete_oldest(self, count: int) -> int:
+        count = min(count, len(self._segments) - 1)  # never the active segment
+        if count <= 0:
+            return 0
+        with self._lock:
+            doomed = self._segments[:count]
+            del self._segments[:count]
+            del self._bases[:count]
+        for seg in doomed:
+            seg.delete()
+        self.fs.fsync_dir(self.directory)
+        return count
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch at or after the one holding `offset`.
+
+        The new log end offset is that batch's base offset (<= `offset`): batches are never
+        split. Raises `OffsetOutOfRange` if `offset < log_start_offset`; `OSError`.
+        """
+        if self._closed:
+            raise LogClosedError(f"{self.directory}: log is closed")
+        if offset >= self.log_end_offset:
+            return
+        if offset < self.log_start_offset:
+            raise OffsetOutOfRange(offset, self.log_start_offset, self.log_end_offset)
+        with self._lock:
+            i = bisect_right(self._bases, offset) - 1
+            seg = self._segments[i]
+            located = seg.locate(offset)
+            assert located is not None, f"offset {offset} not in {seg.path}"
+            doomed = self._segments[i + 1 :]
+            del self._segments[i + 1 :]
+            del self._bases[i + 1 :]
+            for other in doomed:
+                other.delete()
+            seg.truncate(located.position)
+
+    # ---------------------------------------------------------------- lifetime
+
+    def close(self) -> None:
+        """fsync and write the active segment's indexes, then close every file.
+
+        Raises `OSError` if the final fsync fails (the files are closed anyway).
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                self._segments[-1].close()
+            finally:
+                for seg in self._segments[:-1]:
+                    seg.close_files()
+
+    def delete(self) -> None:
+        """Close without flushing and remove the partition directory (DeleteTopics)."""
+        with self._lock:
+            self._closed = True
+            for seg in self._segments:
+                seg.close_files()
+        self.fs.rmtree(self.directory)
+        if self.fs.exists(self.directory.parent):
+            self.fs.fsync_dir(self.directory.parent)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+
+def _remove_segment_files(fs: FileSystem, directory: Path, bases: list[int]) -> None:
+    """Remove whole segments dropped by a repair (the `.log` first)."""
+    for base in bases:
+        stem = f"{base:020d}"
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            fs.remove(directory / (stem + suffix))
+    if bases:
+        fs.fsync_dir(directory)
