@@ -342,7 +342,12 @@ class GroupRuntime:
             pending = self._pending.pop(reply.ref, None)
             if pending is None:
                 continue  # its connection closed; the core was told
-            pending.ctx.respond(pending.module.to_response(reply.outcome, pending.ctx.version))
+            ctx = pending.ctx
+            encode = getattr(pending.module, "encode", None)
+            if encode is not None:
+                ctx.respond_raw(encode(reply.outcome, ctx.version, ctx.header.correlation_id))
+            else:
+                ctx.respond(pending.module.to_response(reply.outcome, ctx.version))
 
     def _emit(self, result: Result) -> None:
         for event in result.events:

@@ -58,6 +58,7 @@ class Connection(asyncio.Protocol):
         # Frames already read but not yet handled because too many requests are in flight.
         self._backlog: deque[bytes] = deque()
         self._processing = False
+        self._out: list[bytes] = []
         self._max_in_flight = max_in_flight
         self._transport: asyncio.Transport | None = None
         self._reading_paused = False
@@ -94,6 +95,7 @@ class Connection(asyncio.Protocol):
                 self._receive(backlog.popleft())
         finally:
             self._processing = False
+        self._write_out()
         self._update_reading()
 
     def eof_received(self) -> bool | None:
@@ -158,19 +160,27 @@ class Connection(asyncio.Protocol):
         transport = self._transport
         if transport is None:
             return
-        out: list[bytes] = []
+        out = self._out
         while queue and queue[0].done:
             data = queue.popleft().data
             if data is not None:
                 out.append(data)
-        if out:
-            transport.write(b"".join(out) if len(out) > 1 else out[0])
+        if not self._processing:
+            # Responses completed while a batch of pipelined requests is being handled go
+            # out in one write when the batch ends; one syscall instead of one per response.
+            self._write_out()
         if not queue:
             self.drained.set()
         if self._backlog:
             self._process_backlog()
         else:
             self._update_reading()
+
+    def _write_out(self) -> None:
+        out = self._out
+        if out and self._transport is not None and not self.closed:
+            self._transport.write(b"".join(out) if len(out) > 1 else out[0])
+        out.clear()
 
     def _update_reading(self) -> None:
         transport = self._transport

@@ -265,3 +265,16 @@ def test_sync_and_list_to_command(version: int) -> None:
     lreq = _request(16, version, states_filter=["Stable"], types_filter=["classic"])
     lcmd = list_groups.to_command(lreq, version, REF, "cid", "/h")
     assert lcmd.states_filter == (frozenset({"Stable"}) if version >= 4 else frozenset())
+
+
+@pytest.mark.parametrize("version", range(5))
+@pytest.mark.parametrize("error", [ErrorCode.none, ErrorCode.rebalance_in_progress])
+def test_hand_packed_heartbeat_response_matches_kio(version: int, error: ErrorCode) -> None:
+    from coordinator.api import heartbeat as heartbeat_api
+    from coordinator.outcomes import HeartbeatOutcome
+    from protocol.codec import encode_response
+
+    outcome = HeartbeatOutcome(error=error)
+    expected = encode_response(12, version, 12345,
+                               heartbeat_api.to_response(outcome, version))
+    assert heartbeat_api.encode(outcome, version, 12345) == expected

@@ -49,7 +49,7 @@ def test_unknown_tagged_field_is_skipped() -> None:
     raw = _request_bytes(12, 4, 7, heartbeat(4))
     assert raw.endswith(b"\x00")
     tagged = raw[:-1] + bytes([1, 9, 2]) + b"zz"
-    header, body = decode_request(tagged)
+    _, body = decode_request(tagged)
     assert body == heartbeat(4)
 
 

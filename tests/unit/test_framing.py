@@ -32,7 +32,7 @@ def test_negative_size_is_rejected() -> None:
 
 
 def test_size_above_limit_is_rejected_before_buffering() -> None:
-    with pytest.raises(FrameError, match="socket.request.max.bytes"):
+    with pytest.raises(FrameError, match=r"socket\.request\.max\.bytes"):
         FrameDecoder(1024).feed(struct.pack(">i", 1025))
 
 
