@@ -217,3 +217,35 @@ def test_restart_keeps_acknowledged_messages(tmp_path: Path) -> None:
         assert dict(seen) == expected_per_partition(2000, 2)
     finally:
         restarted.stop()
+
+
+@pytest.mark.integration
+def test_idempotent_producers_work(broker: BrokerProcess) -> None:
+    from kafka import KafkaProducer
+
+    errors: list[object] = []
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True})
+    for i in range(3000):
+        producer.produce("idem", str(i).encode(), partition=0,
+                         on_delivery=lambda err, _msg: err and errors.append(err))
+    assert producer.flush(15) == 0 and errors == []
+    kp = KafkaProducer(bootstrap_servers=broker.bootstrap, enable_idempotence=True)
+    futures = [kp.send("idem", str(i).encode(), partition=0) for i in range(3000, 4000)]
+    kp.flush()
+    kp.close()
+    assert all(f.succeeded() for f in futures)
+    seen = consume_confluent(broker.bootstrap, "idem", 1, 4000)
+    assert seen[0] == list(range(4000))
+
+
+@pytest.mark.integration
+def test_latest_offset_is_the_log_end_after_multi_record_batches(broker: BrokerProcess) -> None:
+    create_topic(broker.bootstrap, "ends", 1)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 50})
+    for i in range(25):
+        producer.produce("ends", str(i).encode(), partition=0)
+    assert producer.flush(10) == 0
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "watermarks"})
+    low, high = consumer.get_watermark_offsets(TopicPartition("ends", 0), timeout=10)
+    consumer.close()
+    assert (low, high) == (0, 25)
