@@ -136,7 +136,7 @@ class Connection(asyncio.Protocol):
                 self._reject(f"unsupported api_key={api_key} api_version={api_version}")
             return
         except MalformedRequest as exc:
-            self._reject(str(exc))
+            self._reject(f"{exc}; frame starts {body[:48].hex()}")
             return
         slot = self._reserve(header)
         self._handler.handle(self, slot, header, request)

@@ -249,3 +249,11 @@ def test_latest_offset_is_the_log_end_after_multi_record_batches(broker: BrokerP
     low, high = consumer.get_watermark_offsets(TopicPartition("ends", 0), timeout=10)
     consumer.close()
     assert (low, high) == (0, 25)
+
+
+@pytest.mark.integration
+def test_admin_client_lists_topics_and_brokers(broker: BrokerProcess) -> None:
+    create_topic(broker.bootstrap, "listed", 4)
+    metadata = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=10)
+    assert [b.id for b in metadata.brokers.values()] == [1]
+    assert len(metadata.topics["listed"].partitions) == 4

@@ -53,9 +53,9 @@ def test_unknown_tagged_field_is_skipped() -> None:
     assert body == heartbeat(4)
 
 
-def test_trailing_bytes_are_malformed() -> None:
-    with pytest.raises(MalformedRequest):
-        decode_request(_request_bytes(12, 3, 1, heartbeat(3)) + b"\x00")
+def test_trailing_bytes_are_ignored_as_kafka_does() -> None:
+    _, body = decode_request(_request_bytes(12, 3, 1, heartbeat(3)) + b"\x01\x00\x00")
+    assert body == heartbeat(3)
 
 
 def test_truncated_body_is_malformed() -> None:
