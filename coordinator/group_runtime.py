@@ -102,8 +102,9 @@ class GroupRuntime:
 
     def open(self, data_dir: Path, repair: bool) -> None:
         settings = self.broker.settings
+        # A group-metadata record holds every member's subscription and assignment: no cap.
         config = LogConfig(segment_bytes=settings["offsets.topic.segment.bytes"],
-                           retention_ms=-1, retention_bytes=-1)
+                           retention_ms=-1, retention_bytes=-1, max_message_bytes=2**31 - 1)
         self.group_log = GroupLog.open(data_dir, self.config.offsets_topic_num_partitions,
                                        config, settings["offsets.commit.fsync"], repair=repair)
         journal_path = settings["journal.path"] or str(data_dir / "events.jsonl")

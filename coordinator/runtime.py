@@ -103,8 +103,14 @@ class Broker:
             now = self.wall_ms()
             for topic in self.topics.topics():
                 for partition_log in topic.partitions:
-                    partition_log.apply_retention(now)
-            self.topics.flush_all()
+                    try:
+                        partition_log.apply_retention(now)
+                    except OSError as exc:
+                        log.error("retention failed", topic=topic.name, error=str(exc))
+            try:
+                self.topics.flush_all()
+            except OSError as exc:
+                log.error("log flush failed", error=str(exc))
 
     # clock and timers -------------------------------------------------------------------------
 

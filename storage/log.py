@@ -379,10 +379,13 @@ class PartitionLog:
     # ---------------------------------------------------------------- durability
 
     def flush(self) -> None:
-        """fsync the active segment. Raises `OSError`; the appended data stays readable."""
+        """fsync the active segment. Raises `OSError`; the appended data stays readable.
+
+        A no-op on a closed log (`close()` already fsynced; a deleted log has nothing to keep).
+        """
         with self._lock:
             if self._closed:
-                raise LogClosedError(f"{self.directory}: log is closed")
+                return
             self._segments[-1].flush()
 
     # ---------------------------------------------------------------- retention, truncation

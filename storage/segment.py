@@ -76,6 +76,8 @@ TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
 MAX_SEGMENT_POSITION = 2**31 - 1  # index positions and relative offsets are int32
 SCAN_CHUNK = 8 << 20  # recovery reads this much at a time
 HEADER_CHUNK = 64 << 10  # header walks (timestamp lookup) read this much at a time
+INLINE_READ = 64 << 10  # reads up to this size are served from one pread
+WALK_WINDOW = 8 << 10  # header walk window when cutting a large read
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _BASE_AND_LENGTH = struct.Struct(">qi")
@@ -551,12 +553,21 @@ class Segment:
 
     def read(self, offset: int, max_bytes: int) -> bytes:
         """Whole batches from the one holding `offset`, at most `max_bytes` of them, but at
-        least one. `offset` must be in `[base_offset, next_offset)`."""
+        least one. `offset` must be in `[base_offset, next_offset)`.
+
+        A small read (a consumer near the tail) is one `pread` of the batches plus the walk
+        from the index entry before them. A large read first finds where the last whole batch
+        ends (index jump, then a short header walk) and then reads exactly that range, so the
+        data is copied once.
+        """
         reader = self._reader()
         end = self.size
         pos = self._lookup(offset)
-        ahead = max(max_bytes, 0) + self._interval + HEADER_SIZE
-        buf = reader.pread(min(ahead, end - pos), pos)
+        want = max(max_bytes, 0)
+        window = (want if want <= INLINE_READ else 0) + self._interval + HEADER_SIZE
+        if end - pos <= INLINE_READ:
+            window = INLINE_READ  # near the tail: everything left in one read
+        buf = reader.pread(min(window, end - pos), pos)
         q = 0
         unpack = _HEADER.unpack_from
         while True:
@@ -564,7 +575,7 @@ class Segment:
                 pos += q
                 if pos >= end:
                     return b""
-                buf = reader.pread(min(ahead, end - pos), pos)
+                buf = reader.pread(min(window, end - pos), pos)
                 q = 0
                 if len(buf) < HEADER_SIZE:
                     return b""
@@ -574,26 +585,41 @@ class Segment:
                 break
             q += size
         start = pos + q
-        take = min(max(size, max_bytes), end - start)
-        if q + take > len(buf):
-            buf = reader.pread(take, start)
-            q = 0
-        data = memoryview(buf)[q : q + take]
-        # Cut at the last whole batch. Jump to the furthest indexed batch start inside the
-        # range, then walk the remaining headers.
-        cut = size
-        i = bisect_right(self._index_positions, start + take) - 1
-        if i >= 0 and self._index_positions[i] >= start + size:
-            cut = self._index_positions[i] - start
+        limit = start + min(max(size, want), end - start)
+        # The furthest indexed batch start inside the range is a boundary for free.
+        cut = start + size
+        i = bisect_right(self._index_positions, limit) - 1
+        if i >= 0 and self._index_positions[i] > cut:
+            cut = self._index_positions[i]
+        if limit - pos <= len(buf):
+            length_at = _I32.unpack_from
+            while cut + LOG_OVERHEAD <= limit:
+                nxt = cut + length_at(buf, cut - pos + 8)[0] + LOG_OVERHEAD
+                if nxt > limit:
+                    break
+                cut = nxt
+            if q == 0 and cut - pos == len(buf):
+                return buf
+            return buf[q : cut - pos]
+        cut = self._last_boundary(cut, limit)
+        return reader.pread(cut - start, start)
+
+    def _last_boundary(self, position: int, limit: int) -> int:
+        """The furthest batch end <= `limit` reachable by walking headers from `position`."""
+        reader = self._reader()
         length_at = _I32.unpack_from
-        while cut + LOG_OVERHEAD <= take:
-            nxt = cut + length_at(data, cut + 8)[0] + LOG_OVERHEAD
-            if nxt > take:
+        while position + LOG_OVERHEAD <= limit:
+            window = reader.pread(min(limit - position, WALK_WINDOW), position)
+            q = 0
+            while q + LOG_OVERHEAD <= len(window):
+                nxt = q + length_at(window, q + 8)[0] + LOG_OVERHEAD
+                if position + nxt > limit:
+                    return position + q
+                q = nxt
+            if q == 0:
                 break
-            cut = nxt
-        if q == 0 and cut == len(buf):
-            return buf
-        return bytes(data[:cut])
+            position += q
+        return position
 
     def _headers_from(self, position: int) -> Iterator[_Located]:
         reader = self._reader()

@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 from coordinator.context import RequestContext
 from protocol.build import build
 from protocol.codec import response_type
-from storage.batch import CorruptRecordError
+from storage.batch import CorruptRecordError, InvalidRecordError, MessageTooLargeError
 
 if TYPE_CHECKING:
     from coordinator.runtime import Broker
@@ -52,7 +52,12 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> None:
             except CorruptRecordError as exc:
                 log.warning("produce rejected", topic=topic.name, partition=data.index,
                             client_id=ctx.client_id, reason=str(exc))
-                entry["error_code"] = ErrorCode.corrupt_message
+                if isinstance(exc, MessageTooLargeError):
+                    entry["error_code"] = ErrorCode.message_too_large
+                elif isinstance(exc, InvalidRecordError):
+                    entry["error_code"] = ErrorCode.invalid_record
+                else:
+                    entry["error_code"] = ErrorCode.corrupt_message
                 entry["error_message"] = str(exc)
             except ProducerSequenceError as exc:
                 entry["error_code"] = exc.code

@@ -9,7 +9,8 @@ from kio.schema.errors import ErrorCode
 from coordinator.context import RequestContext
 from protocol.build import build
 from protocol.codec import response_type
-from storage.topics import Topic, valid_topic_name
+from storage.log import InvalidConfigError, LogConfig
+from storage.topics import InvalidTopicError, Topic, TopicExistsError, valid_topic_name
 
 if TYPE_CHECKING:
     from coordinator.runtime import Broker
@@ -120,9 +121,19 @@ def create_topics(broker: Broker, ctx: RequestContext, request: Any) -> None:
         else:
             configs = {c.name: c.value for c in creatable.configs if c.value is not None}
             result.update(num_partitions=partitions, replication_factor=1, configs=())
-            if not request.validate_only:
-                topic = broker.create_topic(name, partitions, configs, reason="CreateTopics")
-                result["topic_id"] = topic.topic_id
+            try:
+                LogConfig().with_overrides(configs)
+                if not request.validate_only:
+                    topic = broker.create_topic(name, partitions, configs,
+                                                reason="CreateTopics")
+                    result["topic_id"] = topic.topic_id
+            except InvalidConfigError as exc:
+                result.update(error_code=ErrorCode.invalid_config, error_message=str(exc))
+            except InvalidTopicError as exc:
+                result.update(error_code=ErrorCode.invalid_topic_exception,
+                              error_message=str(exc))
+            except TopicExistsError as exc:
+                result.update(error_code=ErrorCode.topic_already_exists, error_message=str(exc))
         seen.add(name)
         results.append(result)
     ctx.respond(build(response_type(CREATE_TOPICS, ctx.version), throttle_time=0,

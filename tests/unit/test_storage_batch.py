@@ -10,7 +10,7 @@ import pytest
 from kio.records import readers
 from kio.records.schema import NewRecordBatch, Record
 from kio.records.writers import write_batch
-from kio.static.primitive import i8, i16, i32, i64
+from kio.static.primitive import TZAwareMicros, i8, i16, i32, i64
 
 from storage.batch import (
     ATTR_LOG_APPEND_TIME,
@@ -27,7 +27,7 @@ from tests.unit._batches import decode, make_batch
 
 
 def kio_batch(values: list[bytes], timestamp_ms: int = 1_700_000_000_000) -> bytes:
-    stamp = datetime.fromtimestamp(timestamp_ms / 1000, UTC)
+    stamp = TZAwareMicros.parse(datetime.fromtimestamp(timestamp_ms / 1000, UTC))
     records = tuple(
         Record(attributes=i8(0), timestamp=stamp, offset=i64(i), key=None, value=v, headers=())
         for i, v in enumerate(values)

@@ -198,6 +198,24 @@ def test_read_of_a_large_range_cuts_at_a_batch_boundary(tmp_path: Path) -> None:
         assert len(data) <= max(max_bytes, len(batches[0]))
 
 
+@pytest.mark.parametrize("interval", [0, 100, 4096, 100_000])
+def test_large_reads_end_on_the_last_whole_batch(tmp_path: Path, interval: int) -> None:
+    log = open_log(tmp_path, index_interval_bytes=interval)
+    sizes = [17, 400, 3, 1200, 90]
+    for i in range(900):
+        log.append(make_batch([b"v" * sizes[i % len(sizes)]]), NOW)
+    whole = b"".join(log.read(o, 1) for o in range(900))
+    starts = [0]
+    for o in range(900):
+        starts.append(starts[-1] + len(log.read(o, 1)))
+    for offset in (0, 1, 450, 700, 899):
+        for max_bytes in (70_000, 100_000, 123_457, 1 << 20):
+            data = log.read(offset, max_bytes)
+            begin = starts[offset]
+            fits = max(e for e in starts if e - begin <= max_bytes)
+            assert data == whole[begin:fits], (offset, max_bytes)
+
+
 # ------------------------------------------------------------------------- roll
 
 
