@@ -261,14 +261,8 @@ class GroupCoordinator:
         """
         for group_id in self._parked_by_connection.pop(connection_id, set()):
             group = self._groups.get(group_id)
-            if group is None:
-                continue
-            for member in group.members.values():
-                for parked in (member.awaiting_join, member.awaiting_sync):
-                    if parked is None or parked.ref is None:
-                        continue
-                    if parked.ref.connection_id == connection_id:
-                        parked.ref = None
+            if group is not None:
+                group.forget_connection(connection_id)
         return Result()
 
     # -- the offsets/admin layer -----------------------------------------------------------
@@ -417,9 +411,7 @@ class GroupCoordinator:
                 protocols=(Protocol(name=value.protocol or "", metadata=m.subscription),),
                 assignment=m.assignment,
             )
-            group.members[m.member_id] = member
-            if m.group_instance_id is not None:
-                group.static_members[m.group_instance_id] = m.member_id
+            group.restore_member(member)
             rb.schedule_heartbeat(env, group, member)
         self._groups[group_id] = group
         return env.result

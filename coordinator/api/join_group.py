@@ -15,11 +15,13 @@
 from __future__ import annotations
 
 import datetime
+import struct
 from typing import Any
 
 from coordinator.commands import JoinGroup, Protocol
 from coordinator.outcomes import JoinGroupOutcome
 from coordinator.result import RequestRef
+from protocol import fastpath as fp
 from protocol.build import build
 from protocol.codec import response_type
 
@@ -73,3 +75,36 @@ def to_response(outcome: JoinGroupOutcome, api_version: int) -> Any:
             for m in outcome.members
         ],
     )
+
+
+_ERROR_AND_GENERATION = struct.Struct(">hi")
+
+
+def encode(outcome: JoinGroupOutcome, api_version: int, correlation_id: int) -> bytes:
+    """The whole framed response, packed by hand: the leader's answer lists every member's
+    metadata, and kio's generic writer made it the costliest part of a large rebalance.
+    `tests/unit/test_api_roundtrip.py` checks these bytes against kio's encoder."""
+    enc = fp.COMPACT if api_version >= 6 else fp.LEGACY
+    string, nullable_string, tags = enc.string, enc.nullable_string, enc.tags
+    body = [fp.ZERO_I32] if api_version >= 2 else []  # throttle time
+    body.append(_ERROR_AND_GENERATION.pack(outcome.error.value, outcome.generation_id))
+    if api_version >= 7:
+        body.append(nullable_string(outcome.protocol_type))
+        body.append(nullable_string(outcome.protocol_name))
+    else:
+        body.append(string(outcome.protocol_name or ""))
+    body.append(string(outcome.leader))
+    if api_version >= 9:
+        body.append(b"\x01" if outcome.skip_assignment else b"\x00")
+    body.append(string(outcome.member_id))
+    body.append(enc.array_length(len(outcome.members)))
+    metadata = enc.bytes_
+    with_instance_id = api_version >= 5
+    for m in outcome.members:
+        body.append(string(m.member_id))
+        if with_instance_id:
+            body.append(nullable_string(m.group_instance_id))
+        body.append(metadata(m.metadata))
+        body.append(tags)
+    body.append(tags)
+    return fp.frame(correlation_id, enc.flexible, body)

@@ -13,6 +13,7 @@ from typing import Any
 from coordinator.commands import SyncGroup
 from coordinator.outcomes import SyncGroupOutcome
 from coordinator.result import RequestRef
+from protocol import fastpath as fp
 from protocol.build import build
 from protocol.codec import response_type
 
@@ -46,3 +47,17 @@ def to_response(outcome: SyncGroupOutcome, api_version: int) -> Any:
         protocol_name=outcome.protocol_name,
         assignment=outcome.assignment,
     )
+
+
+def encode(outcome: SyncGroupOutcome, api_version: int, correlation_id: int) -> bytes:
+    """The whole framed response, packed by hand: a completed rebalance answers every member
+    at once. `tests/unit/test_api_roundtrip.py` checks these bytes against kio's encoder."""
+    enc = fp.COMPACT if api_version >= 4 else fp.LEGACY
+    body = [fp.ZERO_I32] if api_version >= 1 else []  # throttle time
+    body.append(fp.I16.pack(outcome.error.value))
+    if api_version >= 5:
+        body.append(enc.nullable_string(outcome.protocol_type))
+        body.append(enc.nullable_string(outcome.protocol_name))
+    body.append(enc.bytes_(outcome.assignment))
+    body.append(enc.tags)
+    return fp.frame(correlation_id, enc.flexible, body)

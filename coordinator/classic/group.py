@@ -2,6 +2,29 @@
 
 Mutation policy: fields are changed by `join.py`, `sync.py`, `heartbeat.py`, `leave.py` and
 `rebalance.py` only; this module keeps the member/static-member/leader bookkeeping consistent.
+
+Tallies
+-------
+Every JoinGroup asks whether the group supports the member's protocols and whether everyone
+has rejoined; a rebalance needs the longest rebalance timeout and the protocol vote. Answering
+by scanning the members made a join storm quadratic (5,000 members: 25 million member visits
+in the join phase), so the group keeps running tallies over `members`, as Kafka's
+`ClassicGroup` does (`supportedProtocols`, `numMembersAwaitingJoin`):
+
+* `_protocol_support`: protocol name -> members supporting it (a repeated name counts once);
+* `_num_awaiting_join`: members with a parked JoinGroup;
+* `_rebalance_timeouts`: rebalance timeout -> members with it;
+* `_votes`: protocol name -> members voting for it among the candidates `_votes_for`; None
+  until `select_protocol` first needs it, and again whenever the candidate set changes.
+
+Likewise `_parked_by_connection` indexes the parked JoinGroup/SyncGroup requests by connection,
+so that a closed connection costs its own requests, not a visit to every member.
+
+They change in `add_member`, `restore_member`, `remove_member`, `replace_member`,
+`update_member`, `park_join`/`unpark_join` and `park_sync`/`unpark_sync` only, so once a member
+is in the group its tallied fields (`protocols`, `rebalance_timeout_ms`, `awaiting_join`,
+`awaiting_sync`) are assigned nowhere else. `tests/property/test_group_tallies.py` compares
+the tallies with a recount after random operations.
 """
 
 from __future__ import annotations
@@ -9,9 +32,11 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from coordinator.classic.member import ClassicGroupMember
+from coordinator.classic.member import ClassicGroupMember, Parked
 from coordinator.classic.state import GroupState, can_rebalance, transition_to
+from coordinator.commands import Protocol
 from coordinator.records import GroupMemberRecord, GroupMetadataValue
+from coordinator.result import RequestRef
 
 __all__ = ["ClassicGroup", "InitialJoin"]
 
@@ -45,6 +70,26 @@ class ClassicGroup:
     join_deadline_ms: int | None = None
     sync_deadline_ms: int | None = None
     rebalance_started_ms: int | None = None
+    # Tallies over `members` (module docstring); assigned by the bookkeeping methods only.
+    _protocol_support: Counter[str] = field(
+        default_factory=Counter, init=False, repr=False, compare=False
+    )
+    _num_awaiting_join: int = field(default=0, init=False, repr=False, compare=False)
+    _rebalance_timeouts: Counter[int] = field(
+        default_factory=Counter, init=False, repr=False, compare=False
+    )
+    _votes: Counter[str] | None = field(default=None, init=False, repr=False, compare=False)
+    _votes_for: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)
+    # The members' parked requests by connection id, so that a closed connection is forgotten
+    # without visiting every member.
+    _parked_by_connection: dict[int, dict[RequestRef, Parked]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        for member in self.members.values():
+            self._tally(member, 1)
+            self._index_parked(member.awaiting_join, member.awaiting_sync)
 
     # -- queries ------------------------------------------------------------------------------
 
@@ -64,37 +109,52 @@ class ClassicGroup:
         return self.static_members.get(group_instance_id)
 
     def num_awaiting_join(self) -> int:
-        return sum(1 for m in self.members.values() if m.is_awaiting_join)
+        return self._num_awaiting_join
 
     def has_all_members_joined(self) -> bool:
-        return all(m.is_awaiting_join for m in self.members.values()) and not self.pending_members
+        return self._num_awaiting_join == len(self.members) and not self.pending_members
 
     def rebalance_timeout_ms(self) -> int:
         """The longest rebalance timeout of the members (Kafka `rebalanceTimeoutMs`)."""
-        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+        return max(self._rebalance_timeouts, default=0)
 
     def candidate_protocols(self) -> set[str]:
-        counts = Counter(p.name for m in self.members.values() for p in m.protocols)
-        return {name for name, n in counts.items() if n == len(self.members)}
+        """The protocols every member supports."""
+        # Each candidate is supported by every member, so by the first one in particular.
+        first = next(iter(self.members.values()), None)
+        if first is None:
+            return set()
+        size = len(self.members)
+        return {n for n in first.supported_protocols() if self._protocol_support[n] == size}
 
     def supports_protocols(self, protocol_type: str, protocol_names: set[str]) -> bool:
         """Could a member with these protocols join? Empty groups take any non-empty set."""
         if self.state is GroupState.EMPTY:
             return protocol_type != "" and bool(protocol_names)
-        return self.protocol_type == protocol_type and bool(
-            protocol_names & self.candidate_protocols()
+        size = len(self.members)
+        return (
+            self.protocol_type == protocol_type
+            and size > 0
+            and any(self._protocol_support[name] == size for name in protocol_names)
         )
 
     def select_protocol(self) -> str:
         """Each member votes for its first supported candidate; most votes wins.
 
         Ties go to the protocol that received its first vote earliest (member insertion order),
-        so the choice is deterministic; Kafka leaves ties to HashMap order.
+        so the choice is deterministic; Kafka leaves ties to HashMap order. The votes are
+        tallied; only a tie walks the members again.
         """
         assert self.members, "cannot select a protocol for an empty group"
-        candidates = self.candidate_protocols()
-        votes = Counter(m.vote(candidates) for m in self.members.values())
-        return max(votes, key=lambda name: votes[name])  # Counter keeps first-seen order
+        candidates = frozenset(self.candidate_protocols())
+        if self._votes is None or self._votes_for != candidates:
+            self._votes = Counter(m.vote(candidates) for m in self.members.values())
+            self._votes_for = candidates
+        most = max(self._votes.values())
+        tied = {name for name, n in self._votes.items() if n == most}
+        if len(tied) == 1:
+            return tied.pop()
+        return next(v for m in self.members.values() if (v := m.vote(candidates)) in tied)
 
     # -- bookkeeping --------------------------------------------------------------------------
 
@@ -110,16 +170,153 @@ class ClassicGroup:
             self.leader_id = member.member_id
         self.members[member.member_id] = member
         self.pending_members.pop(member.member_id, None)
+        self._tally(member, 1)
+        self._check_votes()
+        self._index_parked(member.awaiting_join, member.awaiting_sync)
+
+    def restore_member(self, member: ClassicGroupMember) -> None:
+        """A member read back from the group log, as persisted: no leader or type inference."""
+        assert member.member_id not in self.members
+        self.members[member.member_id] = member
+        if member.group_instance_id is not None:
+            self.static_members[member.group_instance_id] = member.member_id
+        self._tally(member, 1)
+        self._check_votes()
 
     def remove_member(self, member_id: str) -> ClassicGroupMember | None:
         member = self.members.pop(member_id, None)
-        if member is not None and member.group_instance_id is not None:
-            self.static_members.pop(member.group_instance_id, None)
+        if member is not None:
+            self._tally(member, -1)
+            self._check_votes()
+            self._unindex_parked(member.awaiting_join, member.awaiting_sync)
+            if member.group_instance_id is not None:
+                self.static_members.pop(member.group_instance_id, None)
         if self.leader_id == member_id:
             self.leader_id = next(iter(self.members), None)
         self.pending_members.pop(member_id, None)
         self.pending_sync_members.discard(member_id)
         return member
+
+    def replace_member(self, old_member_id: str, new: ClassicGroupMember) -> ClassicGroupMember:
+        """A static member's new id (KIP-345): `new` takes over the old member's instance id,
+        leadership and pending sync, and goes last in member order. Returns the old member."""
+        assert new.member_id not in self.members
+        assert new.group_instance_id is not None
+        old = self.members.pop(old_member_id)
+        assert old.group_instance_id == new.group_instance_id
+        self._tally(old, -1)
+        self._unindex_parked(old.awaiting_join, old.awaiting_sync)
+        self.members[new.member_id] = new
+        self._tally(new, 1)
+        self._check_votes()
+        self._index_parked(new.awaiting_join, new.awaiting_sync)
+        if self.leader_id == old_member_id:
+            self.leader_id = new.member_id
+        if old_member_id in self.pending_sync_members:
+            self.pending_sync_members.discard(old_member_id)
+            self.pending_sync_members.add(new.member_id)
+        self.static_members[new.group_instance_id] = new.member_id
+        return old
+
+    def update_member(
+        self,
+        member: ClassicGroupMember,
+        *,
+        protocols: tuple[Protocol, ...],
+        rebalance_timeout_ms: int,
+        session_timeout_ms: int,
+    ) -> None:
+        """A rejoining member's protocols and timeouts (Kafka `ClassicGroup.updateMember`)."""
+        assert self.members.get(member.member_id) is member
+        self._tally(member, -1)
+        member.protocols = protocols
+        member.rebalance_timeout_ms = rebalance_timeout_ms
+        member.session_timeout_ms = session_timeout_ms
+        self._tally(member, 1)
+        self._check_votes()
+
+    def park_join(self, member: ClassicGroupMember, parked: Parked) -> None:
+        """`member` has rejoined: its JoinGroup waits for the join phase to complete."""
+        assert self.members.get(member.member_id) is member
+        assert member.awaiting_join is None, "answer the parked JoinGroup first"
+        member.awaiting_join = parked
+        self._num_awaiting_join += 1
+        self._index_parked(parked)
+
+    def unpark_join(self, member: ClassicGroupMember) -> Parked | None:
+        """Take `member`'s parked JoinGroup (to answer it), if it has one."""
+        parked, member.awaiting_join = member.awaiting_join, None
+        if parked is not None:
+            assert self.members.get(member.member_id) is member
+            self._num_awaiting_join -= 1
+            self._unindex_parked(parked)
+        return parked
+
+    def park_sync(self, member: ClassicGroupMember, parked: Parked) -> None:
+        """`member`'s SyncGroup waits for the leader's assignment."""
+        assert self.members.get(member.member_id) is member
+        assert member.awaiting_sync is None, "answer the parked SyncGroup first"
+        member.awaiting_sync = parked
+        self._index_parked(parked)
+
+    def unpark_sync(self, member: ClassicGroupMember) -> Parked | None:
+        """Take `member`'s parked SyncGroup (to answer it), if it has one."""
+        parked, member.awaiting_sync = member.awaiting_sync, None
+        if parked is not None:
+            assert self.members.get(member.member_id) is member
+            self._unindex_parked(parked)
+        return parked
+
+    def forget_connection(self, connection_id: int) -> None:
+        """The connection closed: its parked requests stay parked (the members still count as
+        having joined or synced), but nobody is answered."""
+        for parked in self._parked_by_connection.pop(connection_id, {}).values():
+            parked.ref = None
+
+    def _index_parked(self, *requests: Parked | None) -> None:
+        for parked in requests:
+            if parked is not None and parked.ref is not None:
+                by_ref = self._parked_by_connection.setdefault(parked.ref.connection_id, {})
+                by_ref[parked.ref] = parked
+
+    def _unindex_parked(self, *requests: Parked | None) -> None:
+        for parked in requests:
+            if parked is None or parked.ref is None:
+                continue
+            by_ref = self._parked_by_connection.get(parked.ref.connection_id)
+            if by_ref is not None:
+                by_ref.pop(parked.ref, None)
+                if not by_ref:
+                    del self._parked_by_connection[parked.ref.connection_id]
+
+    def _tally(self, member: ClassicGroupMember, sign: int) -> None:
+        """Count `member` in (+1) or out of (-1) every tally."""
+        support = self._protocol_support
+        for name in member.supported_protocols():
+            support[name] += sign
+            if not support[name]:
+                del support[name]
+        timeouts = self._rebalance_timeouts
+        timeouts[member.rebalance_timeout_ms] += sign
+        if not timeouts[member.rebalance_timeout_ms]:
+            del timeouts[member.rebalance_timeout_ms]
+        if member.awaiting_join is not None:
+            self._num_awaiting_join += sign
+        votes = self._votes
+        if votes is None:
+            return
+        vote = member.preferred(self._votes_for)
+        if vote is None:
+            self._votes = None
+            return
+        votes[vote] += sign
+        if not votes[vote]:
+            del votes[vote]
+
+    def _check_votes(self) -> None:
+        """After a change: if the candidates moved, any member's vote may have; recount later."""
+        if self._votes is not None and self._votes_for != self.candidate_protocols():
+            self._votes = None
 
     def transition_to(self, target: GroupState, now_ms: int) -> None:
         transition_to(self, target, now_ms)

@@ -144,7 +144,9 @@ def join_existing_member(env: rb.Env, group: ClassicGroup, cmd: c.JoinGroup) -> 
     return None
 
 
-def park_join(env: rb.Env, member: ClassicGroupMember, cmd: c.JoinGroup) -> None:
+def park_join(
+    env: rb.Env, group: ClassicGroup, member: ClassicGroupMember, cmd: c.JoinGroup
+) -> None:
     """Park `cmd` for `member`; a JoinGroup it had parked already is told to rejoin.
 
     Kafka silently replaces the callback; we answer the older request so that it cannot block
@@ -152,23 +154,29 @@ def park_join(env: rb.Env, member: ClassicGroupMember, cmd: c.JoinGroup) -> None
     """
     rb.complete_join_of(
         env,
+        group,
         member,
         JoinGroupOutcome(error=ErrorCode.rebalance_in_progress, member_id=member.member_id),
     )
-    member.awaiting_join = Parked(cmd.ref)
+    group.park_join(member, Parked(cmd.ref))
 
 
-def update_member(env: rb.Env, member: ClassicGroupMember, cmd: c.JoinGroup) -> None:
-    member.protocols = cmd.protocols
-    member.rebalance_timeout_ms = cmd.rebalance_timeout_ms
-    member.session_timeout_ms = cmd.session_timeout_ms
-    park_join(env, member, cmd)
+def update_member(
+    env: rb.Env, group: ClassicGroup, member: ClassicGroupMember, cmd: c.JoinGroup
+) -> None:
+    group.update_member(
+        member,
+        protocols=cmd.protocols,
+        rebalance_timeout_ms=cmd.rebalance_timeout_ms,
+        session_timeout_ms=cmd.session_timeout_ms,
+    )
+    park_join(env, group, member, cmd)
 
 
 def update_member_and_rebalance(
     env: rb.Env, group: ClassicGroup, member: ClassicGroupMember, cmd: c.JoinGroup, reason: str
 ) -> None:
-    update_member(env, member, cmd)
+    update_member(env, group, member, cmd)
     rb.maybe_prepare_rebalance(env, group, with_client_reason(reason, cmd), member)
 
 
@@ -221,10 +229,11 @@ def replace_static_member(
     env: rb.Env, group: ClassicGroup, instance_id: str, old_member_id: str, new_member_id: str
 ) -> ClassicGroupMember:
     """Give a static member a new id; whatever the old id had parked is fenced (KIP-345)."""
-    old = group.members.pop(old_member_id)
+    old = group.members[old_member_id]
+    assert old.group_instance_id == instance_id
     fenced = ErrorCode.fenced_instance_id
-    rb.complete_join_of(env, old, JoinGroupOutcome(error=fenced, member_id=old_member_id))
-    rb.complete_sync_of(env, old, SyncGroupOutcome(error=fenced))
+    rb.complete_join_of(env, group, old, JoinGroupOutcome(error=fenced, member_id=old_member_id))
+    rb.complete_sync_of(env, group, old, SyncGroupOutcome(error=fenced))
     rb.cancel_heartbeat(env, group, old)
     new = ClassicGroupMember(
         member_id=new_member_id,
@@ -237,13 +246,7 @@ def replace_static_member(
         protocols=old.protocols,
         assignment=old.assignment,
     )
-    group.members[new_member_id] = new
-    if group.leader_id == old_member_id:
-        group.leader_id = new_member_id
-    if old_member_id in group.pending_sync_members:
-        group.pending_sync_members.discard(old_member_id)
-        group.pending_sync_members.add(new_member_id)
-    group.static_members[instance_id] = new_member_id
+    group.replace_member(old_member_id, new)
     env.result.events.append(
         rb.member_removed_event(
             env, group, old, ev.RemovalCause.FENCED, f"replaced by static member {new_member_id}"
@@ -261,7 +264,7 @@ def update_static_member_and_rebalance(
     current_leader = group.leader_id
     member = replace_static_member(env, group, cmd.group_instance_id, old_member_id, new_member_id)
     rb.schedule_heartbeat(env, group, member)
-    update_member(env, member, cmd)
+    update_member(env, group, member, cmd)
 
     rebalance = True
     match group.state:
@@ -293,7 +296,7 @@ def update_static_member_and_rebalance(
                         leader=current_leader or "",
                         member_id=new_member_id,
                     )
-                rb.complete_join_of(env, member, outcome)
+                rb.complete_join_of(env, group, member, outcome)
             else:
                 rb.maybe_prepare_rebalance(
                     env,

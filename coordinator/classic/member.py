@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from coordinator.commands import Protocol
@@ -23,6 +24,13 @@ class Parked:
 
 @dataclass(slots=True, kw_only=True)
 class ClassicGroupMember:
+    """One member of a classic group.
+
+    `protocols`, `rebalance_timeout_ms`, `awaiting_join` and `awaiting_sync` feed the group's
+    tallies: once the member is in a group, change them only through
+    `ClassicGroup.update_member`, `park_join`/`unpark_join` and `park_sync`/`unpark_sync`.
+    """
+
     member_id: str
     group_instance_id: str | None
     client_id: str
@@ -57,6 +65,10 @@ class ClassicGroupMember:
     def protocol_names(self) -> list[str]:
         return [p.name for p in self.protocols]
 
+    def supported_protocols(self) -> set[str]:
+        """The protocol names, each once (a client may repeat one; it is still one vote)."""
+        return {p.name for p in self.protocols}
+
     def metadata(self, protocol_name: str) -> bytes:
         for p in self.protocols:
             if p.name == protocol_name:
@@ -67,12 +79,19 @@ class ClassicGroupMember:
         """Same protocols, same order, same metadata bytes (Kafka `MemberMetadata.matches`)."""
         return self.protocols == protocols
 
-    def vote(self, candidates: set[str]) -> str:
+    def vote(self, candidates: AbstractSet[str]) -> str:
         """The member's most preferred protocol among `candidates`."""
+        preferred = self.preferred(candidates)
+        if preferred is None:
+            raise AssertionError(f"member {self.member_id} supports none of {set(candidates)}")
+        return preferred
+
+    def preferred(self, candidates: AbstractSet[str]) -> str | None:
+        """The first of the member's protocols that is in `candidates`, if any."""
         for p in self.protocols:
             if p.name in candidates:
                 return p.name
-        raise AssertionError(f"member {self.member_id} supports none of {candidates}")
+        return None
 
     def has_satisfied_heartbeat(self) -> bool:
         """Kafka `MemberMetadata.hasSatisfiedHeartbeat`, evaluated when the deadline passes."""

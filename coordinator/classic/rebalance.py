@@ -91,14 +91,16 @@ def answer(env: Env, parked: Parked | None, outcome: Outcome) -> bool:
     return True
 
 
-def complete_join_of(env: Env, member: ClassicGroupMember, outcome: JoinGroupOutcome) -> bool:
-    parked, member.awaiting_join = member.awaiting_join, None
-    return answer(env, parked, outcome)
+def complete_join_of(
+    env: Env, group: ClassicGroup, member: ClassicGroupMember, outcome: JoinGroupOutcome
+) -> bool:
+    return answer(env, group.unpark_join(member), outcome)
 
 
-def complete_sync_of(env: Env, member: ClassicGroupMember, outcome: SyncGroupOutcome) -> bool:
-    parked, member.awaiting_sync = member.awaiting_sync, None
-    return answer(env, parked, outcome)
+def complete_sync_of(
+    env: Env, group: ClassicGroup, member: ClassicGroupMember, outcome: SyncGroupOutcome
+) -> bool:
+    return answer(env, group.unpark_sync(member), outcome)
 
 
 def current_members(group: ClassicGroup) -> tuple[JoinedMember, ...]:
@@ -222,8 +224,8 @@ def drop_member(
     Kafka answers only a parked JoinGroup here and forgets a parked SyncGroup; we answer both,
     because an unanswered request would block its connection (responses go out in order).
     """
-    complete_join_of(env, member, JoinGroupOutcome(error=ErrorCode.unknown_member_id))
-    complete_sync_of(env, member, SyncGroupOutcome(error=ErrorCode.unknown_member_id))
+    complete_join_of(env, group, member, JoinGroupOutcome(error=ErrorCode.unknown_member_id))
+    complete_sync_of(env, group, member, SyncGroupOutcome(error=ErrorCode.unknown_member_id))
     group.remove_member(member.member_id)
     cancel_heartbeat(env, group, member)
     env.result.events.append(member_removed_event(env, group, member, cause, reason))
@@ -399,6 +401,7 @@ def complete_join(env: Env, group: ClassicGroup) -> None:
     for member in group.members.values():
         complete_join_of(
             env,
+            group,
             member,
             join_outcome(group, member.member_id, with_members=group.is_leader(member.member_id)),
         )
@@ -491,7 +494,7 @@ def propagate_assignment(env: Env, group: ClassicGroup, error: ErrorCode) -> Non
             protocol_name=group.protocol_name if ok else None,
             assignment=member.assignment,
         )
-        if complete_sync_of(env, member, outcome):
+        if complete_sync_of(env, group, member, outcome):
             # The member was parked, so its session deadline may have lapsed unnoticed.
             schedule_heartbeat(env, group, member)
 

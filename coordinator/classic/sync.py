@@ -60,8 +60,8 @@ def sync_group(env: rb.Env, group: ClassicGroup, cmd: c.SyncGroup) -> None:
             # A SyncGroup parked earlier by the same member (a client retry) is told to rejoin
             # rather than left unanswered.
             retry = SyncGroupOutcome(error=ErrorCode.rebalance_in_progress)
-            rb.complete_sync_of(env, member, retry)
-            member.awaiting_sync = Parked(cmd.ref)
+            rb.complete_sync_of(env, group, member, retry)
+            group.park_sync(member, Parked(cmd.ref))
             rb.remove_pending_sync_member(env, group, member.member_id)
             if group.is_leader(member.member_id):
                 complete_sync(env, group, cmd)

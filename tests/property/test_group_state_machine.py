@@ -3,8 +3,9 @@
 Invariants: only valid state transitions (asserted inside `transition_to`), the generation
 never decreases, the leader is a member, parked requests exist only in the state that parks
 them and every request is answered exactly once unless it is still parked or its connection
-closed, no reply reaches a closed connection (asserted by the context), and replaying the
-emitted group records rebuilds `durable_view()`, which matches a Stable group's live snapshot.
+closed, no reply reaches a closed connection (asserted by the context), the group's tallies
+equal a recount from its members, and replaying the emitted group records rebuilds
+`durable_view()`, which matches a Stable group's live snapshot.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from coordinator.records import GroupMetadataRecord
 from coordinator.result import RequestRef
 from tests.builders import JoinGroupBuilder, heartbeat, leave, protocols, sync
 from tests.context import GroupTestContext
+from tests.property.test_group_tallies import check_tallies
 
 SLOTS = 4
 PROTOCOL_SETS = [("range",), ("range", "roundrobin"), ("roundrobin", "range")]
@@ -194,6 +196,12 @@ class GroupMachine(RuleBasedStateMachine):
             assert ref not in self.ctx.replies
         for ref in self.ctx.unanswered():
             assert ref in parked or ref.connection_id in self.ctx.closed, ref
+
+    @invariant()
+    def tallies_match_a_recount(self) -> None:
+        group = self.ctx.manager.group("g")
+        if group is not None:
+            check_tallies(group)
 
     @invariant()
     def replay_equals_durable_view(self) -> None:

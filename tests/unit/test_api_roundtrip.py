@@ -10,6 +10,8 @@ import io
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
@@ -278,3 +280,121 @@ def test_hand_packed_heartbeat_response_matches_kio(version: int, error: ErrorCo
     expected = encode_response(12, version, 12345,
                                heartbeat_api.to_response(outcome, version))
     assert heartbeat_api.encode(outcome, version, 12345) == expected
+
+
+# -- hand-packed JoinGroup / SyncGroup responses -------------------------------------------------
+
+_LONG = "m" * 200  # a compact length beyond one varint byte
+_WIDE = "mémbre-ü-€"  # the length prefix counts UTF-8 bytes, not characters
+
+PACKED_JOIN_OUTCOMES = [
+    *JOIN_OUTCOMES,
+    JoinGroupOutcome(error=ErrorCode.inconsistent_group_protocol, member_id=_WIDE),
+    JoinGroupOutcome(
+        generation_id=2**31 - 1,
+        protocol_type=None,
+        protocol_name="",
+        leader=_LONG,
+        member_id=_LONG,
+    ),
+    JoinGroupOutcome(
+        generation_id=7,
+        protocol_type="consumer",
+        protocol_name="cooperative-sticky",
+        leader="m-0",
+        member_id="m-0",
+        members=tuple(
+            JoinedMember(
+                member_id=f"m-{i}" if i % 3 else _WIDE + str(i),
+                group_instance_id=None if i % 2 else f"instance-{i}",
+                metadata=bytes(range(i % 256)) * (1 + i // 50),
+            )
+            for i in range(300)  # more than 127 members: a multi-byte compact array length
+        ),
+    ),
+]
+
+
+def _kio_bytes(module: Any, outcome: Any, version: int, correlation_id: int) -> bytes:
+    from protocol.codec import encode_response
+
+    return encode_response(
+        module.API_KEY, version, correlation_id, module.to_response(outcome, version)
+    )
+
+
+@pytest.mark.parametrize("version", range(join_group.MIN_VERSION, join_group.MAX_VERSION + 1))
+@pytest.mark.parametrize("outcome", PACKED_JOIN_OUTCOMES)
+def test_hand_packed_join_group_response_matches_kio(
+    version: int, outcome: JoinGroupOutcome
+) -> None:
+    expected = _kio_bytes(join_group, outcome, version, 987654)
+    assert join_group.encode(outcome, version, 987654) == expected
+
+
+PACKED_SYNC_OUTCOMES = [
+    SyncGroupOutcome(error=ErrorCode.rebalance_in_progress),
+    SyncGroupOutcome(error=ErrorCode.unknown_member_id, protocol_type="consumer"),
+    SyncGroupOutcome(protocol_type="consumer", protocol_name="range", assignment=b"abc"),
+    SyncGroupOutcome(protocol_type=_WIDE, protocol_name=_LONG, assignment=bytes(range(256)) * 4),
+]
+
+
+@pytest.mark.parametrize("version", range(sync_group.MIN_VERSION, sync_group.MAX_VERSION + 1))
+@pytest.mark.parametrize("outcome", PACKED_SYNC_OUTCOMES)
+def test_hand_packed_sync_group_response_matches_kio(
+    version: int, outcome: SyncGroupOutcome
+) -> None:
+    expected = _kio_bytes(sync_group, outcome, version, -5)
+    assert sync_group.encode(outcome, version, -5) == expected
+
+
+_ids = st.text(max_size=70)
+_joined_members = st.builds(
+    JoinedMember,
+    member_id=_ids,
+    group_instance_id=st.none() | _ids,
+    metadata=st.binary(max_size=300),
+)
+
+
+@given(
+    version=st.integers(join_group.MIN_VERSION, join_group.MAX_VERSION),
+    correlation_id=st.integers(-(2**31), 2**31 - 1),
+    outcome=st.builds(
+        JoinGroupOutcome,
+        error=st.sampled_from(ErrorCode),
+        generation_id=st.integers(-(2**31), 2**31 - 1),
+        protocol_type=st.none() | _ids,
+        protocol_name=st.none() | _ids,
+        leader=_ids,
+        skip_assignment=st.booleans(),
+        member_id=_ids,
+        members=st.lists(_joined_members, max_size=140).map(tuple),
+    ),
+)
+@settings(max_examples=300, deadline=None)
+def test_hand_packed_join_group_response_matches_kio_for_any_outcome(
+    version: int, correlation_id: int, outcome: JoinGroupOutcome
+) -> None:
+    expected = _kio_bytes(join_group, outcome, version, correlation_id)
+    assert join_group.encode(outcome, version, correlation_id) == expected
+
+
+@given(
+    version=st.integers(sync_group.MIN_VERSION, sync_group.MAX_VERSION),
+    correlation_id=st.integers(-(2**31), 2**31 - 1),
+    outcome=st.builds(
+        SyncGroupOutcome,
+        error=st.sampled_from(ErrorCode),
+        protocol_type=st.none() | _ids,
+        protocol_name=st.none() | _ids,
+        assignment=st.binary(max_size=400),
+    ),
+)
+@settings(max_examples=300, deadline=None)
+def test_hand_packed_sync_group_response_matches_kio_for_any_outcome(
+    version: int, correlation_id: int, outcome: SyncGroupOutcome
+) -> None:
+    expected = _kio_bytes(sync_group, outcome, version, correlation_id)
+    assert sync_group.encode(outcome, version, correlation_id) == expected

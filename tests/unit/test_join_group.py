@@ -225,3 +225,15 @@ def test_sync_after_join_uses_new_generation() -> None:
     a = ctx.join_dynamic()
     ctx.sleep(0)
     assert ctx.send(sync(a, 1, assignments={a: b"x"})).assignment == b"x"
+
+
+def test_a_repeated_protocol_name_counts_once() -> None:
+    ctx = GroupTestContext()
+    repeated = JoinGroupBuilder(version=3).with_protocols(*protocols("range", "range"))
+    ctx.send(repeated)
+    ctx.send(JoinGroupBuilder(version=3, client_id="other").with_protocols(*protocols("sticky")))
+    ctx.sleep(0)
+    joined = [o for o in ctx.replies.values() if o.error is ErrorCode.none]
+    assert [o.protocol_name for o in joined] == ["range"]
+    refused = [o for o in ctx.replies.values() if o.error is not ErrorCode.none]
+    assert [o.error for o in refused] == [ErrorCode.inconsistent_group_protocol]
