@@ -47,6 +47,7 @@ from coordinator.offsets import GroupExpiryView, OffsetStore, expire_timestamp_m
 from coordinator.outcomes import error_outcome
 from coordinator.records import CoordinatorRecord, GroupMetadataRecord, OffsetCommitRecord
 from coordinator.result import RequestRef, Result
+from storage.fs import REAL_FS, FileSystem
 from storage.log import LogConfig
 from storage.offsets_topic import GroupLog
 
@@ -98,6 +99,7 @@ class GroupRuntime:
         self._journal: Any = None
         self._journal_flush_pending = False
         self._tasks: list[asyncio.Task[None]] = []
+        self.fs: FileSystem = REAL_FS  # the group log's filesystem; tests inject faults here
 
     # lifecycle --------------------------------------------------------------------------------
 
@@ -107,12 +109,14 @@ class GroupRuntime:
         config = LogConfig(segment_bytes=settings["offsets.topic.segment.bytes"],
                            retention_ms=-1, retention_bytes=-1, max_message_bytes=2**31 - 1)
         self.group_log = GroupLog.open(data_dir, self.config.offsets_topic_num_partitions,
-                                       config, settings["offsets.commit.fsync"], repair=repair)
+                                       config, settings["offsets.commit.fsync"], self.fs,
+                                       repair=repair)
         journal_path = settings["journal.path"] or str(data_dir / "events.jsonl")
         self._journal = open(journal_path, "a", encoding="utf-8", buffering=1 << 16)  # noqa: SIM115
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._load()))
         self._tasks.append(loop.create_task(self._expiry_loop()))
+        self._tasks.append(loop.create_task(self._cleaner_loop()))
 
     async def _load(self) -> None:
         """Replay every partition of the group log; requests for a partition wait meanwhile."""
@@ -420,6 +424,24 @@ class GroupRuntime:
                 self.offsets.apply(record)
         self._event({"event": "offsets_expired", "partitions": len(expired.tombstones),
                      "groups_deleted": len(expired.groups_without_offsets)})
+
+    # compaction -------------------------------------------------------------------------------
+
+    async def _cleaner_loop(self) -> None:
+        """Compact the group log every `log.cleaner.backoff.ms` on a worker thread (SPEC §11)."""
+        settings = self.broker.settings
+        interval = settings["log.cleaner.backoff.ms"] / 1000
+        retention_ms = settings["log.cleaner.delete.retention.ms"]
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval)
+            if self.loading:
+                continue  # replay reads the segments the cleaner would swap
+            try:
+                await loop.run_in_executor(None, self.group_log.compact, self.clock.wall_ms(),
+                                           retention_ms)
+            except Exception:
+                log.exception("group log compaction failed")
 
     # registration -----------------------------------------------------------------------------
 

@@ -11,6 +11,9 @@ the same event-loop turn, and every append arriving while an fsync runs, shares 
 (group commit); the fsync runs in a worker thread so the event loop keeps serving. With an
 interval policy the future completes after the write and a timer fsyncs every interval.
 A failed write or fsync fails the futures of everything not yet durable: nothing is acknowledged.
+
+Compaction (`storage/compaction.py`) rewrites sealed segments in place, keeping offsets; `compact`
+runs one pass on the caller's thread and `close` waits for a running one to stop.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ import structlog
 
 from coordinator.placement import partition_for
 from coordinator.records import CoordinatorRecord
+from storage.batch import scan_batches
+from storage.compaction import CleanStats, GroupLogCleaner, verify_sealed
 from storage.fs import REAL_FS, FileSystem
 from storage.log import LogConfig, PartitionLog
 from storage.record_batch import encode_batch, iter_records
@@ -35,8 +40,10 @@ TOPIC = "__consumer_offsets"
 
 
 class GroupLog:
-    def __init__(self, logs: list[PartitionLog], fsync_policy: str) -> None:
+    def __init__(self, logs: list[PartitionLog], fsync_policy: str,
+                 fs: FileSystem = REAL_FS) -> None:
         self.logs = logs
+        self.cleaner = GroupLogCleaner(logs, fs)
         self.fsync_always = fsync_policy == "always"
         self.fsync_interval_ms = 0 if self.fsync_always else int(fsync_policy)
         self._dirty: set[int] = set()
@@ -49,11 +56,21 @@ class GroupLog:
     @classmethod
     def open(cls, data_dir: Path, num_partitions: int, config: LogConfig, fsync_policy: str,
              fs: FileSystem = REAL_FS, *, repair: bool = False) -> GroupLog:
-        logs = [
-            PartitionLog.open(data_dir / f"{TOPIC}-{p}", config, fs, repair=repair)
-            for p in range(num_partitions)
-        ]
-        return cls(logs, fsync_policy)
+        """Open and recover every partition. Raises `CorruptLogError` naming the damaged file
+        and byte position (without `repair`, every sealed segment is CRC-checked too: a flipped
+        bit there would otherwise replay as a wrong committed offset); `OSError`."""
+        logs: list[PartitionLog] = []
+        try:
+            for p in range(num_partitions):
+                logs.append(PartitionLog.open(data_dir / f"{TOPIC}-{p}", config, fs,
+                                              repair=repair))
+                if not repair:  # a repair already scanned every segment
+                    verify_sealed(logs[-1], fs)
+        except BaseException:
+            for partition_log in logs:
+                partition_log.close()
+            raise
+        return cls(logs, fsync_policy, fs)
 
     def partition_of(self, group_id: str) -> int:
         return partition_for(group_id, len(self.logs))
@@ -84,12 +101,16 @@ class GroupLog:
             chunk = partition_log.read(offset, 8 << 20)
             if not chunk:
                 break
-            last = offset
             for record_offset, key, value in iter_records(chunk):
-                last = record_offset
                 if key is not None and record_offset >= offset:
                     yield key, value
-            offset = last + 1
+            # Move on from the end of the last batch, not its last record: a compacted batch
+            # keeps the offset range of the batches it replaced, with fewer records.
+            batches = scan_batches(chunk, verify_crc=False)[0]
+            if not batches:
+                break
+            _, _, base, last_delta, *_ = batches[-1]
+            offset = base + last_delta + 1
 
     # appends ----------------------------------------------------------------------------------
 
@@ -172,7 +193,14 @@ class GroupLog:
         dirty, self._dirty = self._dirty, set()
         self._fsync(dirty)
 
+    # compaction -------------------------------------------------------------------------------
+
+    def compact(self, now_ms: int, delete_retention_ms: int) -> CleanStats:
+        """One compaction pass over every partition (blocking: run it on a worker thread)."""
+        return self.cleaner.clean(now_ms, delete_retention_ms)
+
     def close(self) -> None:
+        self.cleaner.stop()
         if self._interval_task is not None:
             self._interval_task.cancel()
         self.flush()

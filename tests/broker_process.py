@@ -22,6 +22,7 @@ class BrokerProcess:
         self.data_dir = data_dir
         self.port = port or free_port()
         self.settings = {"group.initial.rebalance.delay.ms": "0", **settings}
+        self.flags: list[str] = []  # extra command-line flags, e.g. ["--repair"]
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"broker-{self.port}.log"
 
@@ -35,6 +36,7 @@ class BrokerProcess:
                 "--listeners", f"PLAINTEXT://127.0.0.1:{self.port}"]
         for key, value in self.settings.items():
             args += [f"--{key}", str(value)]
+        args += self.flags
         log_file = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child process
         self.proc = subprocess.Popen(args, stdout=log_file, stderr=log_file,
                                      cwd=Path(__file__).resolve().parent.parent)

@@ -1,0 +1,243 @@
+"""The OffsetCommit path of the running broker with disk faults injected into the group log.
+
+A commit is acknowledged only once its records are fsynced; a failed write or fsync answers
+COORDINATOR_NOT_AVAILABLE and leaves the committed view unchanged; commits arriving together
+share one fsync (group commit, SPEC §11).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode
+
+from coordinator.runtime import Broker
+from coordinator.settings import defaults
+from protocol.build import build
+from storage.fs import FaultyFileSystem
+
+TOPIC = "t"
+
+
+@dataclass
+class _Header:
+    api_key: int
+    api_version: int
+    correlation_id: int = 1
+    client_id: str | None = "test"
+
+
+@dataclass
+class _Connection:
+    id: int
+    closed: bool = False
+    client_host: str = "127.0.0.1"
+
+
+@dataclass
+class FakeContext:
+    """What the group runtime uses of a `RequestContext`: the response lands in `responses`."""
+
+    header: _Header
+    connection: _Connection
+    responses: list[Any] = field(default_factory=list)
+
+    @property
+    def version(self) -> int:
+        return self.header.api_version
+
+    @property
+    def client_id(self) -> str:
+        return self.header.client_id or ""
+
+    @property
+    def client_host(self) -> str:
+        return self.connection.client_host
+
+    def respond(self, response: Any) -> None:
+        self.responses.append(response)
+
+    def respond_raw(self, framed: bytes | None) -> None:
+        self.responses.append(framed)
+
+
+@pytest.fixture
+async def broker(tmp_path: Path) -> AsyncIterator[tuple[Broker, FaultyFileSystem]]:
+    settings = defaults().with_overrides({"log.dirs": str(tmp_path / "data")})
+    broker = Broker(settings)
+    fs = FaultyFileSystem()
+    broker.groups.fs = fs
+    await broker.start()
+    broker.create_topic(TOPIC, 4, {}, reason="test")
+    while broker.groups.loading:
+        await asyncio.sleep(0.01)
+    try:
+        yield broker, fs
+    finally:
+        await broker.stop()
+
+
+_connections = iter(range(1000, 10**9))
+
+
+def commit(broker: Broker, group: str, offsets: dict[int, int], version: int = 8
+           ) -> FakeContext:
+    """Send a standalone OffsetCommit (generation -1); the answer arrives in `ctx.responses`."""
+    request = build(load_request_schema(8, version), {
+        "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+        "topics": [{"name": TOPIC, "partitions": [
+            {"partition_index": p, "committed_offset": o, "committed_metadata": ""}
+            for p, o in offsets.items()]}],
+    })
+    ctx = FakeContext(_Header(8, version), _Connection(next(_connections)))
+    broker.groups.offset_commit(ctx, request)  # type: ignore[arg-type]
+    return ctx
+
+
+def errors(ctx: FakeContext) -> list[ErrorCode]:
+    (response,) = ctx.responses
+    return [p.error_code for t in response.topics for p in t.partitions]
+
+
+async def answered(*contexts: FakeContext) -> None:
+    for _ in range(500):
+        if all(ctx.responses for ctx in contexts):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("commit not answered")
+
+
+def committed(broker: Broker, group: str, partition: int) -> int:
+    (fetched,) = broker.groups.offsets.fetch(group, [(TOPIC, [partition])])
+    return fetched.offset
+
+
+async def test_a_commit_is_answered_after_its_fsync(
+    broker: tuple[Broker, FaultyFileSystem],
+) -> None:
+    b, fs = broker
+    before = fs.ops.get("fsync", 0)
+    ctx = commit(b, "g", {0: 10})
+    assert ctx.responses == []  # nothing before the fsync
+    await answered(ctx)
+    assert errors(ctx) == [ErrorCode.none]
+    assert fs.ops["fsync"] == before + 1
+    assert committed(b, "g", 0) == 10
+
+
+@pytest.mark.parametrize("fault", ["write", "fsync"])
+async def test_a_failed_write_or_fsync_answers_coordinator_not_available(
+    broker: tuple[Broker, FaultyFileSystem], fault: str,
+) -> None:
+    b, fs = broker
+    ok = commit(b, "g", {0: 10, 1: 11})
+    await answered(ok)
+    assert errors(ok) == [ErrorCode.none, ErrorCode.none]
+
+    getattr(fs, f"fail_next_{fault}")()
+    failed = commit(b, "g", {0: 20, 1: 21})
+    await answered(failed)
+    assert fs.pending() == 0
+    assert errors(failed) == [ErrorCode.coordinator_not_available] * 2
+    assert (committed(b, "g", 0), committed(b, "g", 1)) == (10, 11)
+    assert not b.groups.offsets.has_pending("g")
+
+    retried = commit(b, "g", {0: 30, 1: 31})
+    await answered(retried)
+    assert errors(retried) == [ErrorCode.none, ErrorCode.none]
+    assert (committed(b, "g", 0), committed(b, "g", 1)) == (30, 31)
+
+
+async def test_commits_arriving_together_share_one_fsync(
+    broker: tuple[Broker, FaultyFileSystem],
+) -> None:
+    b, fs = broker
+    log = b.groups.group_log
+    same_partition = [g for g in (f"g{i}" for i in range(5000))
+                      if log.partition_of(g) == log.partition_of("g0")][:20]
+    fsyncs, rounds = fs.ops.get("fsync", 0), log.fsyncs
+    contexts = [commit(b, group, {0: i}) for i, group in enumerate(same_partition)]
+    await answered(*contexts)
+    assert all(errors(ctx) == [ErrorCode.none] for ctx in contexts)
+    assert (fs.ops["fsync"] - fsyncs, log.fsyncs - rounds) == (1, 1)
+
+    # groups on different partitions: one flush round, one fsync per partition touched
+    spread = [f"h{i}" for i in range(20)]
+    partitions = {log.partition_of(g) for g in spread}
+    fsyncs, rounds = fs.ops["fsync"], log.fsyncs
+    contexts = [commit(b, group, {1: i}) for i, group in enumerate(spread)]
+    await answered(*contexts)
+    assert (fs.ops["fsync"] - fsyncs, log.fsyncs - rounds) == (len(partitions), 1)
+
+
+async def test_commits_arriving_during_an_fsync_share_the_next_one(
+    broker: tuple[Broker, FaultyFileSystem],
+) -> None:
+    b, fs = broker
+    fsyncs = fs.ops.get("fsync", 0)
+    first = commit(b, "g", {0: 1})
+    await asyncio.sleep(0)  # the flush of `first` is on its way to the worker thread
+    later = [commit(b, "g", {0: i}) for i in range(2, 40)]
+    await answered(first, *later)
+    assert all(errors(ctx) == [ErrorCode.none] for ctx in [first, *later])
+    assert fs.ops["fsync"] - fsyncs <= 2
+    assert committed(b, "g", 0) == 39
+
+
+async def test_a_failed_fsync_fails_every_commit_waiting_on_it(
+    broker: tuple[Broker, FaultyFileSystem],
+) -> None:
+    b, fs = broker
+    log = b.groups.group_log
+    groups = [g for g in (f"g{i}" for i in range(5000))
+              if log.partition_of(g) == log.partition_of("g0")][:5]
+    fs.fail_next_fsync()
+    contexts = [commit(b, group, {0: 7}) for group in groups]
+    await answered(*contexts)
+    assert all(errors(ctx) == [ErrorCode.coordinator_not_available] for ctx in contexts)
+    assert all(committed(b, group, 0) == -1 for group in groups)
+
+
+def sealed_bytes(data_dir: Path) -> int:
+    """Bytes in the group log's sealed segments (all but the last of each partition)."""
+    return sum(p.stat().st_size for d in data_dir.glob("__consumer_offsets-*")
+               for p in sorted(d.glob("*.log"))[:-1])
+
+
+async def test_compaction_in_the_running_broker_keeps_the_committed_view(
+    tmp_path: Path,
+) -> None:
+    settings = defaults().with_overrides({
+        "log.dirs": str(tmp_path / "data"), "offsets.topic.num.partitions": "2",
+        "offsets.topic.segment.bytes": "4096", "log.cleaner.backoff.ms": "50"})
+    b = Broker(settings)
+    await b.start()
+    b.create_topic(TOPIC, 4, {}, reason="test")
+    while b.groups.loading:
+        await asyncio.sleep(0.01)
+    for i in range(300):
+        ctx = commit(b, f"g{i % 3}", {i % 4: i})
+        await answered(ctx)
+    view = b.groups.offsets.committed_view()
+    written = b.groups.group_log.logs[0].log_end_offset + b.groups.group_log.logs[1].log_end_offset
+    assert written == 300
+    for _ in range(200):
+        await asyncio.sleep(0.02)
+        if sealed_bytes(tmp_path / "data") < 4096:  # 300 commits of 12 keys wrote ~30 KiB
+            break
+    else:
+        raise AssertionError("the cleaner did not compact the group log")
+    await b.stop()
+
+    reopened = Broker(settings)
+    await reopened.start()
+    while reopened.groups.loading:
+        await asyncio.sleep(0.01)
+    assert reopened.groups.offsets.committed_view() == view
+    await reopened.stop()
