@@ -47,6 +47,8 @@ class GroupLog:
         self.fsync_always = fsync_policy == "always"
         self.fsync_interval_ms = 0 if self.fsync_always else int(fsync_policy)
         self._dirty: set[int] = set()
+        # Per partition, the log end offset covered by the last successful fsync.
+        self._durable_end = [partition_log.log_end_offset for partition_log in logs]
         self._waiting: list[asyncio.Future[None]] = []
         self._flushing = False
         self._interval_task: asyncio.Task[None] | None = None
@@ -123,12 +125,19 @@ class GroupLog:
         for record in records:
             by_partition.setdefault(self.partition_of(record.key.group), []).append(
                 encode_record(record))
+        written: list[tuple[int, int]] = []  # (partition, end before this append)
         try:
             for partition, encoded in by_partition.items():
-                self.logs[partition].append(encode_batch(encoded, timestamp), timestamp)
+                partition_log = self.logs[partition]
+                end_before = partition_log.log_end_offset
+                partition_log.append(encode_batch(encoded, timestamp), timestamp)
+                written.append((partition, end_before))
                 self._dirty.add(partition)
         except OSError as exc:
             log.error("group log write failed", error=str(exc))
+            # A multi-partition append is all or nothing: take back what did get written.
+            for partition, end_before in written:
+                self._truncate(partition, end_before)
             future.set_exception(exc)
             return future
         self.appends += 1
@@ -149,18 +158,35 @@ class GroupLog:
             self._flushing = False
             return
         loop = asyncio.get_running_loop()
-        job = loop.run_in_executor(None, self._fsync, dirty)
-        job.add_done_callback(lambda done: self._flushed(done, waiting))
+        ends = {p: self.logs[p].log_end_offset for p in dirty}
+        # One fsync per dirty partition, in parallel: they are independent files.
+        jobs = [loop.run_in_executor(None, self.logs[p].flush) for p in dirty]
+        gathered = asyncio.gather(*jobs, return_exceptions=True)
+        gathered.add_done_callback(lambda done: self._flushed(done, waiting, ends))
 
     def _fsync(self, partitions: set[int]) -> None:
         for partition in partitions:
             self.logs[partition].flush()
 
-    def _flushed(self, done: asyncio.Future[None], waiting: list[asyncio.Future[None]]) -> None:
+    def _flushed(self, done: asyncio.Future[list[BaseException | None]],
+                 waiting: list[asyncio.Future[None]], ends: dict[int, int]) -> None:
         self.fsyncs += 1
-        exc = done.exception()
-        if exc is not None:
+        errors = [r for r in done.result() if isinstance(r, BaseException)]
+        exc: BaseException | None = errors[0] if errors else None
+        if exc is None:
+            for partition, end in ends.items():
+                self._durable_end[partition] = max(self._durable_end[partition], end)
+        else:
             log.error("group log fsync failed", error=str(exc), waiting=len(waiting))
+            # After a failed fsync the kernel may have dropped those pages while later fsyncs
+            # report success; so nothing written since the last good fsync may stay in the
+            # log to be replayed after a restart. Cut every dirty partition back to it and fail
+            # the appends waiting for the next round too: their bytes are gone.
+            for partition in set(ends) | self._dirty:
+                self._truncate(partition, self._durable_end[partition])
+            self._dirty.clear()
+            waiting = waiting + self._waiting
+            self._waiting = []
         for future in waiting:
             if future.done():
                 continue
@@ -172,6 +198,16 @@ class GroupLog:
             self._start_flush()
         else:
             self._flushing = False
+
+    def _truncate(self, partition: int, offset: int) -> None:
+        partition_log = self.logs[partition]
+        if partition_log.log_end_offset <= offset:
+            return
+        try:
+            partition_log.truncate_to(offset)
+        except OSError as exc:
+            log.error("group log truncate failed", partition=partition, offset=offset,
+                      error=str(exc))
 
     def _ensure_interval_flusher(self) -> None:
         if self._interval_task is None:

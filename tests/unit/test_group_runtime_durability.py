@@ -241,3 +241,32 @@ async def test_compaction_in_the_running_broker_keeps_the_committed_view(
         await asyncio.sleep(0.01)
     assert reopened.groups.offsets.committed_view() == view
     await reopened.stop()
+
+
+async def test_a_commit_refused_after_a_failed_fsync_does_not_come_back_after_restart(
+    tmp_path: Path,
+) -> None:
+    settings = defaults().with_overrides({"log.dirs": str(tmp_path / "data")})
+    first = Broker(settings)
+    fs = FaultyFileSystem()
+    first.groups.fs = fs
+    await first.start()
+    first.create_topic(TOPIC, 1, {}, reason="test")
+    while first.groups.loading:
+        await asyncio.sleep(0.01)
+    ok = commit(first, "g", {0: 10})
+    await answered(ok)
+    fs.fail_next_fsync()
+    refused = commit(first, "g", {0: 20})
+    await answered(refused)
+    assert errors(refused) == [ErrorCode.coordinator_not_available]
+    await first.stop()
+
+    second = Broker(settings)
+    await second.start()
+    while second.groups.loading:
+        await asyncio.sleep(0.01)
+    try:
+        assert committed(second, "g", 0) == 10
+    finally:
+        await second.stop()
