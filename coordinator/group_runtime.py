@@ -16,6 +16,7 @@ import json
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -63,6 +64,12 @@ _MEMBER_APIS: dict[int, ModuleType] = {
 }
 
 
+# What `json.dumps` makes of the `offsets_committed` event (default separators, ASCII only).
+_OFFSETS_COMMITTED_LINE = ('{"ts": %d, "event": "offsets_committed", "group": %s, "member": %s, '
+                           '"generation": %d, "partitions": %d}\n')
+_json_string = encode_basestring_ascii
+
+
 @dataclass(slots=True)
 class _Pending:
     ctx: RequestContext
@@ -97,6 +104,8 @@ class GroupRuntime:
         self._pending: dict[RequestRef, _Pending] = {}
         self._sequence = itertools.count()
         self._journal: Any = None
+        self._writes_in_flight: dict[int, int] = {}  # group-log partition -> pending writes
+        self._held: dict[int, list[Result]] = {}  # group-log partition -> replies held back
         self._journal_flush_pending = False
         self._tasks: list[asyncio.Task[None]] = []
         self.fs: FileSystem = REAL_FS  # the group log's filesystem; tests inject faults here
@@ -132,10 +141,21 @@ class GroupRuntime:
                 count += 1
                 if count % 20_000 == 0:
                     await asyncio.sleep(0)  # keep serving other partitions' requests
+            self._restore_offset_only_groups(partition)
             self.loading.discard(partition)
             total += count
         log.info("group log loaded", records=total, groups=len(self.manager.groups),
                  duration_ms=self.clock.monotonic_ms() - started)
+
+    def _restore_offset_only_groups(self, partition: int) -> None:
+        """A group known only by its offsets (a standalone consumer's) comes back Empty, as
+        Kafka recreates it when replaying its offset records."""
+        now = self.clock.now_ms()
+        for group_id in self.offsets.groups_with_offsets():
+            if (self.manager.group(group_id) is None
+                    and self.group_log.partition_of(group_id) == partition):
+                _, result = self.manager.validate_offset_commit(group_id, "", -1, None, now)
+                self._apply_timers(result)
 
     def close(self) -> None:
         for task in self._tasks:
@@ -162,12 +182,16 @@ class GroupRuntime:
         ref = self._ref(ctx)
         command = module.to_command(request, ctx.version, ref, ctx.client_id, ctx.client_host)
         group_id = getattr(command, "group_id", None)
-        if group_id is not None and self._is_loading(group_id):
+        group_ids = getattr(command, "group_ids", None)
+        if (group_id is not None and self._is_loading(group_id)) or (
+                group_ids is not None and any(self._is_loading(g) for g in group_ids)) or (
+                ctx.header.api_key == list_groups.API_KEY and self.loading):
             ctx.respond(module.to_response(
                 error_outcome(command, ErrorCode.coordinator_load_in_progress), ctx.version))
             return
         self._pending[ref] = _Pending(ctx, module, command)
-        self.apply(self.manager.handle(command, self.clock.now_ms()))
+        self.apply(self.manager.handle(command, self.clock.now_ms()),
+                   None if group_id is None else self.group_log.partition_of(group_id))
 
     def offset_commit(self, ctx: RequestContext, request: Any) -> None:
         command = offset_commit.to_command(request, ctx.version, self._ref(ctx))
@@ -176,10 +200,14 @@ class GroupRuntime:
                 command, ErrorCode.coordinator_load_in_progress))
             return
         now = self.clock.now_ms()
+        group_known = self.manager.group(command.group_id) is not None
         error, result = self.manager.validate_offset_commit(
             command.group_id, command.member_id, command.generation_id,
             command.group_instance_id, now)
         self.apply(result)
+        if (error is ErrorCode.illegal_generation and not group_known
+                and ctx.version >= 9):
+            error = ErrorCode.group_id_not_found  # KIP-848 changed this answer from v9 on
         if error is not None:
             self._answer_commit(ctx, oc.OffsetCommitOutcome.failed(command, error))
             return
@@ -198,17 +226,27 @@ class GroupRuntime:
                 self._answer_commit(ctx, oc.OffsetCommitOutcome.failed(
                     command, ErrorCode.coordinator_not_available))
                 return
-            for record in records:
-                self.offsets.apply(record)
+            self.offsets.apply_all(records)
             self._answer_commit(ctx, oc.OffsetCommitOutcome.from_errors(errors))
-            self._event({"event": "offsets_committed", "group": command.group_id,
-                         "member": command.member_id, "generation": command.generation_id,
-                         "partitions": len(records)}, quiet=True)
+            self._journal_offsets_committed(command, len(records))
 
-        durable.add_done_callback(committed)
+        if durable.done():
+            committed(durable)  # an interval fsync policy: durable once written, answer now
+        else:
+            durable.add_done_callback(committed)
 
     def _answer_commit(self, ctx: RequestContext, outcome: oc.OffsetCommitOutcome) -> None:
-        ctx.respond(offset_commit.to_response(outcome, ctx.version))
+        ctx.respond_raw(offset_commit.encode(outcome, ctx.version, ctx.header.correlation_id))
+
+    def _journal_offsets_committed(self, command: oc.OffsetCommit, partitions: int) -> None:
+        """The quiet `offsets_committed` event: the journal line `_event` would write, formatted
+        directly, as one is written per commit."""
+        if self._journal is None:
+            return
+        self._journal.write(_OFFSETS_COMMITTED_LINE % (
+            self.clock.wall_ms(), _json_string(command.group_id),
+            _json_string(command.member_id), command.generation_id, partitions))
+        self._schedule_journal_flush()
 
     def _partition_exists(self, topic: str, partition: int) -> bool:
         found = self.broker.topics.get(topic)
@@ -237,6 +275,11 @@ class GroupRuntime:
         elif (group is None and not self.offsets.has_offsets(command.group_id)) or (
                 group is not None and group.state is GroupState.DEAD):
             outcome = oc.OffsetDeleteOutcome(error=ErrorCode.group_id_not_found)
+        elif (group is not None and group.members
+                and self._subscriptions(command.group_id) is None):
+            # A live group whose subscriptions we cannot read (not the consumer protocol):
+            # Kafka refuses to delete its offsets.
+            outcome = oc.OffsetDeleteOutcome(error=ErrorCode.non_empty_group)
         else:
             subscribed = self._subscriptions(command.group_id) or set()
             errors, tombstones = self.offsets.delete(command.group_id, command.topics,
@@ -312,16 +355,40 @@ class GroupRuntime:
 
     # applying results -------------------------------------------------------------------------
 
-    def apply(self, result: Result) -> None:
+    def apply(self, result: Result, log_partition: int | None = None) -> None:
+        """Apply a Result; `log_partition` is the group-log partition of the request's group.
+
+        A Result without records may still depend on one that is not yet durable (a follower's
+        SyncGroup answered from the assignment the leader's pending write carries), so while a
+        group-metadata write is in flight on that partition its replies are held back until the
+        write completes, as Kafka's coordinator runtime holds them.
+        """
         self._apply_timers(result)
         self._emit(result)
         if not result.records:
-            self._deliver(result)
+            if log_partition is not None and self._writes_in_flight.get(log_partition):
+                self._held.setdefault(log_partition, []).append(result)
+            else:
+                self._deliver(result)
             return
         records = list(result.records)
+        partitions = {self.group_log.partition_of(r.key.group) for r in records}
+        for partition in partitions:
+            self._writes_in_flight[partition] = self._writes_in_flight.get(partition, 0) + 1
         durable = self.group_log.append(records, self.clock.wall_ms())
 
         def persisted(done: asyncio.Future[None]) -> None:
+            try:
+                settle(done)
+            finally:
+                for partition in partitions:
+                    self._writes_in_flight[partition] -= 1
+                    if not self._writes_in_flight[partition]:
+                        del self._writes_in_flight[partition]
+                        for held in self._held.pop(partition, ()):
+                            self._deliver(held)
+
+        def settle(done: asyncio.Future[None]) -> None:
             if done.exception() is None:
                 self._deliver(result)
                 return
@@ -366,10 +433,13 @@ class GroupRuntime:
         if self._journal is not None:
             self._journal.write(json.dumps({"ts": self.clock.wall_ms(), **payload},
                                            default=str) + "\n")
-            if not self._journal_flush_pending:
-                # Batch journal writes: one flush per 100 ms instead of a syscall per event.
-                self._journal_flush_pending = True
-                asyncio.get_running_loop().call_later(0.1, self._flush_journal)
+            self._schedule_journal_flush()
+
+    def _schedule_journal_flush(self) -> None:
+        if not self._journal_flush_pending:
+            # Batch journal writes: one flush per 100 ms instead of a syscall per event.
+            self._journal_flush_pending = True
+            asyncio.get_running_loop().call_later(0.1, self._flush_journal)
 
     def _flush_journal(self) -> None:
         self._journal_flush_pending = False

@@ -8,6 +8,7 @@ and back. A record whose `value` is None is a tombstone: it deletes the key on r
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,3 +73,53 @@ CoordinatorRecord = OffsetCommitRecord | GroupMetadataRecord
 def record_group(record: CoordinatorRecord) -> str:
     """The group a record belongs to; it decides the `__consumer_offsets` partition."""
     return record.key.group
+
+
+# ----------------------------------------------------------------------------- builders
+#
+# A commit builds a value, a key and a record per partition. A frozen dataclass's `__init__`
+# parses keywords and sets every field through `object.__setattr__`: about 2 µs for the three,
+# the largest share of storing a 10-partition commit. These builders fill the same slots
+# directly (`object.__new__` plus each slot's descriptor), giving equal objects (same type,
+# fields, equality and hash) for about a third of the cost. Use them on hot paths; anywhere
+# else the constructors read better.
+
+_new = object.__new__
+
+
+def _slot_setters(cls: type, *names: str) -> tuple[Any, ...]:
+    return tuple(vars(cls)[name].__set__ for name in names)
+
+
+_set_group, _set_topic, _set_partition = _slot_setters(
+    OffsetCommitKey, "group", "topic", "partition")
+_set_offset, _set_leader_epoch, _set_metadata, _set_commit_ts, _set_expire_ts = _slot_setters(
+    OffsetCommitValue, "offset", "leader_epoch", "metadata", "commit_timestamp",
+    "expire_timestamp")
+_set_key, _set_value = _slot_setters(OffsetCommitRecord, "key", "value")
+
+
+def offset_commit_value(offset: int, leader_epoch: int, metadata: str, commit_timestamp: int,
+                        expire_timestamp: int) -> OffsetCommitValue:
+    """`OffsetCommitValue(offset=..., ...)`, built without the keyword `__init__`."""
+    value = _new(OffsetCommitValue)
+    _set_offset(value, offset)
+    _set_leader_epoch(value, leader_epoch)
+    _set_metadata(value, metadata)
+    _set_commit_ts(value, commit_timestamp)
+    _set_expire_ts(value, expire_timestamp)
+    return value
+
+
+def offset_commit_record(group: str, topic: str, partition: int,
+                         value: OffsetCommitValue | None) -> OffsetCommitRecord:
+    """Kafka's `newOffsetCommitRecord` (a tombstone when `value` is None):
+    `OffsetCommitRecord(key=OffsetCommitKey(...), value=value)` without the keyword `__init__`."""
+    key = _new(OffsetCommitKey)
+    _set_group(key, group)
+    _set_topic(key, topic)
+    _set_partition(key, partition)
+    record = _new(OffsetCommitRecord)
+    _set_key(record, key)
+    _set_value(record, value)
+    return record

@@ -169,11 +169,23 @@ def _header_without_tags(frame: bytes) -> tuple[Any, int]:
     return header, pos
 
 
+# Bounds on the search for an unknown tag section: clients put a few small tags at the end of
+# small requests, and an unbounded search would let one hostile frame stall the event loop.
+_TAGGED_BODY_MAX_BYTES = 64 * 1024
+_TAG_SECTION_MAX_BYTES = 1024
+_TAG_SECTION_MAX_FIELDS = 64
+
+
 def _strip_trailing_tags(body: bytes, codec: _RequestCodec) -> bytes | None:
     """Find the body's final tag section by trying each suffix start, and drop it."""
-    for cut in range(len(body) - 1, -1, -1):
+    if len(body) > _TAGGED_BODY_MAX_BYTES:
+        return None
+    lowest = max(len(body) - _TAG_SECTION_MAX_BYTES, 0)
+    for cut in range(len(body) - 1, lowest - 1, -1):
         try:
             count, pos = _read_uvarint(body, cut)
+            if count > _TAG_SECTION_MAX_FIELDS:
+                continue
             for _ in range(count):
                 _, pos = _read_uvarint(body, pos)
                 size, pos = _read_uvarint(body, pos)

@@ -64,6 +64,8 @@ class Connection(asyncio.Protocol):
         self._reading_paused = False
         self._writing_paused = False
         self.closed = False
+        # Set as soon as we decide to close: requests already read are then not handled.
+        self.closing = False
         self.client_host = ""
         self.drained: asyncio.Event = asyncio.Event()
         self.drained.set()
@@ -91,7 +93,8 @@ class Connection(asyncio.Protocol):
         self._processing = True
         try:
             backlog = self._backlog
-            while backlog and not self.closed and len(self._queue) < self._max_in_flight:
+            while (backlog and not self.closed and not self.closing
+                   and len(self._queue) < self._max_in_flight):
                 self._receive(backlog.popleft())
         finally:
             self._processing = False
@@ -205,6 +208,8 @@ class Connection(asyncio.Protocol):
         self.close()
 
     def close(self) -> None:
+        self.closing = True
+        self._backlog.clear()
         if self._transport is not None and not self.closed:
             self._transport.close()
         # connection_lost follows from the transport and notifies the handler.

@@ -34,6 +34,7 @@ out-of-range ints, over-long strings). Anything else is a bug.
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -395,6 +396,8 @@ _OC_VALUE_V3_HEAD = struct.Struct(">hqi")  # version, offset, leaderEpoch
 _OC_TAIL_V3 = struct.Struct(">q")  # commitTimestamp
 _OC_TAIL_V1 = struct.Struct(">qq")  # commitTimestamp, expireTimestamp
 _OC_VALUE_V1_HEAD = struct.Struct(">hq")  # version, offset
+# version, offset, leaderEpoch, metadata length (0: ""), commitTimestamp
+_OC_VALUE_V3_NO_METADATA = struct.Struct(">hqihq")
 
 
 def _str16(s: str) -> bytes:
@@ -404,13 +407,18 @@ def _str16(s: str) -> bytes:
     return _I16.pack(len(data)) + data
 
 
+@functools.lru_cache(maxsize=4096)
+def _offset_commit_key_head(group: str, topic: str) -> bytes:
+    """An OffsetCommitKey up to its partition: the same for every partition a group commits of
+    a topic, so it is encoded once per (group, topic) rather than once per record."""
+    return b"".join((_OC_KEY_PREFIX, _str16(group), _str16(topic)))
+
+
 def encode_key(key: OffsetCommitKey | GroupMetadataKey) -> bytes:
     """The key bytes Kafka writes: OffsetCommitKey v1 or GroupMetadataKey v2."""
     try:
         if isinstance(key, OffsetCommitKey):
-            return b"".join(
-                (_OC_KEY_PREFIX, _str16(key.group), _str16(key.topic), _I32.pack(key.partition))
-            )
+            return _offset_commit_key_head(key.group, key.topic) + _I32.pack(key.partition)
         return _I16.pack(GROUP_METADATA_KEY_VERSION) + _str16(key.group)
     except struct.error as exc:
         raise ValueError(f"cannot encode {key!r}: {exc}") from exc
@@ -435,6 +443,10 @@ def _encode_value(value: OffsetCommitValue | GroupMetadataValue, version: int | 
                 else OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY
             )
         if version == 3:
+            if not value.metadata:
+                return _OC_VALUE_V3_NO_METADATA.pack(
+                    3, value.offset, value.leader_epoch, 0, value.commit_timestamp
+                )
             return b"".join(
                 (
                     _OC_VALUE_V3_HEAD.pack(3, value.offset, value.leader_epoch),

@@ -99,7 +99,9 @@ def _respond(ctx: RequestContext, topics: list[dict[str, Any]]) -> None:
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> None:
     topics, total, errored = _read(broker, ctx, request)
     max_wait = int(request.max_wait.total_seconds() * 1000)
-    if errored or total >= max(request.min_bytes, 1) or max_wait <= 0:
+    # Kafka answers at once when the data reaches min_bytes (so min_bytes 0 never waits),
+    # when nothing was asked for, or on an error.
+    if errored or total >= request.min_bytes or max_wait <= 0 or not topics:
         _respond(ctx, topics)
         return
     parked = ParkedFetch(ctx, request, ("fetch", ctx.connection.id, id(ctx.slot)))

@@ -20,6 +20,10 @@ log = structlog.get_logger("rebalanced.produce")
 
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> None:
+    if request.acks not in (-1, 0, 1):
+        ctx.respond(_all_failed(ctx, request, ErrorCode.invalid_required_acks,
+                                f"acks must be -1, 0 or 1, not {request.acks}"))
+        return
     if request.transactional_id is not None:
         ctx.respond(_all_failed(ctx, request, ErrorCode.transactional_id_authorization_failed,
                                 "transactions are not supported by this broker"))
@@ -39,6 +43,11 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> None:
                 continue
             partition_log = topic.partitions[data.index]
             records = data.records or b""
+            if not records:
+                entry["error_code"] = ErrorCode.invalid_record
+                entry["error_message"] = "a produce request must carry a record batch"
+                partitions_out.append(entry)
+                continue
             try:
                 producer = broker.producers.check(topic.name, data.index, records)
                 if producer.duplicate_offset is not None:

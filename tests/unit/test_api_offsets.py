@@ -8,6 +8,8 @@ import io
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
@@ -26,6 +28,7 @@ from coordinator.offset_commands import (
 from coordinator.offsets import FetchedOffset
 from coordinator.result import RequestRef
 from protocol.build import build
+from protocol.codec import encode_response
 
 REF = RequestRef(1, 7)
 
@@ -102,6 +105,55 @@ def test_offset_commit_response_encodes(version: int) -> None:
         )
     )
     assert {p.error_code for p in failed.topics[0].partitions} == {ErrorCode.illegal_generation}
+
+
+def _kio_commit_bytes(outcome: OffsetCommitOutcome, version: int, correlation_id: int) -> bytes:
+    return encode_response(8, version, correlation_id,
+                           offset_commit.to_response(outcome, version))
+
+
+_WIDE = "tópico-ü-" * 3  # multi-byte UTF-8: lengths count bytes, not characters
+PACKED_COMMIT_OUTCOMES = [
+    OffsetCommitOutcome(topics=()),
+    OffsetCommitOutcome(topics=(("t", ()),)),
+    OffsetCommitOutcome(topics=(("t", tuple((p, ErrorCode.none) for p in range(10))),)),
+    OffsetCommitOutcome(topics=(
+        ("t", ((0, ErrorCode.none), (7, ErrorCode.offset_metadata_too_large))),
+        (_WIDE, ((2**31 - 1, ErrorCode.unknown_topic_or_partition),)),
+        ("x" * 200, tuple((p, ErrorCode.illegal_generation) for p in range(130))),
+    )),
+]
+
+
+@pytest.mark.parametrize("version", COMMIT_VERSIONS)
+@pytest.mark.parametrize("outcome", PACKED_COMMIT_OUTCOMES)
+def test_hand_packed_offset_commit_response_matches_kio(
+    version: int, outcome: OffsetCommitOutcome
+) -> None:
+    expected = _kio_commit_bytes(outcome, version, 424242)
+    assert offset_commit.encode(outcome, version, 424242) == expected
+
+
+@given(
+    version=st.sampled_from(COMMIT_VERSIONS),
+    correlation_id=st.integers(-(2**31), 2**31 - 1),
+    topics=st.lists(
+        st.tuples(
+            st.text(max_size=40),
+            st.lists(st.tuples(st.integers(0, 2**31 - 1), st.sampled_from(ErrorCode)),
+                     max_size=140).map(tuple),
+        ),
+        max_size=4,
+    ).map(tuple),
+)
+@settings(max_examples=300, deadline=None)
+def test_hand_packed_offset_commit_response_matches_kio_for_any_outcome(
+    version: int, correlation_id: int,
+    topics: tuple[tuple[str, tuple[tuple[int, ErrorCode], ...]], ...],
+) -> None:
+    outcome = OffsetCommitOutcome(topics=topics)
+    expected = _kio_commit_bytes(outcome, version, correlation_id)
+    assert offset_commit.encode(outcome, version, correlation_id) == expected
 
 
 # ------------------------------------------------------------------ OffsetFetch

@@ -16,10 +16,12 @@ from typing import Any
 import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader
 
 from coordinator.runtime import Broker
 from coordinator.settings import defaults
 from protocol.build import build
+from protocol.codec import response_codec
 from storage.fs import FaultyFileSystem
 
 TOPIC = "t"
@@ -64,7 +66,12 @@ class FakeContext:
         self.responses.append(response)
 
     def respond_raw(self, framed: bytes | None) -> None:
-        self.responses.append(framed)
+        """A hand-packed response: decoded with kio, so tests read it like `respond`'s."""
+        assert framed is not None
+        codec = response_codec(self.header.api_key, self.header.api_version)
+        _, used = entity_reader(codec.header_type)(framed, 4)
+        body, _ = entity_reader(codec.response_type)(framed, 4 + used)
+        self.responses.append(body)
 
 
 @pytest.fixture

@@ -1,0 +1,108 @@
+"""Review findings on the data plane (Fetch/Produce/CreateTopics edge cases)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import itertools
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader
+
+from coordinator.runtime import Broker
+from coordinator.settings import defaults
+from protocol.build import build
+from protocol.codec import RequestHeader, response_codec
+
+_ids = itertools.count(9000)
+
+
+class FakeConnection:
+    def __init__(self) -> None:
+        self.id = next(_ids)
+        self.closed = False
+        self.client_host = "/127.0.0.1"
+        self.out: list[bytes | None] = []
+
+    def complete(self, slot: object, data: bytes | None) -> None:
+        self.out.append(data)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def send(broker: Broker, api_key: int, version: int, body: dict[str, Any]) -> FakeConnection:
+    connection = FakeConnection()
+    request = build(load_request_schema(api_key, version), body)
+    broker.handle(connection, object(), RequestHeader(api_key, version, 1, "review"),  # type: ignore[arg-type]
+                  request)
+    return connection
+
+
+def decode(api_key: int, version: int, data: bytes) -> Any:
+    codec = response_codec(api_key, version)
+    _, used = entity_reader(codec.header_type)(data, 4)
+    body, _ = entity_reader(codec.response_type)(data, 4 + used)
+    return body
+
+
+@pytest.fixture
+async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
+    settings = defaults().with_overrides({"log.dirs": str(tmp_path / "data")})
+    b = Broker(settings)
+    await b.start()
+    b.create_topic("t", 1, {}, reason="test")
+    try:
+        yield b
+    finally:
+        await b.stop()
+
+
+def fetch_body(min_bytes: int, max_wait_ms: int, topics: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"replica_id": -1, "max_wait": datetime.timedelta(milliseconds=max_wait_ms),
+            "min_bytes": min_bytes, "max_bytes": 1 << 20, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1, "topics": topics,
+            "forgotten_topics_data": [], "rack_id": ""}
+
+
+AT_LOG_END = [{"topic": "t", "partitions": [{
+    "partition": 0, "current_leader_epoch": -1, "fetch_offset": 0, "last_fetched_epoch": -1,
+    "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}]
+
+
+async def test_fetch_with_min_bytes_zero_is_answered_at_once(broker: Broker) -> None:
+    connection = send(broker, 1, 12, fetch_body(0, 2000, AT_LOG_END))
+    await asyncio.sleep(0.1)
+    assert connection.out, "Fetch(min_bytes=0) is still parked"
+
+
+async def test_fetch_of_no_partitions_is_answered_at_once(broker: Broker) -> None:
+    connection = send(broker, 1, 12, fetch_body(1, 2000, []))
+    await asyncio.sleep(0.1)
+    assert connection.out, "Fetch([]) is still parked"
+
+
+async def test_fetch_at_log_end_with_min_bytes_one_waits(broker: Broker) -> None:
+    """Control: the ordinary long-poll parks until max_wait."""
+    connection = send(broker, 1, 12, fetch_body(1, 300, AT_LOG_END))
+    await asyncio.sleep(0.05)
+    assert connection.out == []
+    for _ in range(100):
+        if connection.out:
+            break
+        await asyncio.sleep(0.01)
+    assert connection.out and decode(1, 12, connection.out[0]).responses[0].partitions[
+        0].error_code == ErrorCode.none
+
+
+async def test_produce_without_a_record_batch_is_invalid_record(broker: Broker) -> None:
+    connection = send(broker, 0, 9, {
+        "transactional_id": None, "acks": -1, "timeout": datetime.timedelta(seconds=1),
+        "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": None}]}]})
+    response = decode(0, 9, connection.out[0])
+    assert response.responses[0].partition_responses[0].error_code == ErrorCode.invalid_record

@@ -1,0 +1,292 @@
+"""Review findings on how the group runtime applies Results: durability, restart, error codes.
+
+Requests are fed to an in-process broker through a stand-in request context; the group log's
+`append` can be swapped for one whose durability the test completes by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import itertools
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader
+
+from coordinator.classic.state import GroupState
+from coordinator.runtime import Broker
+from coordinator.settings import defaults
+from protocol.build import build
+from protocol.codec import response_codec
+
+TOPIC = "t"
+_ids = itertools.count(5000)
+
+
+@dataclass
+class _Header:
+    api_key: int
+    api_version: int
+    correlation_id: int = 1
+    client_id: str | None = "review"
+
+
+@dataclass
+class _Connection:
+    id: int
+    closed: bool = False
+    client_host: str = "/127.0.0.1"
+
+
+@dataclass
+class Ctx:
+    header: _Header
+    connection: _Connection
+    responses: list[Any] = field(default_factory=list)
+
+    @property
+    def version(self) -> int:
+        return self.header.api_version
+
+    @property
+    def client_id(self) -> str:
+        return self.header.client_id or ""
+
+    @property
+    def client_host(self) -> str:
+        return self.connection.client_host
+
+    @property
+    def open(self) -> bool:
+        return not self.connection.closed
+
+    def respond(self, response: Any) -> None:
+        self.responses.append(response)
+
+    def respond_raw(self, framed: bytes | None) -> None:
+        assert framed is not None
+        codec = response_codec(self.header.api_key, self.header.api_version)
+        _, used = entity_reader(codec.header_type)(framed, 4)
+        body, _ = entity_reader(codec.response_type)(framed, 4 + used)
+        self.responses.append(body)
+
+    @property
+    def answer(self) -> Any:
+        (response,) = self.responses
+        return response
+
+
+def send(broker: Broker, api_key: int, version: int, body: dict[str, Any],
+         connection: int | None = None) -> Ctx:
+    request = build(load_request_schema(api_key, version), body)
+    ctx = Ctx(_Header(api_key, version), _Connection(connection or next(_ids)))
+    handler = broker._handlers[api_key]
+    handler(ctx, request)  # type: ignore[arg-type]
+    return ctx
+
+
+async def until(predicate: Any, what: str = "condition") -> None:
+    for _ in range(300):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def start(data_dir: Path) -> Broker:
+    settings = defaults().with_overrides({"log.dirs": str(data_dir),
+                                          "group.initial.rebalance.delay.ms": "0"})
+    broker = Broker(settings)
+    await broker.start()
+    if broker.topics.get(TOPIC) is None:
+        broker.create_topic(TOPIC, 2, {}, reason="test")
+    await until(lambda: not broker.groups.loading, "load")
+    return broker
+
+
+@pytest.fixture
+async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
+    b = await start(tmp_path / "data")
+    try:
+        yield b
+    finally:
+        await b.stop()
+
+
+def join(broker: Broker, group: str, member_id: str = "", connection: int | None = None) -> Ctx:
+    return send(broker, 11, 3, {
+        "group_id": group, "session_timeout": datetime.timedelta(seconds=10),
+        "rebalance_timeout": datetime.timedelta(seconds=10), "member_id": member_id,
+        "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b"m"}],
+    }, connection)
+
+
+def sync(broker: Broker, group: str, generation: int, member_id: str,
+         assignments: dict[str, bytes] | None = None) -> Ctx:
+    return send(broker, 14, 3, {
+        "group_id": group, "generation_id": generation, "member_id": member_id,
+        "group_instance_id": None,
+        "assignments": [{"member_id": m, "assignment": a} for m, a in (assignments or {}).items()],
+    })
+
+
+async def completing_group(broker: Broker, group: str = "g") -> tuple[str, str, int]:
+    """Two members that got their JoinGroup answers: (leader, follower, generation)."""
+    first, second = join(broker, group), join(broker, group)
+    await until(lambda: first.responses and second.responses, "join answers")
+    assert first.answer.error_code == ErrorCode.none, first.answer
+    leader = first.answer.leader
+    ids = {first.answer.member_id, second.answer.member_id}
+    (follower,) = ids - {leader}
+    return leader, follower, first.answer.generation_id
+
+
+class HeldAppends:
+    """Replaces GroupLog.append: every append returns a future the test completes."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.futures: list[asyncio.Future[None]] = []
+        broker.groups.group_log.append = self.append  # type: ignore[method-assign]
+
+    def append(self, records: list[Any], now_ms: int | None = None) -> asyncio.Future[None]:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.futures.append(future)
+        return future
+
+
+# -- durability ---------------------------------------------------------------------------
+
+
+async def test_a_follower_is_not_given_an_assignment_before_it_is_durable(
+    broker: Broker,
+) -> None:
+    leader, follower, generation = await completing_group(broker)
+    held = HeldAppends(broker)
+    leader_sync = sync(broker, "g", generation, leader,
+                       {leader: b"L", follower: b"F"})
+    assert len(held.futures) == 1 and leader_sync.responses == []
+    follower_sync = sync(broker, "g", generation, follower)
+    await asyncio.sleep(0.05)
+    # The group record carrying this assignment is not durable yet: nobody may see it.
+    assert follower_sync.responses == []
+    held.futures[0].set_exception(OSError("disk full"))
+    await until(lambda: leader_sync.responses, "leader answer")
+    assert leader_sync.answer.error_code == ErrorCode.coordinator_not_available
+
+
+async def test_a_failed_group_write_answers_the_leader_with_an_error(broker: Broker) -> None:
+    """Control: the parked members are answered only after the append, with an error if it
+    fails, and the group rebalances."""
+    leader, follower, generation = await completing_group(broker)
+    held = HeldAppends(broker)
+    follower_sync = sync(broker, "g", generation, follower)
+    leader_sync = sync(broker, "g", generation, leader, {leader: b"L", follower: b"F"})
+    await asyncio.sleep(0.02)
+    assert follower_sync.responses == [] and leader_sync.responses == []
+    held.futures[0].set_exception(OSError("disk full"))
+    await until(lambda: follower_sync.responses and leader_sync.responses, "answers")
+    assert follower_sync.answer.error_code == ErrorCode.coordinator_not_available
+    assert leader_sync.answer.error_code == ErrorCode.coordinator_not_available
+    group = broker.groups.manager.group("g")
+    assert group is not None and group.state is GroupState.PREPARING_REBALANCE
+
+
+# -- restart ------------------------------------------------------------------------------
+
+
+def commit(broker: Broker, group: str, generation: int = -1, member_id: str = "",
+           version: int = 8) -> Ctx:
+    body: dict[str, Any] = {
+        "group_id": group, "generation_id_or_member_epoch": generation, "member_id": member_id,
+        "group_instance_id": None, "topics": [{"name": TOPIC, "partitions": [
+            {"partition_index": 0, "committed_offset": 42, "committed_leader_epoch": -1,
+             "committed_metadata": ""}]}],
+    }
+    return send(broker, 8, version, body)
+
+
+def listed(broker: Broker) -> dict[str, str]:
+    ctx = send(broker, 16, 4, {"states_filter": []})
+    return {g.group_id: g.group_state for g in ctx.answer.groups}
+
+
+async def test_a_standalone_group_is_still_listed_after_a_restart(tmp_path: Path) -> None:
+    first = await start(tmp_path / "data")
+    ctx = commit(first, "standalone")
+    await until(lambda: ctx.responses, "commit answer")
+    assert listed(first) == {"standalone": "Empty"}
+    await first.stop()
+
+    second = await start(tmp_path / "data")
+    try:
+        fetched = send(second, 9, 7, {"group_id": "standalone", "topics": None,
+                                      "require_stable": False})
+        assert fetched.answer.topics[0].partitions[0].committed_offset == 42
+        assert listed(second) == {"standalone": "Empty"}
+    finally:
+        await second.stop()
+
+
+# -- error codes --------------------------------------------------------------------------
+
+
+async def test_offset_commit_v9_to_an_unknown_group_is_group_id_not_found(
+    broker: Broker,
+) -> None:
+    ctx = commit(broker, "nobody", generation=3, member_id="m", version=9)
+    assert [p.error_code for t in ctx.answer.topics for p in t.partitions] == [
+        ErrorCode.group_id_not_found]
+
+
+async def test_offset_commit_v8_to_an_unknown_group_is_illegal_generation(
+    broker: Broker,
+) -> None:
+    ctx = commit(broker, "nobody", generation=3, member_id="m", version=8)
+    assert [p.error_code for t in ctx.answer.topics for p in t.partitions] == [
+        ErrorCode.illegal_generation]
+
+
+# -- loading ------------------------------------------------------------------------------
+
+
+async def test_describe_groups_of_a_loading_partition_is_load_in_progress(
+    broker: Broker,
+) -> None:
+    broker.groups.loading.add(broker.groups.group_log.partition_of("g"))
+    ctx = send(broker, 15, 5, {"groups": ["g"], "include_authorized_operations": False})
+    assert ctx.answer.groups[0].error_code == ErrorCode.coordinator_load_in_progress
+
+
+async def test_join_group_of_a_loading_partition_is_load_in_progress(broker: Broker) -> None:
+    """Control: the single-group APIs do check."""
+    broker.groups.loading.add(broker.groups.group_log.partition_of("g"))
+    ctx = join(broker, "g")
+    assert ctx.answer.error_code == ErrorCode.coordinator_load_in_progress
+
+
+# -- OffsetDelete -------------------------------------------------------------------------
+
+
+async def test_offset_delete_on_a_live_connect_group_is_non_empty_group(broker: Broker) -> None:
+    joined = send(broker, 11, 3, {
+        "group_id": "cg", "session_timeout": datetime.timedelta(seconds=10),
+        "rebalance_timeout": datetime.timedelta(seconds=10), "member_id": "",
+        "protocol_type": "connect", "protocols": [{"name": "sessioned", "metadata": b"x"}]})
+    await until(lambda: joined.responses, "join answer")
+    member, generation = joined.answer.member_id, joined.answer.generation_id
+    synced = sync(broker, "cg", generation, member, {member: b"a"})
+    await until(lambda: synced.responses, "sync answer")
+    committed = commit(broker, "cg", generation=generation, member_id=member)
+    await until(lambda: committed.responses, "commit answer")
+    assert committed.answer.topics[0].partitions[0].error_code == ErrorCode.none
+
+    deleted = send(broker, 47, 0, {"group_id": "cg", "topics": [
+        {"name": TOPIC, "partitions": [{"partition_index": 0}]}]})
+    await until(lambda: deleted.responses, "delete answer")
+    assert deleted.answer.error_code == ErrorCode.non_empty_group
