@@ -131,9 +131,14 @@ class GroupRuntime:
         """Replay every partition of the group log; requests for a partition wait meanwhile."""
         started = self.clock.monotonic_ms()
         total = 0
+        loop = asyncio.get_running_loop()
         for partition in range(self.config.offsets_topic_num_partitions):
             count = 0
-            for record in self.group_log.replay_partition(partition):
+            # Reading and decoding a partition runs in a worker thread so the loop keeps
+            # accepting and serving loaded partitions; applying the records stays on the loop.
+            records = await loop.run_in_executor(
+                None, lambda p=partition: list(self.group_log.replay_partition(p)))  # type: ignore[misc]
+            for record in records:
                 if isinstance(record, GroupMetadataRecord):
                     self._apply_timers(self.manager.replay(record, self.clock.now_ms()))
                 else:
@@ -375,7 +380,13 @@ class GroupRuntime:
         partitions = {self.group_log.partition_of(r.key.group) for r in records}
         for partition in partitions:
             self._writes_in_flight[partition] = self._writes_in_flight.get(partition, 0) + 1
-        durable = self.group_log.append(records, self.clock.wall_ms())
+        try:
+            durable = self.group_log.append(records, self.clock.wall_ms())
+        except Exception as exc:
+            # Whatever went wrong, the parked requests of this Result must still be answered.
+            log.exception("group log append failed")
+            durable = asyncio.get_running_loop().create_future()
+            durable.set_exception(exc)
 
         def persisted(done: asyncio.Future[None]) -> None:
             try:
