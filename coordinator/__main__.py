@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import sys
 import time
@@ -10,6 +11,7 @@ from collections.abc import Sequence
 
 import structlog
 
+import coordinator.without_hypothesis  # noqa: F401  (first: before anything imports kio)
 from coordinator.runtime import Broker
 from coordinator.settings import ConfigError, load
 from protocol.server import KafkaServer, install_signal_handlers, new_event_loop
@@ -40,12 +42,27 @@ async def _flush_logs_periodically() -> None:
         _LOG_STREAM.flush()
 
 
+def _tune_gc() -> None:
+    """Keep the collector's pauses short under load.
+
+    Everything made so far (modules, settings, the opened logs) lives as long as the process,
+    so it is frozen out of every collection. Young collections run every 10,000 allocations
+    instead of 700, and full ones far less often: under a commit load each commit leaves ten
+    long-lived offset values behind, and the default thresholds started a full collection
+    several times a second, each stalling the loop for tens of milliseconds (a commit's p99).
+    Only garbage in reference cycles waits longer; the rest is freed by reference counting.
+    """
+    gc.freeze()
+    gc.set_threshold(10_000, 50, 100)
+
+
 async def serve(broker: Broker, server_factory: type[KafkaServer] = KafkaServer) -> None:
     started = time.monotonic()
     flusher = asyncio.get_running_loop().create_task(_flush_logs_periodically())
     settings = broker.settings
     host, port = settings.listen
     await broker.start()
+    _tune_gc()
     server = server_factory(broker, host=host, port=port,
                             max_frame_bytes=settings["socket.request.max.bytes"],
                             max_in_flight=settings["queued.max.requests"])
@@ -80,6 +97,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rebalanced: {exc}", file=sys.stderr)
         return 1
     finally:
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         loop.close()
         _LOG_STREAM.flush()
     return 0

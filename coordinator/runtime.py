@@ -8,10 +8,11 @@ returns a `Result` that is applied here in order: timers, records (made durable)
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import structlog
 from kio.schema.errors import ErrorCode
@@ -80,6 +81,7 @@ class Broker:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = _lock_data_dir(self.data_dir)
         self.cluster_id = _cluster_id(self.data_dir)
         self.topics = TopicStore.open(self.data_dir, self.log_config(), repair=self.repair)
         self.groups.open(self.data_dir, self.repair)
@@ -224,6 +226,22 @@ class Broker:
             return
         ctx.respond(build(cls, throttle_time=0, error_code=ErrorCode.none,
                           producer_id=self.producers.new_producer_id(), producer_epoch=0))
+
+
+class DataDirInUse(RuntimeError):
+    pass
+
+
+def _lock_data_dir(data_dir: Path) -> IO[str]:
+    """Hold an exclusive lock on the data directory for the broker's lifetime: two brokers
+    appending to the same logs would corrupt them."""
+    handle = open(data_dir / ".lock", "a+", encoding="utf-8")  # noqa: SIM115 - held open
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise DataDirInUse(f"{data_dir} is in use by another broker (log.dirs)") from None
+    return handle
 
 
 def _cluster_id(data_dir: Path) -> str:

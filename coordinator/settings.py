@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 
 class ConfigError(ValueError):
     pass
@@ -173,6 +175,7 @@ def defaults() -> BrokerSettings:
 def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rebalanced",
+        allow_abbrev=False,
         description="A Kafka wire-protocol compatible consumer-group coordinator broker.",
         epilog="Every setting may also come from --config FILE or REBALANCED_<KEY> env vars.",
     )
@@ -181,7 +184,7 @@ def argument_parser() -> argparse.ArgumentParser:
                         help="truncate logs at a corrupted batch instead of refusing to start")
     for s in SETTINGS:
         parser.add_argument(f"--{s.key}", dest=s.key, metavar="VALUE",
-                            help=f"{s.doc} (default: {s.default or 'unset'})")
+                            help=f"{s.doc}" + (f" (default: {s.default})" if s.default else ""))
     return parser
 
 
@@ -190,8 +193,19 @@ def load(argv: Sequence[str] | None = None,
     args = argument_parser().parse_args(argv)
     env = os.environ if environ is None else environ
     overrides: dict[str, str] = {}
+    ignored: list[str] = []
     if args.config is not None:
-        overrides.update(read_properties(args.config))
+        try:
+            from_file = read_properties(args.config)
+        except OSError as exc:
+            raise ConfigError(f"cannot read --config {args.config}: {exc.strerror}") from exc
+        for key, value in from_file.items():
+            if key in _BY_KEY:
+                overrides[key] = value
+            else:
+                # A Kafka server.properties carries many settings that mean nothing here
+                # (broker.id, num.network.threads ...): they are skipped, and named.
+                ignored.append(key)
     for s in SETTINGS:
         env_key = "REBALANCED_" + s.key.upper().replace(".", "_")
         if env_key in env:
@@ -201,6 +215,9 @@ def load(argv: Sequence[str] | None = None,
         if value is not None:
             overrides[s.key] = value
     settings = defaults().with_overrides(overrides)
+    if ignored:
+        structlog.get_logger("rebalanced.settings").warning(
+            "settings not used by this broker ignored", file=str(args.config), keys=ignored)
     if settings["group.min.session.timeout.ms"] > settings["group.max.session.timeout.ms"]:
         raise ConfigError("group.min.session.timeout.ms exceeds group.max.session.timeout.ms")
     return settings, args

@@ -109,8 +109,9 @@ class CorruptLogError(Exception):
     def __init__(self, path: Path, position: int, reason: str = "corrupt record batch") -> None:
         super().__init__(
             f"{path}: corrupt log at byte {position}: {reason}. Valid data follows the damage, "
-            "so it is not a torn write; restore the partition or reopen with repair=True to "
-            "truncate the log at this position (everything after it is lost)"
+            "so it is not a torn write; restore the partition or reopen with repair=True "
+            "(the broker's --repair flag) to truncate the log at this position "
+            "(everything after it is lost)"
         )
         self.path = path
         self.position = position
