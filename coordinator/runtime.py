@@ -97,6 +97,7 @@ class Broker:
         self.topics.flush_all()
         self.topics.close()
         self.groups.close()
+        self._lock.close()  # releases the data-directory lock
 
     async def _retention_loop(self) -> None:
         interval = self.settings["log.retention.check.interval.ms"] / 1000
