@@ -195,8 +195,11 @@ class GroupRuntime:
                 error_outcome(command, ErrorCode.coordinator_load_in_progress), ctx.version))
             return
         self._pending[ref] = _Pending(ctx, module, command)
-        self.apply(self.manager.handle(command, self.clock.now_ms()),
-                   None if group_id is None else self.group_log.partition_of(group_id))
+        result = self.manager.handle(command, self.clock.now_ms())
+        # The group's log partition matters to `apply` only while a group write is in flight;
+        # a heartbeat to an idle group should not hash the group id.
+        self.apply(result, self.group_log.partition_of(group_id)
+                   if group_id is not None and self._writes_in_flight else None)
 
     def offset_commit(self, ctx: RequestContext, request: Any) -> None:
         command = offset_commit.to_command(request, ctx.version, self._ref(ctx))

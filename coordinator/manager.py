@@ -75,8 +75,10 @@ class GroupCoordinator:
         self._new_member_id = new_member_id
         self._groups: dict[str, ClassicGroup] = {}
         self._durable: dict[str, GroupMetadataValue] = {}
-        # connection id -> groups where a request of that connection may be parked
-        self._parked_by_connection: dict[int, set[str]] = {}
+        # connection id -> groups where a request of that connection may be parked: the group
+        # id itself while there is one (nearly always: a consumer's coordinator connection
+        # serves one group), a set beyond that. Entries live until the connection closes.
+        self._parked_by_connection: dict[int, str | set[str]] = {}
 
     # -- read access for the offsets/admin layer -------------------------------------------
 
@@ -259,7 +261,8 @@ class GroupCoordinator:
         The members stay (their JoinGroup still counts as a rejoin, as in Kafka) until their
         session expires or the rebalance moves on without them.
         """
-        for group_id in self._parked_by_connection.pop(connection_id, set()):
+        parked = self._parked_by_connection.pop(connection_id, ())
+        for group_id in (parked,) if isinstance(parked, str) else parked:
             group = self._groups.get(group_id)
             if group is not None:
                 group.forget_connection(connection_id)
@@ -439,8 +442,19 @@ class GroupCoordinator:
         if isinstance(cmd, (c.JoinGroup, c.SyncGroup)) and not any(
             r.ref == cmd.ref for r in result.replies
         ):
-            self._parked_by_connection.setdefault(cmd.ref.connection_id, set()).add(cmd.group_id)
+            self._index_parked(cmd.ref.connection_id, cmd.group_id)
         return result
+
+    def _index_parked(self, connection_id: int, group_id: str) -> None:
+        index = self._parked_by_connection
+        groups = index.get(connection_id)
+        if groups is None:
+            index[connection_id] = group_id
+        elif isinstance(groups, str):
+            if groups != group_id:
+                index[connection_id] = {groups, group_id}
+        else:
+            groups.add(group_id)
 
     def __iter__(self) -> Iterator[ClassicGroup]:
         return iter(self._groups.values())

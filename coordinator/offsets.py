@@ -321,15 +321,14 @@ class OffsetStore:
                 partitions = offsets.setdefault(group, {}).setdefault(topic, {})
                 group_pending = pending.get(group)
             partition = key.partition
-            if group_pending is not None:
+            if group_pending is not None:  # `_settle_pending`, with the group looked up
                 tp = (topic, partition)
                 values = group_pending.get(tp)
-                if values is not None and _remove_value(values, value):
-                    if not values:
-                        del group_pending[tp]
-                        if not group_pending:
-                            del pending[group]
-                            group_pending = None
+                if values is not None and _remove_value(values, value) and not values:
+                    del group_pending[tp]
+                    if not group_pending:
+                        del pending[group]
+                        group_pending = None
             partitions[partition] = value
 
     def abort(self, records: Iterable[CoordinatorRecord]) -> None:

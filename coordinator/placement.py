@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 _INT_MIN = -(2**31)
 
 
@@ -19,5 +21,7 @@ def kafka_abs(n: int) -> int:
     return 0 if n == _INT_MIN else abs(n)
 
 
+@functools.lru_cache(maxsize=4096)
 def partition_for(group_id: str, num_partitions: int) -> int:
+    """Cached: every append to the group log asks, and the hash walks the whole group id."""
     return kafka_abs(java_string_hash(group_id)) % num_partitions

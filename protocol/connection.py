@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections import deque
+import sys
 from typing import Any, Protocol
 
 import structlog
@@ -49,16 +49,31 @@ class RequestHandler(Protocol):
 
 
 class Connection(asyncio.Protocol):
+    """Memory: a broker may hold tens of thousands of mostly idle connections (one per group
+    member), so the connection has slots, the `drained` event is made only when asked for, and
+    the response queue and the backlog are lists: a deque costs a 600-byte block even when it
+    holds one request, and a connection rarely has more than a few in flight (popping the
+    front of a list of `queued.max.requests` is still a short memmove).
+    """
+
+    __slots__ = (
+        "_backlog", "_decoder", "_drained", "_handler", "_max_in_flight", "_out", "_processing",
+        "_queue", "_reading_paused", "_transport", "_write_scheduled", "_writing_paused",
+        "client_host", "closed", "closing", "id",
+    )
+
     def __init__(self, handler: RequestHandler, *, max_frame_bytes: int,
                  max_in_flight: int = 1000) -> None:
         self.id = next(_connection_ids)
         self._handler = handler
         self._decoder = FrameDecoder(max_frame_bytes)
-        self._queue: deque[ResponseSlot] = deque()
-        # Frames already read but not yet handled because too many requests are in flight.
-        self._backlog: deque[bytes] = deque()
+        # Requests answered or not, in arrival order.
+        self._queue: list[ResponseSlot] = []
+        # Frames read but not yet handled (too many requests in flight, or mid-batch).
+        self._backlog: list[bytes] = []
         self._processing = False
         self._out: list[bytes] = []
+        self._write_scheduled = False
         self._max_in_flight = max_in_flight
         self._transport: asyncio.Transport | None = None
         self._reading_paused = False
@@ -67,8 +82,7 @@ class Connection(asyncio.Protocol):
         # Set as soon as we decide to close: requests already read are then not handled.
         self.closing = False
         self.client_host = ""
-        self.drained: asyncio.Event = asyncio.Event()
-        self.drained.set()
+        self._drained: asyncio.Event | None = None
 
     # asyncio.Protocol -------------------------------------------------------------------------
 
@@ -76,7 +90,18 @@ class Connection(asyncio.Protocol):
         # uvloop's transports are not subclasses of asyncio.Transport; duck typing suffices.
         self._transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
-        self.client_host = f"/{peer[0]}" if peer else ""
+        # Interned: members keep it, and a host usually has many connections.
+        self.client_host = sys.intern(f"/{peer[0]}") if peer else ""
+
+    @property
+    def drained(self) -> asyncio.Event:
+        """Set while no response is owed (a graceful shutdown waits for it); made on demand."""
+        event = self._drained
+        if event is None:
+            event = self._drained = asyncio.Event()
+            if not self._queue:
+                event.set()
+        return event
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -84,20 +109,29 @@ class Connection(asyncio.Protocol):
         except FrameError as exc:
             self._reject(str(exc))
             return
-        self._backlog.extend(frames)
+        if not frames:
+            return
+        if self._backlog:
+            self._backlog.extend(frames)
+        else:
+            self._backlog = frames
         self._process_backlog()
 
     def _process_backlog(self) -> None:
         if self._processing:
             return  # a handler answered synchronously; the outer loop carries on
         self._processing = True
+        backlog = self._backlog
+        handled = 0
         try:
-            backlog = self._backlog
-            while (backlog and not self.closed and not self.closing
+            while (handled < len(backlog) and not self.closed and not self.closing
                    and len(self._queue) < self._max_in_flight):
-                self._receive(backlog.popleft())
+                handled += 1
+                self._receive(backlog[handled - 1])
         finally:
             self._processing = False
+            if handled and self._backlog is backlog:  # `close` drops the whole backlog
+                del backlog[:handled]
         self._write_out()
         self._update_reading()
 
@@ -111,8 +145,9 @@ class Connection(asyncio.Protocol):
             return
         self.closed = True
         self._queue.clear()
-        self._backlog.clear()
-        self.drained.set()
+        self._backlog = []
+        if self._drained is not None:
+            self._drained.set()
         self._handler.connection_closed(self)
 
     def pause_writing(self) -> None:
@@ -147,7 +182,8 @@ class Connection(asyncio.Protocol):
     def _reserve(self, header: RequestHeader | None) -> ResponseSlot:
         slot = ResponseSlot(header)
         self._queue.append(slot)
-        self.drained.clear()
+        if self._drained is not None:
+            self._drained.clear()
         return slot
 
     def complete(self, slot: ResponseSlot, data: bytes | None) -> None:
@@ -164,20 +200,33 @@ class Connection(asyncio.Protocol):
         if transport is None:
             return
         out = self._out
-        while queue and queue[0].done:
-            data = queue.popleft().data
-            if data is not None:
-                out.append(data)
-        if not self._processing:
+        ready = 0
+        for slot in queue:
+            if not slot.done:
+                break
+            ready += 1
+            if slot.data is not None:
+                out.append(slot.data)
+        if ready:
+            del queue[:ready]
+        if out and not self._processing and not self._write_scheduled:
             # Responses completed while a batch of pipelined requests is being handled go
             # out in one write when the batch ends; one syscall instead of one per response.
-            self._write_out()
-        if not queue:
-            self.drained.set()
+            # Outside a batch (answers to parked requests, commits made durable by one group
+            # fsync) the write waits for the end of this event-loop turn, so the responses
+            # completed together share it too.
+            self._write_scheduled = True
+            asyncio.get_running_loop().call_soon(self._scheduled_write)
+        if not queue and self._drained is not None:
+            self._drained.set()
         if self._backlog:
             self._process_backlog()
         else:
             self._update_reading()
+
+    def _scheduled_write(self) -> None:
+        self._write_scheduled = False
+        self._write_out()
 
     def _write_out(self) -> None:
         out = self._out
@@ -209,7 +258,8 @@ class Connection(asyncio.Protocol):
 
     def close(self) -> None:
         self.closing = True
-        self._backlog.clear()
+        self._backlog = []
+        self._write_out()  # responses already answered go out before the close
         if self._transport is not None and not self.closed:
             self._transport.close()
         # connection_lost follows from the transport and notifies the handler.

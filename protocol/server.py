@@ -59,6 +59,8 @@ class KafkaServer:
 
 
 class _TrackedConnection(Connection):
+    __slots__ = ("_server_ref",)
+
     def __init__(self, server: KafkaServer, handler: RequestHandler, **kwargs: int) -> None:
         super().__init__(handler, **kwargs)
         self._server_ref = server

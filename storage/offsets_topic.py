@@ -32,7 +32,7 @@ from storage.compaction import CleanStats, GroupLogCleaner, verify_sealed
 from storage.fs import REAL_FS, FileSystem
 from storage.log import LogConfig, PartitionLog
 from storage.record_batch import encode_batch, iter_records
-from storage.records import UnknownRecord, decode_record, encode_record
+from storage.records import UnknownRecord, decode_record, encode_records
 
 log = structlog.get_logger("rebalanced.group_log")
 
@@ -121,10 +121,16 @@ class GroupLog:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         timestamp = int(time.time() * 1000) if now_ms is None else now_ms
-        by_partition: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        # A commit's records all belong to one group: look its partition up once per run.
+        grouped: dict[int, list[CoordinatorRecord]] = {}
+        group: str | None = None
+        run: list[CoordinatorRecord] = []
         for record in records:
-            by_partition.setdefault(self.partition_of(record.key.group), []).append(
-                encode_record(record))
+            if record.key.group != group:
+                group = record.key.group
+                run = grouped.setdefault(self.partition_of(group), [])
+            run.append(record)
+        by_partition = {partition: encode_records(run) for partition, run in grouped.items()}
         written: list[tuple[int, int]] = []  # (partition, end before this append)
         try:
             for partition, encoded in by_partition.items():

@@ -24,30 +24,50 @@ def _varint(value: int, out: bytearray) -> None:
     out.append(value)
 
 
+def _varint_bytes(value: int) -> bytes:
+    out = bytearray()
+    _varint(value, out)
+    return bytes(out)
+
+
+# Zigzag varints of 0..1023, where the lengths and offset deltas of nearly every group-log
+# record fall; larger values are encoded as they come.
+_SMALL_VARINTS = [_varint_bytes(n) for n in range(1 << 10)]
+_NULL_LENGTH = _varint_bytes(-1)
+_HEAD = struct.Struct(">qiibI")  # base offset .. crc: what the CRC does not cover
+_TAIL = struct.Struct(">hiqqqhii")  # attributes .. records count: covered by the CRC
+_ATTRIBUTES_AND_TIMESTAMP_DELTA = b"\x00\x00"  # no attributes, timestamp delta 0
+_NO_HEADERS = b"\x00"
+
+
 def encode_batch(records: Sequence[tuple[bytes, bytes | None]], timestamp_ms: int,
                  base_offset: int = 0) -> bytes:
-    body = bytearray()
+    small = _SMALL_VARINTS
+    limit = len(small)
+    parts: list[bytes] = []
+    append = parts.append
+    join = b"".join
     for delta, (key, value) in enumerate(records):
-        record = bytearray(b"\x00")  # attributes
-        _varint(0, record)  # timestamp delta
-        _varint(delta, record)  # offset delta
-        _varint(len(key), record)
-        record += key
+        key_len = len(key)
+        keyed = (_ATTRIBUTES_AND_TIMESTAMP_DELTA,
+                 small[delta] if delta < limit else _varint_bytes(delta),
+                 small[key_len] if key_len < limit else _varint_bytes(key_len),
+                 key)
         if value is None:
-            _varint(-1, record)
+            record = join((*keyed, _NULL_LENGTH, _NO_HEADERS))
         else:
-            _varint(len(value), record)
-            record += value
-        _varint(0, record)  # headers
-        _varint(len(record), body)
-        body += record
+            value_len = len(value)
+            record = join((*keyed, small[value_len] if value_len < limit
+                           else _varint_bytes(value_len), value, _NO_HEADERS))
+        length = len(record)
+        append(small[length] if length < limit else _varint_bytes(length))
+        append(record)
     count = len(records)
-    header = bytearray(_HEADER.pack(
-        base_offset, HEADER_SIZE - 12 + len(body), 0, 2, 0, 0, count - 1, timestamp_ms,
-        timestamp_ms, -1, -1, -1, count))
-    batch = header + body
-    struct.pack_into(">I", batch, 17, crc32c(memoryview(batch)[_CRC_START:]))
-    return bytes(batch)
+    tail = _TAIL.pack(0, count - 1, timestamp_ms, timestamp_ms, -1, -1, -1, count)
+    body = join(parts)
+    crc = crc32c(body, crc32c(tail))
+    head = _HEAD.pack(base_offset, HEADER_SIZE - 12 + len(body), 0, 2, crc)
+    return join((head, tail, body))
 
 
 def _read_varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:

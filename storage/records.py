@@ -476,6 +476,38 @@ def encode_record(record: CoordinatorRecord) -> tuple[bytes, bytes | None]:
     return key, None if record.value is None else encode_value(record.value)
 
 
+def encode_records(records: Sequence[CoordinatorRecord]) -> list[tuple[bytes, bytes | None]]:
+    """`encode_record` of each record, in order. The commonest record, an OffsetCommit whose
+    value has neither metadata nor an expire timestamp, is packed inline here, with its key's
+    group and topic encoded once per run: a commit writes one per partition. Raises what
+    `encode_record` raises."""
+    out: list[tuple[bytes, bytes | None]] = []
+    append = out.append
+    group = topic = ""
+    head = b""
+    for record in records:
+        value = record.value
+        if (
+            type(record) is not OffsetCommitRecord
+            or type(value) is not OffsetCommitValue
+            or value.metadata
+            or value.expire_timestamp != -1
+        ):
+            append(encode_record(record))
+            continue
+        key = record.key
+        if not head or key.group != group or key.topic != topic:
+            group, topic = key.group, key.topic
+            head = _offset_commit_key_head(group, topic)
+        try:
+            append((head + _I32.pack(key.partition),
+                    _OC_VALUE_V3_NO_METADATA.pack(3, value.offset, value.leader_epoch, 0,
+                                                  value.commit_timestamp)))
+        except struct.error:
+            append(encode_record(record))  # raises the ValueError naming the bad field
+    return out
+
+
 def _offset_commit_fields(value: OffsetCommitValue) -> Fields:
     return {
         "offset": value.offset,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime
 import struct
+import sys
 from typing import Any
 
 from coordinator.commands import JoinGroup, Protocol
@@ -45,12 +46,14 @@ def to_command(
         group_instance_id=getattr(request, "group_instance_id", None),
         session_timeout_ms=session_timeout_ms,
         rebalance_timeout_ms=session_timeout_ms if rebalance is None else rebalance // _ONE_MS,
-        protocol_type=request.protocol_type,
+        # Interned: every member of every group keeps these, and they repeat across members.
+        protocol_type=sys.intern(request.protocol_type),
         protocols=tuple(
-            Protocol(name=p.name, metadata=bytes(p.metadata)) for p in request.protocols
+            Protocol(name=sys.intern(p.name), metadata=bytes(p.metadata))
+            for p in request.protocols
         ),
         reason=getattr(request, "reason", None),
-        client_id=client_id,
+        client_id=sys.intern(client_id),
         client_host=client_host,
     )
 

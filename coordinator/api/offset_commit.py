@@ -49,15 +49,14 @@ def to_command(request: Any, version: int, ref: RequestRef) -> OffsetCommit:
         topics=tuple(
             (
                 topic.name,
-                tuple(
-                    (
-                        p.partition_index,
-                        p.committed_offset,
-                        getattr(p, "committed_leader_epoch", -1),
-                        p.committed_metadata,
-                    )
+                tuple([
+                    (p.partition_index, p.committed_offset, p.committed_leader_epoch,
+                     p.committed_metadata)
                     for p in topic.partitions
-                ),
+                ] if version >= 6 else [
+                    (p.partition_index, p.committed_offset, -1, p.committed_metadata)
+                    for p in topic.partitions
+                ]),
             )
             for topic in request.topics
         ),
@@ -98,10 +97,11 @@ def encode(outcome: OffsetCommitOutcome, api_version: int, correlation_id: int) 
     for topic, partitions in outcome.topics:
         body.append(string(topic))
         body.append(array_length(len(partitions)))
+        # ErrorCode is an IntEnum: struct packs the member itself.
         if tags:
-            body.extend([pack(partition, error.value, 0) for partition, error in partitions])
+            body.extend([pack(partition, error, 0) for partition, error in partitions])
             body.append(tags)
         else:
-            body.extend([pack(partition, error.value) for partition, error in partitions])
+            body.extend([pack(partition, error) for partition, error in partitions])
     body.append(tags)
     return fp.frame(correlation_id, enc.flexible, body)

@@ -15,7 +15,9 @@ in the join phase), so the group keeps running tallies over `members`, as Kafka'
 * `_num_awaiting_join`: members with a parked JoinGroup;
 * `_rebalance_timeouts`: rebalance timeout -> members with it;
 * `_votes`: protocol name -> members voting for it among the candidates `_votes_for`; None
-  until `select_protocol` first needs it, and again whenever the candidate set changes.
+  until `select_protocol` first needs it, and again whenever the candidate set changes. Groups
+  under `_TALLY_VOTES_FROM` members never keep it: recounting a few members costs less than
+  the ~500 bytes the tally holds in every one of many small groups.
 
 Likewise `_parked_by_connection` indexes the parked JoinGroup/SyncGroup requests by connection,
 so that a closed connection costs its own requests, not a visit to every member.
@@ -39,6 +41,8 @@ from coordinator.records import GroupMemberRecord, GroupMetadataValue
 from coordinator.result import RequestRef
 
 __all__ = ["ClassicGroup", "InitialJoin"]
+
+_TALLY_VOTES_FROM = 16  # members; see the module docstring
 
 
 @dataclass(slots=True)
@@ -147,11 +151,13 @@ class ClassicGroup:
         """
         assert self.members, "cannot select a protocol for an empty group"
         candidates = frozenset(self.candidate_protocols())
-        if self._votes is None or self._votes_for != candidates:
-            self._votes = Counter(m.vote(candidates) for m in self.members.values())
-            self._votes_for = candidates
-        most = max(self._votes.values())
-        tied = {name for name, n in self._votes.items() if n == most}
+        votes = self._votes
+        if votes is None or self._votes_for != candidates:
+            votes = Counter(m.vote(candidates) for m in self.members.values())
+            if len(self.members) >= _TALLY_VOTES_FROM:
+                self._votes, self._votes_for = votes, candidates
+        most = max(votes.values())
+        tied = {name for name, n in votes.items() if n == most}
         if len(tied) == 1:
             return tied.pop()
         return next(v for m in self.members.values() if (v := m.vote(candidates)) in tied)
@@ -169,7 +175,9 @@ class ClassicGroup:
         if self.leader_id is None:
             self.leader_id = member.member_id
         self.members[member.member_id] = member
-        self.pending_members.pop(member.member_id, None)
+        if self.pending_members.pop(member.member_id, None) is not None and (
+                not self.pending_members):
+            self.pending_members = {}  # an emptied dict keeps its grown table; drop it
         self._tally(member, 1)
         self._check_votes()
         self._index_parked(member.awaiting_join, member.awaiting_sync)
@@ -288,6 +296,8 @@ class ClassicGroup:
                 by_ref.pop(parked.ref, None)
                 if not by_ref:
                     del self._parked_by_connection[parked.ref.connection_id]
+                    if not self._parked_by_connection:
+                        self._parked_by_connection = {}  # as in `add_member`
 
     def _tally(self, member: ClassicGroupMember, sign: int) -> None:
         """Count `member` in (+1) or out of (-1) every tally."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from kio.schema.errors import ErrorCode
 
 from coordinator.offsets import GroupExpiryView, OffsetStore, OffsetStoreConfig
 from coordinator.records import OffsetCommitRecord
@@ -31,6 +32,8 @@ class OffsetReplay(RuleBasedStateMachine):
         self.store = OffsetStore(self.config)
         self.log: list[OffsetCommitRecord] = []
         self.now_ms = 0
+        # Commits written but not yet durable: made durable together by `group_commit`.
+        self.in_flight: list[OffsetCommitRecord] = []
 
     def _durable(self, records: list[OffsetCommitRecord]) -> None:
         for record in records:
@@ -56,6 +59,7 @@ class OffsetReplay(RuleBasedStateMachine):
         ),
         expire_after=st.none() | st.integers(0, 120_000),
         fsync_ok=st.booleans(),
+        wait=st.booleans(),
     )
     def commit(
         self,
@@ -63,14 +67,28 @@ class OffsetReplay(RuleBasedStateMachine):
         topics: list[tuple[str, list[tuple[int, int, int, str | None]]]],
         expire_after: int | None,
         fsync_ok: bool,
+        wait: bool,
     ) -> None:
         expire_ts = -1 if expire_after is None else self.now_ms + expire_after
         _, records = self.store.commit(
             group, topics, self.now_ms, topic_exists=lambda t, p: t != "c" or p == 0,
             expire_timestamp=expire_ts,
         )
+        if wait:
+            self.in_flight.extend(records)
+        elif fsync_ok:
+            self.log.extend(records)
+            self.store.apply_all(records)  # as the runtime applies a commit
+        else:
+            self.store.abort(records)
+
+    @rule(fsync_ok=st.booleans())
+    def group_commit(self, fsync_ok: bool) -> None:
+        """Every commit waiting on one fsync: several groups, maybe one partition twice."""
+        records, self.in_flight = self.in_flight, []
         if fsync_ok:
-            self._durable(records)
+            self.log.extend(records)
+            self.store.apply_all(records)
         else:
             self.store.abort(records)
 
@@ -103,10 +121,11 @@ class OffsetReplay(RuleBasedStateMachine):
         assert fresh.committed_view() == self.store.committed_view()
 
     @invariant()
-    def nothing_is_left_pending(self) -> None:
-        # every commit was either made durable or aborted
+    def only_waiting_commits_are_pending(self) -> None:
+        # every commit was made durable or aborted, unless it still waits for its fsync
+        waiting = {r.key.group for r in self.in_flight}
         for group in ("g1", "g2", "g3"):
-            assert not self.store.has_pending(group)
+            assert self.store.has_pending(group) == (group in waiting)
 
     @invariant()
     def fetch_answers_the_last_durable_value(self) -> None:
@@ -115,9 +134,13 @@ class OffsetReplay(RuleBasedStateMachine):
             last[(r.key.group, r.key.topic, r.key.partition)] = (
                 None if r.value is None else r.value.offset
             )
+        waiting = {(r.key.group, r.key.topic, r.key.partition) for r in self.in_flight}
         for (group, topic, partition), offset in last.items():
             (fetched,) = self.store.fetch(group, [(topic, [partition])], require_stable=True)
-            assert fetched.offset == (-1 if offset is None else offset)
+            if (group, topic, partition) in waiting:
+                assert fetched.error is ErrorCode.unstable_offset_commit
+            else:
+                assert fetched.offset == (-1 if offset is None else offset)
 
 
 OffsetReplay.TestCase.settings = settings(max_examples=150, stateful_step_count=30,

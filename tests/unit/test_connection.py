@@ -125,3 +125,79 @@ async def test_many_pipelined_requests_answered_synchronously() -> None:
     assert await asyncio.wait_for(read_correlation_ids(reader, 5000), 10) == list(range(5000))
     writer.close()
     await server.stop()
+
+
+class RecordingTransport:
+    """Collects each `write` call, to count the syscalls a real transport would make."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def get_extra_info(self, name: str) -> Any:
+        return ("127.0.0.1", 5555) if name == "peername" else None
+
+    def write(self, data: bytes) -> None:
+        assert not self.closed, "write after close"
+        self.writes.append(bytes(data))
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _connection(handler: ParkingHandler) -> tuple[Connection, RecordingTransport]:
+    connection = Connection(handler, max_frame_bytes=1 << 20)
+    transport = RecordingTransport()
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    return connection, transport
+
+
+def _correlation_ids(writes: list[bytes]) -> list[int]:
+    data = b"".join(writes)
+    ids = []
+    while data:
+        (size,) = struct.unpack_from(">i", data)
+        ids.append(struct.unpack_from(">i", data, 4)[0])
+        data = data[4 + size:]
+    return ids
+
+
+async def test_parked_responses_completed_together_share_one_write() -> None:
+    handler = ParkingHandler()
+    connection, transport = _connection(handler)
+    connection.data_received(b"".join(heartbeat_frame(i, 0) for i in range(3)))
+    assert len(handler.parked) == 3 and transport.writes == []
+    for parked in handler.parked:  # e.g. commits made durable by one fsync
+        handler.answer(*parked)
+    assert transport.writes == []  # written at the end of this event-loop turn
+    await asyncio.sleep(0)
+    assert len(transport.writes) == 1
+    assert _correlation_ids(transport.writes) == [0, 1, 2]
+    assert connection.drained.is_set()
+
+
+async def test_close_writes_the_answered_responses_first() -> None:
+    handler = ParkingHandler()
+    connection, transport = _connection(handler)
+    connection.data_received(heartbeat_frame(7, 0))
+    handler.answer(*handler.parked.pop())
+    connection.close()
+    assert _correlation_ids(transport.writes) == [7]
+    assert transport.closed
+    await asyncio.sleep(0)  # the scheduled write finds nothing left to send
+    assert len(transport.writes) == 1
+
+
+async def test_drained_follows_the_responses_owed() -> None:
+    handler = ParkingHandler()
+    connection, _ = _connection(handler)
+    assert connection.drained.is_set()
+    connection.data_received(heartbeat_frame(1, 0))
+    assert not connection.drained.is_set()
+    handler.answer(*handler.parked.pop())
+    assert connection.drained.is_set()
+    assert connection.in_flight == 0

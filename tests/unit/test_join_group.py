@@ -237,3 +237,18 @@ def test_a_repeated_protocol_name_counts_once() -> None:
     assert [o.protocol_name for o in joined] == ["range"]
     refused = [o for o in ctx.replies.values() if o.error is not ErrorCode.none]
     assert [o.error for o in refused] == [ErrorCode.inconsistent_group_protocol]
+
+
+def test_closing_a_connection_forgets_its_parked_joins_in_every_group() -> None:
+    ctx = GroupTestContext(GroupConfig(group_initial_rebalance_delay_ms=3_000))
+    for group in ("orders", "billing", "orders"):  # one connection, joins parked in two groups
+        ctx.join_dynamic(JoinGroupBuilder(group=group), connection=5)
+    ctx.join_dynamic(JoinGroupBuilder(group="billing"), connection=7)  # one group only
+    ctx.join_dynamic(JoinGroupBuilder(group="billing"), connection=6)
+    other = ctx.ref_of_last()
+    ctx.close(5)  # the context asserts that nothing is answered on connections 5 and 7
+    ctx.close(7)
+    for group in ("orders", "billing"):
+        assert not {5, 7} & set(ctx.group(group)._parked_by_connection)
+    ctx.sleep(9_000)  # past every (extended) initial delay
+    assert ctx.reply(other) is not None and ctx.reply(other).error is ErrorCode.none
