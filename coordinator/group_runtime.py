@@ -65,8 +65,8 @@ _MEMBER_APIS: dict[int, ModuleType] = {
 
 
 # What `json.dumps` makes of the `offsets_committed` event (default separators, ASCII only).
-_OFFSETS_COMMITTED_LINE = ('{"ts": %d, "event": "offsets_committed", "group": %s, "member": %s, '
-                           '"generation": %d, "partitions": %d}\n')
+_OFFSETS_COMMITTED_LINE = ('{"ts": %d, "event": "offsets_committed", "group_id": %s, '
+                           '"member_id": %s, "generation_id": %d, "partitions": %d}\n')
 _json_string = encode_basestring_ascii
 
 

@@ -92,8 +92,8 @@ def test_encode_records_refuses_what_encode_record_refuses(record: OffsetCommitR
 def test_offsets_committed_journal_line_is_what_json_dumps_writes(
     group: str, member: str, generation: int, partitions: int, ts: int
 ) -> None:
-    payload = {"event": "offsets_committed", "group": group, "member": member,
-               "generation": generation, "partitions": partitions}
+    payload = {"event": "offsets_committed", "group_id": group, "member_id": member,
+               "generation_id": generation, "partitions": partitions}
     expected = json.dumps({"ts": ts, **payload}, default=str) + "\n"
     line = group_runtime._OFFSETS_COMMITTED_LINE % (
         ts, group_runtime._json_string(group), group_runtime._json_string(member), generation,
