@@ -9,69 +9,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader
 
 from coordinator.runtime import Broker
 from coordinator.settings import defaults
 from protocol.build import build
-from protocol.codec import response_codec
 from storage.fs import FaultyFileSystem
+from tests.fakes import FakeConnection, FakeContext, FakeHeader
 
 TOPIC = "t"
-
-
-@dataclass
-class _Header:
-    api_key: int
-    api_version: int
-    correlation_id: int = 1
-    client_id: str | None = "test"
-
-
-@dataclass
-class _Connection:
-    id: int
-    closed: bool = False
-    client_host: str = "127.0.0.1"
-
-
-@dataclass
-class FakeContext:
-    """What the group runtime uses of a `RequestContext`: the response lands in `responses`."""
-
-    header: _Header
-    connection: _Connection
-    responses: list[Any] = field(default_factory=list)
-
-    @property
-    def version(self) -> int:
-        return self.header.api_version
-
-    @property
-    def client_id(self) -> str:
-        return self.header.client_id or ""
-
-    @property
-    def client_host(self) -> str:
-        return self.connection.client_host
-
-    def respond(self, response: Any) -> None:
-        self.responses.append(response)
-
-    def respond_raw(self, framed: bytes | None) -> None:
-        """A hand-packed response: decoded with kio, so tests read it like `respond`'s."""
-        assert framed is not None
-        codec = response_codec(self.header.api_key, self.header.api_version)
-        _, used = entity_reader(codec.header_type)(framed, 4)
-        body, _ = entity_reader(codec.response_type)(framed, 4 + used)
-        self.responses.append(body)
 
 
 @pytest.fixture
@@ -102,7 +52,7 @@ def commit(broker: Broker, group: str, offsets: dict[int, int], version: int = 8
             {"partition_index": p, "committed_offset": o, "committed_metadata": ""}
             for p, o in offsets.items()]}],
     })
-    ctx = FakeContext(_Header(8, version), _Connection(next(_connections)))
+    ctx = FakeContext(FakeHeader(8, version), FakeConnection(next(_connections)))
     broker.groups.offset_commit(ctx, request)  # type: ignore[arg-type]
     return ctx
 

@@ -10,82 +10,27 @@ import asyncio
 import datetime
 import itertools
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader
 
 from coordinator.classic.state import GroupState
 from coordinator.runtime import Broker
 from coordinator.settings import defaults
 from protocol.build import build
-from protocol.codec import response_codec
+from tests.fakes import FakeConnection, FakeContext, FakeHeader
 
 TOPIC = "t"
 _ids = itertools.count(5000)
 
 
-@dataclass
-class _Header:
-    api_key: int
-    api_version: int
-    correlation_id: int = 1
-    client_id: str | None = "review"
-
-
-@dataclass
-class _Connection:
-    id: int
-    closed: bool = False
-    client_host: str = "/127.0.0.1"
-
-
-@dataclass
-class Ctx:
-    header: _Header
-    connection: _Connection
-    responses: list[Any] = field(default_factory=list)
-
-    @property
-    def version(self) -> int:
-        return self.header.api_version
-
-    @property
-    def client_id(self) -> str:
-        return self.header.client_id or ""
-
-    @property
-    def client_host(self) -> str:
-        return self.connection.client_host
-
-    @property
-    def open(self) -> bool:
-        return not self.connection.closed
-
-    def respond(self, response: Any) -> None:
-        self.responses.append(response)
-
-    def respond_raw(self, framed: bytes | None) -> None:
-        assert framed is not None
-        codec = response_codec(self.header.api_key, self.header.api_version)
-        _, used = entity_reader(codec.header_type)(framed, 4)
-        body, _ = entity_reader(codec.response_type)(framed, 4 + used)
-        self.responses.append(body)
-
-    @property
-    def answer(self) -> Any:
-        (response,) = self.responses
-        return response
-
-
 def send(broker: Broker, api_key: int, version: int, body: dict[str, Any],
-         connection: int | None = None) -> Ctx:
+         connection: int | None = None) -> FakeContext:
     request = build(load_request_schema(api_key, version), body)
-    ctx = Ctx(_Header(api_key, version), _Connection(connection or next(_ids)))
+    ctx = FakeContext(FakeHeader(api_key, version), FakeConnection(connection or next(_ids)))
     handler = broker._handlers[api_key]
     handler(ctx, request)  # type: ignore[arg-type]
     return ctx
@@ -119,7 +64,8 @@ async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
         await b.stop()
 
 
-def join(broker: Broker, group: str, member_id: str = "", connection: int | None = None) -> Ctx:
+def join(broker: Broker, group: str, member_id: str = "",
+         connection: int | None = None) -> FakeContext:
     return send(broker, 11, 3, {
         "group_id": group, "session_timeout": datetime.timedelta(seconds=10),
         "rebalance_timeout": datetime.timedelta(seconds=10), "member_id": member_id,
@@ -128,7 +74,7 @@ def join(broker: Broker, group: str, member_id: str = "", connection: int | None
 
 
 def sync(broker: Broker, group: str, generation: int, member_id: str,
-         assignments: dict[str, bytes] | None = None) -> Ctx:
+         assignments: dict[str, bytes] | None = None) -> FakeContext:
     return send(broker, 14, 3, {
         "group_id": group, "generation_id": generation, "member_id": member_id,
         "group_instance_id": None,
@@ -201,7 +147,7 @@ async def test_a_failed_group_write_answers_the_leader_with_an_error(broker: Bro
 
 
 def commit(broker: Broker, group: str, generation: int = -1, member_id: str = "",
-           version: int = 8) -> Ctx:
+           version: int = 8) -> FakeContext:
     body: dict[str, Any] = {
         "group_id": group, "generation_id_or_member_epoch": generation, "member_id": member_id,
         "group_instance_id": None, "topics": [{"name": TOPIC, "partitions": [
