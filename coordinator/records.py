@@ -70,11 +70,6 @@ class GroupMetadataRecord:
 CoordinatorRecord = OffsetCommitRecord | GroupMetadataRecord
 
 
-def record_group(record: CoordinatorRecord) -> str:
-    """The group a record belongs to; it decides the `__consumer_offsets` partition."""
-    return record.key.group
-
-
 # ----------------------------------------------------------------------------- builders
 #
 # A commit builds a value, a key and a record per partition. A frozen dataclass's `__init__`

@@ -122,10 +122,3 @@ def build(cls: type, values: Mapping[str, Any] | None = None, /, **kwargs: Any) 
             else:
                 out[spec.name] = spec.zero
     return cls(**out)
-
-
-def nested_type(cls: type, field_name: str) -> type:
-    for spec in _spec(cls):
-        if spec.name == field_name and spec.nested is not None:
-            return spec.nested
-    raise KeyError(field_name)

@@ -7,7 +7,6 @@ Fetch sessions (KIP-227) are answered sessionless (session id 0), which every cl
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -161,16 +160,11 @@ class FetchPurgatory:
             topics, _, _ = _read(self._broker, parked.ctx, parked.request)
             _respond(parked.ctx, topics)
 
-    def release_all(self, reason_filter: Any = None) -> None:
-        """Answer every parked fetch now with what it has (shutdown, or a group rebalance)."""
+    def release_all(self) -> None:
+        """Answer every parked fetch now with what it has (shutdown)."""
         for parked in list(self._by_key.values()):
-            if reason_filter is None or reason_filter(parked):
-                self.expire(parked.key)
+            self.expire(parked.key)
 
     def connection_closed(self, connection_id: int) -> None:
         for parked in [p for p in self._by_key.values() if p.ctx.connection.id == connection_id]:
             self._release(parked)
-
-
-def topic_uuid(value: Any) -> uuid.UUID | None:
-    return value if isinstance(value, uuid.UUID) else None
