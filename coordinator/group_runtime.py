@@ -187,10 +187,7 @@ class GroupRuntime:
         ref = self._ref(ctx)
         command = module.to_command(request, ctx.version, ref, ctx.client_id, ctx.client_host)
         group_id = getattr(command, "group_id", None)
-        group_ids = getattr(command, "group_ids", None)
-        if (group_id is not None and self._is_loading(group_id)) or (
-                group_ids is not None and any(self._is_loading(g) for g in group_ids)) or (
-                ctx.header.api_key == list_groups.API_KEY and self.loading):
+        if self.loading and self._waits_for_loading(ctx, command, group_id):
             ctx.respond(module.to_response(
                 error_outcome(command, ErrorCode.coordinator_load_in_progress), ctx.version))
             return
@@ -200,6 +197,16 @@ class GroupRuntime:
         # a heartbeat to an idle group should not hash the group id.
         self.apply(result, self.group_log.partition_of(group_id)
                    if group_id is not None and self._writes_in_flight else None)
+
+    def _waits_for_loading(self, ctx: RequestContext, command: Any, group_id: str | None
+                           ) -> bool:
+        """Does the request touch a group-log partition still being replayed?"""
+        if ctx.header.api_key == list_groups.API_KEY:
+            return True
+        group_ids = getattr(command, "group_ids", None)
+        if group_ids is not None:
+            return any(self._is_loading(g) for g in group_ids)
+        return group_id is not None and self._is_loading(group_id)
 
     def offset_commit(self, ctx: RequestContext, request: Any) -> None:
         command = offset_commit.to_command(request, ctx.version, self._ref(ctx))
