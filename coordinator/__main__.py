@@ -81,6 +81,13 @@ async def serve(broker: Broker, server_factory: type[KafkaServer] = KafkaServer)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["groups"]:
+        # The operators' commands: a Kafka admin client, not the broker.
+        from coordinator.cli.groups import main as groups_main
+
+        return groups_main(arguments[1:])
+    argv = arguments
     configure_logging()
     try:
         settings, args = load(argv)

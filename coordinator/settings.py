@@ -177,7 +177,9 @@ def argument_parser() -> argparse.ArgumentParser:
         prog="rebalanced",
         allow_abbrev=False,
         description="A Kafka wire-protocol compatible consumer-group coordinator broker.",
-        epilog="Every setting may also come from --config FILE or REBALANCED_<KEY> env vars.",
+        epilog="Every setting may also come from --config FILE or REBALANCED_<KEY> env vars. "
+               "`rebalanced groups --help`: the consumer-group commands (list, describe, "
+               "reset-offsets, delete-offsets, delete).",
     )
     parser.add_argument("--config", type=Path, help="server.properties-style file")
     parser.add_argument("--repair", action="store_true",
