@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import structlog
 
 import coordinator.without_hypothesis  # noqa: F401  (first: before anything imports kio)
+from coordinator.ops.http import OpsServer
 from coordinator.runtime import Broker
 from coordinator.settings import ConfigError, load
 from protocol.server import KafkaServer, install_signal_handlers, new_event_loop
@@ -68,16 +69,32 @@ async def serve(broker: Broker, server_factory: type[KafkaServer] = KafkaServer)
                             max_in_flight=settings["queued.max.requests"])
     bound = await server.start()
     log = structlog.get_logger("rebalanced")
+    ops = await _start_ops(broker, server)
     log.info("broker started", host=host, port=bound, node_id=broker.node_id,
              data_dir=str(broker.data_dir), startup_ms=round((time.monotonic() - started) * 1000))
     stopping = asyncio.Event()
     install_signal_handlers(stopping.set)
     await stopping.wait()
     log.info("broker stopping")
+    if ops is not None:
+        await ops.stop()
     await server.stop()
     await broker.stop()
     log.info("broker stopped")
     flusher.cancel()
+
+
+async def _start_ops(broker: Broker, server: KafkaServer) -> OpsServer | None:
+    """The metrics.listener endpoint (/metrics and the group page), when configured."""
+    listener = broker.settings["metrics.listener"]
+    if not listener or broker.metrics is None:
+        return None
+    host, _, port = listener.rpartition(":")
+    ops = OpsServer(broker, broker.metrics, lambda: len(server.connections))
+    bound = await ops.start(host.strip("[]"), int(port))
+    structlog.get_logger("rebalanced").info("metrics listening", host=host, port=bound,
+                                            paths=["/metrics", "/"])
+    return ops
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -242,6 +242,8 @@ class GroupRuntime:
                     command, ErrorCode.coordinator_not_available))
                 return
             self.offsets.apply_all(records)
+            if self.broker.metrics is not None:
+                self.broker.metrics.offset_commits += len(records)
             self._answer_commit(ctx, oc.OffsetCommitOutcome.from_errors(errors))
             self._journal_offsets_committed(command, len(records))
 
@@ -300,6 +302,8 @@ class GroupRuntime:
             errors, tombstones = self.offsets.delete(command.group_id, command.topics,
                                                      subscribed)
             outcome = oc.OffsetDeleteOutcome.from_errors(errors)
+            if tombstones and self.broker.metrics is not None:
+                self.broker.metrics.offset_deletions += len(tombstones)
             if tombstones:
                 self._persist_then(tombstones, ctx, lambda: offset_delete.to_response(
                     outcome, ctx.version), lambda: offset_delete.to_response(
@@ -446,6 +450,8 @@ class GroupRuntime:
     def _emit(self, result: Result) -> None:
         for event in result.events:
             self._event(event.as_dict())
+            if self.broker.metrics is not None:
+                self.broker.metrics.on_event(event)
 
     def _event(self, payload: dict[str, Any], quiet: bool = False) -> None:
         if not quiet:
@@ -513,6 +519,8 @@ class GroupRuntime:
         for record in records:
             if isinstance(record, OffsetCommitRecord):
                 self.offsets.apply(record)
+        if self.broker.metrics is not None:
+            self.broker.metrics.offset_expirations += len(expired.tombstones)
         self._event({"event": "offsets_expired", "partitions": len(expired.tombstones),
                      "groups_deleted": len(expired.groups_without_offsets)})
 

@@ -63,6 +63,13 @@ def parse_listener(text: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", port_number
 
 
+def _metrics_listener(text: str) -> str:
+    host, sep, port = text.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError("expected HOST:PORT")
+    return text.strip()
+
+
 def _fsync_policy(text: str) -> str:
     value = text.strip().lower()
     if value == "always" or value.isdigit():
@@ -111,6 +118,11 @@ SETTINGS: tuple[Setting, ...] = (
             "how long group-log tombstones survive compaction"),
     Setting("log.cleaner.backoff.ms", _int(1), "15000", "how often the group log is compacted"),
     Setting("journal.path", str, "", "JSON-lines event journal (default: <log.dirs>/events.jsonl)"),
+    # The operators' HTTP endpoint: /metrics (Prometheus) and / (the live group page).
+    Setting("metrics.listener", lambda s: _metrics_listener(s) if s.strip() else "", "",
+            "HOST:PORT serving /metrics and the group page at / (default: off)"),
+    Setting("metrics.max.groups", _int(1), "200",
+            "groups with their own per-group metric series; later ones share group=__other__"),
 )
 _BY_KEY = {s.key: s for s in SETTINGS}
 

@@ -7,6 +7,7 @@ Fetch sessions (KIP-227) are answered sessionless (session id 0), which every cl
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -142,6 +143,8 @@ class FetchPurgatory:
         waiting = self._by_partition.get((topic, partition))
         if not waiting:
             return
+        metrics = self._broker.metrics
+        started = time.perf_counter() if metrics is not None else 0.0
         for parked in list(waiting):
             if not parked.ctx.open:
                 self._release(parked)
@@ -150,6 +153,8 @@ class FetchPurgatory:
             if errored or total >= max(parked.request.min_bytes, 1):
                 self._release(parked)
                 _respond(parked.ctx, topics)
+                if metrics is not None:
+                    metrics.fetch_wakeup.observe(time.perf_counter() - started)
 
     def expire(self, key: tuple[Any, ...]) -> None:
         parked = self._by_key.get(key)
