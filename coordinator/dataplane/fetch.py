@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from coordinator.context import RequestContext
+from coordinator.dataplane.internal_topic import topic_by_id, topic_by_name
 from protocol.build import build
 from protocol.codec import response_type
 from storage.log import OffsetOutOfRange
@@ -35,8 +36,8 @@ class ParkedFetch:
 def _topic_wanted(broker: Broker, version: int, fetch_topic: Any) -> tuple[Any, Any]:
     """(topic or None, the request's identifier for it) by id from v13, by name before."""
     if version >= 13:
-        return broker.topics.by_id(fetch_topic.topic_id), fetch_topic.topic_id
-    return broker.topics.get(fetch_topic.topic), fetch_topic.topic
+        return topic_by_id(broker, fetch_topic.topic_id), fetch_topic.topic_id
+    return topic_by_name(broker, fetch_topic.topic), fetch_topic.topic
 
 
 def _read(broker: Broker, ctx: RequestContext, request: Any) -> tuple[list[dict[str, Any]], int,

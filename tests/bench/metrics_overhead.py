@@ -1,0 +1,73 @@
+"""What the metrics listener costs: heartbeat and commit benchmarks with it off and on.
+
+    python -m tests.bench.metrics_overhead [--rounds 3] [--quick]
+
+One run alternates the two subjects (off, on, on, off, ...) for `--rounds` rounds per scenario,
+so that a shared machine's load drifts over both alike, and reports the median broker CPU per
+heartbeat / commit of each and the difference. "On" is `metrics.listener` set and /metrics plus
+the group page scraped every second during the load (see `ops_scrape.py`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from tests.bench import ops_scrape
+from tests.bench.run import Params, run_subject
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.bench.metrics_overhead",
+                                     description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", type=Path, default=Path("bench-results/metrics-overhead.json"))
+    args = parser.parse_args(argv)
+    params = Params.make(args.quick)
+    workdir = Path(tempfile.mkdtemp(prefix="rebalanced-bench-"))
+    incidents: list[dict[str, Any]] = []
+    document: dict[str, Any] = {"rounds": args.rounds, "quick": args.quick, "scenarios": {}}
+    try:
+        for scenario, key in ops_scrape.COMPARED.items():
+            samples: dict[str, list[float]] = {"rebalanced": [], ops_scrape.SUBJECT: []}
+            for round_number in range(args.rounds):
+                order = ["rebalanced", ops_scrape.SUBJECT]
+                if round_number % 2:
+                    order.reverse()
+                for subject in order:
+                    result = run_subject(scenario, subject, params, workdir, incidents)
+                    value = result.get(key)
+                    status = f"{value:.1f} µs/op" if isinstance(value, float) else result.get(
+                        "error", "no value")
+                    print(f"  {scenario:<14} {subject:<20} {status}  (other CPU "
+                          f"{result.get('other_cpu_pct', 0):.0f} %)", flush=True)
+                    if isinstance(value, float):
+                        samples[subject].append(value)
+            off = statistics.median(samples["rebalanced"]) if samples["rebalanced"] else None
+            on = (statistics.median(samples[ops_scrape.SUBJECT])
+                  if samples[ops_scrape.SUBJECT] else None)
+            entry: dict[str, Any] = {"metric": key, "off": samples["rebalanced"],
+                                     "on": samples[ops_scrape.SUBJECT],
+                                     "off_median": off, "on_median": on}
+            if off and on:
+                entry["overhead_pct"] = (on / off - 1) * 100
+                print(f"{scenario}: median broker CPU off {off:.2f}, on {on:.2f} µs/op -> "
+                      f"{entry['overhead_pct']:+.1f} %", flush=True)
+            document["scenarios"][scenario] = entry
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    document["incidents"] = incidents
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(document, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
