@@ -8,6 +8,7 @@ import logging
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import structlog
 
@@ -23,13 +24,19 @@ _LOG_STREAM = open(sys.stderr.fileno(), "w", buffering=1 << 16, closefd=False)  
 _LOG_FLUSH_SECONDS = 0.1
 
 
-def configure_logging(level: int = logging.INFO) -> None:
+def configure_logging(level: int = logging.INFO, log_format: str = "auto") -> None:
+    """JSON lines, or structlog's console renderer (time, level, the sentence, key fields) when
+    `log.format` is `console`, or `auto` and stderr is a terminal."""
+    console = log_format == "console" or (log_format == "auto" and _LOG_STREAM.isatty())
+    renderer: Any = (structlog.dev.ConsoleRenderer(colors=_LOG_STREAM.isatty())
+                     if console else structlog.processors.JSONRenderer())
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
+            structlog.processors.TimeStamper(fmt="iso" if not console else "%H:%M:%S.%f",
+                                             utc=True),
+            *([] if console else [structlog.processors.format_exc_info]),
+            renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=structlog.WriteLoggerFactory(_LOG_STREAM),
@@ -111,6 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"rebalanced: configuration error: {exc}", file=sys.stderr)
         return 2
+    configure_logging(log_format=settings["log.format"])
     broker = Broker(settings, repair=args.repair)
     loop = new_event_loop()
     asyncio.set_event_loop(loop)

@@ -70,6 +70,13 @@ def _metrics_listener(text: str) -> str:
     return text.strip()
 
 
+def _log_format(text: str) -> str:
+    value = text.strip().lower()
+    if value not in ("auto", "json", "console"):
+        raise ValueError("must be auto, json or console")
+    return value
+
+
 def _fsync_policy(text: str) -> str:
     value = text.strip().lower()
     if value == "always" or value.isdigit():
@@ -121,6 +128,8 @@ SETTINGS: tuple[Setting, ...] = (
     # The operators' HTTP endpoint: /metrics (Prometheus) and / (the live group page).
     Setting("metrics.listener", lambda s: _metrics_listener(s) if s.strip() else "", "",
             "HOST:PORT serving /metrics and the group page at / (default: off)"),
+    Setting("log.format", _log_format, "auto",
+            "'json' lines, 'console' (readable), or 'auto': console when stderr is a terminal"),
     Setting("metrics.max.groups", _int(1), "200",
             "groups with their own per-group metric series; later ones share group=__other__"),
 )

@@ -171,3 +171,16 @@ def test_a_screenshot_of_the_page(scripted: tuple[BrokerProcess, str], tmp_path:
                     "--hide-scrollbars", f"--screenshot={shot}", "--window-size=1280,900",
                     base + "/"], capture_output=True, timeout=120, check=False)
     assert shot.exists() and shot.stat().st_size > 10_000
+
+
+def test_console_logs_on_request_json_otherwise(tmp_path: Path) -> None:
+    for log_format in ("console", "json"):
+        broker = BrokerProcess(tmp_path / log_format / "data", **{"log.format": log_format})
+        broker.start()
+        broker.stop()
+        started = next(line for line in broker.log_text().splitlines()
+                       if "broker started" in line)
+        if log_format == "json":
+            assert started.startswith("{") and '"event": "broker started"' in started
+        else:
+            assert not started.startswith("{") and "[info" in started and "port=" in started
