@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 import urllib.error
 import urllib.request
@@ -161,8 +162,9 @@ def test_a_screenshot_of_the_page(scripted: tuple[BrokerProcess, str], tmp_path:
     import shutil
     import subprocess
 
-    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which(
-        "chrome-headless-shell")
+    browser = next(filter(None, map(shutil.which, (
+        "chromium", "chromium-browser", "chromium-headless-shell", "chrome-headless-shell"))),
+        None)
     if browser is None:
         pytest.skip("no chromium installed")
     _, base = scripted
@@ -171,6 +173,9 @@ def test_a_screenshot_of_the_page(scripted: tuple[BrokerProcess, str], tmp_path:
                     "--hide-scrollbars", f"--screenshot={shot}", "--window-size=1280,900",
                     base + "/"], capture_output=True, timeout=120, check=False)
     assert shot.exists() and shot.stat().st_size > 10_000
+    saved = os.environ.get("REBALANCED_PAGE_SCREENSHOT")
+    if saved:  # to look at it: REBALANCED_PAGE_SCREENSHOT=page.png pytest -k screenshot
+        shutil.copy(shot, saved)
 
 
 def test_console_logs_on_request_json_otherwise(tmp_path: Path) -> None:
