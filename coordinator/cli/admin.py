@@ -117,9 +117,17 @@ class GroupAdmin:
                       for g in result.valid)
 
     def describe(self, group_id: str) -> GroupDescription:
+        return self.describe_with_offsets(group_id, with_offsets=False)[0]
+
+    def describe_with_offsets(self, group_id: str, with_offsets: bool = True
+                              ) -> tuple[GroupDescription, dict[TopicPartition, int]]:
+        """The group and its committed offsets, both requests in flight at once."""
         futures = self._client.describe_consumer_groups([group_id],
                                                         request_timeout=self.timeout_s)
+        offsets_future = self._committed_future(group_id) if with_offsets else None
         description = self._wait(futures[group_id], f"describing group {group_id!r}")
+        committed = (self._committed_result(group_id, offsets_future)
+                     if offsets_future is not None else {})
         members = tuple(
             Member(
                 member_id=m.member_id, client_id=m.client_id or "", host=m.host or "",
@@ -139,15 +147,22 @@ class GroupAdmin:
             coordinator=((coordinator.id, coordinator.host, coordinator.port)
                          if coordinator is not None else (-1, "", -1)),
             members=members,
-        )
+        ), committed
 
     def committed(self, group_id: str) -> dict[TopicPartition, int]:
         """The group's committed offsets (partitions without one are left out)."""
+        return self._committed_result(group_id, self._committed_future(group_id))
+
+    def _committed_future(self, group_id: str) -> Future[Any]:
         from confluent_kafka import ConsumerGroupTopicPartitions
 
         futures = self._client.list_consumer_group_offsets(
             [ConsumerGroupTopicPartitions(group_id)], request_timeout=self.timeout_s)
-        result = self._wait(futures[group_id], f"fetching the offsets of {group_id!r}")
+        return futures[group_id]  # type: ignore[no-any-return]
+
+    def _committed_result(self, group_id: str, future: Future[Any]
+                          ) -> dict[TopicPartition, int]:
+        result = self._wait(future, f"fetching the offsets of {group_id!r}")
         out: dict[TopicPartition, int] = {}
         for tp in result.topic_partitions or ():
             if tp.error is not None:

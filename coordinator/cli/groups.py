@@ -141,8 +141,7 @@ def cmd_list(admin: GroupAdmin, args: argparse.Namespace) -> int:
 
 def _existing(admin: GroupAdmin, group_id: str) -> tuple[GroupDescription, dict[TopicPartition,
                                                                                   int]]:
-    description = admin.describe(group_id)
-    committed = admin.committed(group_id)
+    description, committed = admin.describe_with_offsets(group_id)
     if description.state in ("Dead", "Unknown") and not description.members and not committed:
         raise AdminError(f"consumer group {group_id!r} does not exist")
     return description, committed
@@ -303,7 +302,7 @@ def cmd_reset(admin: GroupAdmin, args: argparse.Namespace) -> int:
 def _existing_or_new(admin: GroupAdmin, group_id: str
                      ) -> tuple[GroupDescription, dict[TopicPartition, int]]:
     """Reset may create a group's offsets (Kafka allows it for a group id never used)."""
-    return admin.describe(group_id), admin.committed(group_id)
+    return admin.describe_with_offsets(group_id)
 
 
 def cmd_delete_offsets(admin: GroupAdmin, args: argparse.Namespace) -> int:
