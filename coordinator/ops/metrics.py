@@ -183,8 +183,8 @@ class BrokerMetrics:
     def _group_series(self, group_id: str) -> dict[str, Histogram]:
         series = self.rebalance_seconds.get(group_id)
         if series is None:
-            if len(self.rebalance_seconds) >= self.max_groups + (
-                    OTHER_GROUPS not in self.rebalance_seconds):
+            own = len(self.rebalance_seconds) - (OTHER_GROUPS in self.rebalance_seconds)
+            if own >= self.max_groups:
                 group_id = OTHER_GROUPS
             series = self.rebalance_seconds.setdefault(group_id, {
                 phase: Histogram(REBALANCE_BOUNDS) for phase in ("join", "sync", "total")})
@@ -237,7 +237,9 @@ class BrokerMetrics:
                 current.outcome = "emptied" if isinstance(event, ev.GroupEmpty) else "dead"
                 current.total_ms = max(event.ts_ms - current.started_ms, 0)
             if isinstance(event, ev.GroupDead):
+                # A deleted group frees its slot under the per-group cap.
                 self.history.pop(event.group_id, None)
+                self.rebalance_seconds.pop(event.group_id, None)
 
     def _open_rebalance(self, group_id: str) -> Rebalance | None:
         history = self.history.get(group_id)
@@ -264,8 +266,8 @@ class BrokerMetrics:
             by_protocol[kind] = by_protocol.get(kind, 0) + 1
         since_last: dict[str, float] = {}
         for group_id, history in self.history.items():
-            if history.last_stabilized_ms is not None and (
-                    group_id in self.rebalance_seconds or len(since_last) < self.max_groups):
+            # Only groups with their own series: the same cap bounds this gauge.
+            if history.last_stabilized_ms is not None and group_id in self.rebalance_seconds:
                 since_last[group_id] = max(now_ms - history.last_stabilized_ms, 0) / 1000
         return {
             "requests": {k: h.copy() for k, h in self.requests.items()},
