@@ -112,3 +112,17 @@ def test_assignment_decoding() -> None:
             + b"\x00\x00\x00\x02" + b"\x00\x00\x00\x00" + b"\xff\xff\xff\xff")
     assert page.decode_assignment(data) == [("t", 0), ("t", 2)]
     assert page.decode_assignment(b"\x00") == []
+
+
+def test_the_timed_context_sets_every_field_of_the_plain_one() -> None:
+    import dataclasses
+
+    from coordinator.context import RequestContext
+
+    class Header:
+        api_key = 12
+        api_version = 3
+
+    timed = om.TimedRequestContext(object(), object(), Header(), om.BrokerMetrics())
+    for f in dataclasses.fields(RequestContext):
+        getattr(timed, f.name)  # an unset slot raises AttributeError
