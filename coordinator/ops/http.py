@@ -29,6 +29,7 @@ class OpsServer:
         self._metrics = metrics
         self._connections = connections
         self._server: asyncio.base_events.Server | None = None
+        self._exposition_cache: dict[str, Any] = {}
 
     async def start(self, host: str, port: int) -> int:
         self._server = await asyncio.start_server(self._serve, host, port, reuse_address=True)
@@ -78,7 +79,8 @@ class OpsServer:
             snap = self._metrics.snapshot(runtime.manager.groups.values(),
                                           _num_offsets(runtime.offsets), self._connections(),
                                           now_ms)
-            body = await loop.run_in_executor(None, om.exposition, snap)
+            body = await loop.run_in_executor(None, om.exposition, snap,
+                                              self._exposition_cache)
             return "200 OK", "text/plain; version=0.0.4; charset=utf-8", body
         if path in ("/", "/index.html"):
             page_snap = page.snapshot(self._broker, self._metrics, now_ms)

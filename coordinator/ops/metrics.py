@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -166,6 +166,7 @@ class BrokerMetrics:
         # group (or OTHER_GROUPS) -> phase -> histogram, capped at max_groups groups
         self.rebalance_seconds: dict[str, dict[str, Histogram]] = {}
         self.history: dict[str, GroupHistory] = {}
+        self.group_version = 0  # bumped by every group event: the rebalance series changed
 
     # hot path --------------------------------------------------------------------------------
 
@@ -199,6 +200,7 @@ class BrokerMetrics:
         return history
 
     def on_event(self, event: Any) -> None:
+        self.group_version += 1
         if isinstance(event, ev.RebalanceStarted):
             cause = rebalance_cause(event.reason)
             self.rebalances_by_cause[cause] = self.rebalances_by_cause.get(cause, 0) + 1
@@ -278,6 +280,7 @@ class BrokerMetrics:
             "completed_rebalances": self.completed_rebalances,
             "rebalances_by_cause": dict(self.rebalances_by_cause),
             "members_removed": dict(self.members_removed),
+            "group_version": self.group_version,
             "rebalance_seconds": {g: {p: h.copy() for p, h in phases.items()}
                                   for g, phases in self.rebalance_seconds.items()},
             "since_last": since_last,
@@ -348,15 +351,6 @@ def families(snap: dict[str, Any]) -> Iterator[Any]:
     for cause, count in sorted(snap["members_removed"].items()):
         counter.add_metric([cause], count)
     yield counter
-    histogram = HistogramMetricFamily(
-        "rebalanced_rebalance_duration_seconds",
-        "Rebalance duration per group and phase: join (start to JoinGroup answers), sync "
-        "(to the leader's assignment) and total (the time the group could not consume).",
-        labels=["group", "phase"])
-    for group_id, phases in sorted(snap["rebalance_seconds"].items()):
-        for phase, values in phases.items():
-            _histogram(histogram, [group_id, phase], values)
-    yield histogram
     gauge = GaugeMetricFamily("rebalanced_seconds_since_last_rebalance",
                               "Seconds since each group last completed a rebalance.",
                               labels=["group"])
@@ -395,13 +389,41 @@ def families(snap: dict[str, Any]) -> Iterator[Any]:
                             value=snap["connections"])
 
 
-def exposition(snap: dict[str, Any]) -> bytes:
+def rebalance_families(snap: dict[str, Any]) -> Iterator[Any]:
+    """The per-group rebalance histograms: most of the samples, changed only by rebalances."""
+    from prometheus_client.core import HistogramMetricFamily
+
+    histogram = HistogramMetricFamily(
+        "rebalanced_rebalance_duration_seconds",
+        "Rebalance duration per group and phase: join (start to JoinGroup answers), sync "
+        "(to the leader's assignment) and total (the time the group could not consume).",
+        labels=["group", "phase"])
+    for group_id, phases in sorted(snap["rebalance_seconds"].items()):
+        for phase, values in phases.items():
+            _histogram(histogram, [group_id, phase], values)
+    yield histogram
+
+
+def _format(collect: Callable[[], Iterator[Any]]) -> bytes:
     from prometheus_client import CollectorRegistry, generate_latest
 
     class _Snapshot:
         def collect(self) -> Iterator[Any]:
-            return families(snap)
+            return collect()
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Snapshot())  # type: ignore[arg-type]
     return bytes(generate_latest(registry))
+
+
+def exposition(snap: dict[str, Any], cache: dict[str, Any] | None = None) -> bytes:
+    """The text format. With a `cache` (one per endpoint), the per-group rebalance histograms
+    are formatted again only after a group event: formatting is most of a scrape's cost."""
+    version = snap["group_version"]
+    if cache is not None and cache.get("version") == version:
+        groups = cache["text"]
+    else:
+        groups = _format(lambda: rebalance_families(snap))
+        if cache is not None:
+            cache.update(version=version, text=groups)
+    return _format(lambda: families(snap)) + groups
