@@ -2,10 +2,11 @@
 
     python -m tests.bench.metrics_overhead [--rounds 3] [--quick]
 
-One run alternates the two subjects (off, on, on, off, ...) for `--rounds` rounds per scenario,
-so that a shared machine's load drifts over both alike, and reports the median broker CPU per
-heartbeat / commit of each and the difference. "On" is `metrics.listener` set and /metrics plus
-the group page scraped every second during the load (see `ops_scrape.py`).
+Each round runs the two subjects side by side at the same time (two brokers, two load
+generators in two threads), so that a shared machine's load falls on both alike; `--sequential`
+alternates them instead (off, on, on, off, ...). Reported: the median broker CPU per heartbeat /
+commit of each, and the median of the per-round ratios. "On" is `metrics.listener` set and
+/metrics plus the group page scraped every second during the load (see `ops_scrape.py`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import shutil
 import statistics
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -28,28 +30,52 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--sequential", action="store_true",
+                        help="one subject at a time instead of both at once")
     parser.add_argument("--out", type=Path, default=Path("bench-results/metrics-overhead.json"))
     args = parser.parse_args(argv)
     params = Params.make(args.quick)
     workdir = Path(tempfile.mkdtemp(prefix="rebalanced-bench-"))
     incidents: list[dict[str, Any]] = []
-    document: dict[str, Any] = {"rounds": args.rounds, "quick": args.quick, "scenarios": {}}
+    document: dict[str, Any] = {"rounds": args.rounds, "quick": args.quick,
+                                "concurrent": not args.sequential, "scenarios": {}}
     try:
         for scenario, key in ops_scrape.COMPARED.items():
             samples: dict[str, list[float]] = {"rebalanced": [], ops_scrape.SUBJECT: []}
+            ratios: list[float] = []
             for round_number in range(args.rounds):
                 order = ["rebalanced", ops_scrape.SUBJECT]
                 if round_number % 2:
                     order.reverse()
+                results: dict[str, dict[str, Any]] = {}
+                if args.sequential:
+                    for subject in order:
+                        results[subject] = run_subject(scenario, subject, params, workdir,
+                                                       incidents)
+                else:
+                    def run(subject: str, scenario: str = scenario,
+                            results: dict[str, dict[str, Any]] = results) -> None:
+                        results[subject] = run_subject(scenario, subject, params, workdir,
+                                                       incidents)
+
+                    threads = [threading.Thread(target=run, args=(s,)) for s in order]
+                    for thread in threads:
+                        thread.start()
+                    for thread in threads:
+                        thread.join()
                 for subject in order:
-                    result = run_subject(scenario, subject, params, workdir, incidents)
+                    result = results[subject]
                     value = result.get(key)
                     status = f"{value:.1f} µs/op" if isinstance(value, float) else result.get(
                         "error", "no value")
-                    print(f"  {scenario:<14} {subject:<20} {status}  (other CPU "
-                          f"{result.get('other_cpu_pct', 0):.0f} %)", flush=True)
+                    print(f"  {scenario:<14} round {round_number} {subject:<20} {status}  "
+                          f"(other CPU {result.get('other_cpu_pct', 0):.0f} %)", flush=True)
                     if isinstance(value, float):
                         samples[subject].append(value)
+                off_value = results["rebalanced"].get(key)
+                on_value = results[ops_scrape.SUBJECT].get(key)
+                if isinstance(off_value, float) and isinstance(on_value, float):
+                    ratios.append(on_value / off_value)
             off = statistics.median(samples["rebalanced"]) if samples["rebalanced"] else None
             on = (statistics.median(samples[ops_scrape.SUBJECT])
                   if samples[ops_scrape.SUBJECT] else None)
@@ -58,8 +84,12 @@ def main(argv: list[str] | None = None) -> int:
                                      "off_median": off, "on_median": on}
             if off and on:
                 entry["overhead_pct"] = (on / off - 1) * 100
+                entry["round_ratios"] = ratios
+                paired = (statistics.median(ratios) - 1) * 100 if ratios else None
+                entry["paired_overhead_pct"] = paired
                 print(f"{scenario}: median broker CPU off {off:.2f}, on {on:.2f} µs/op -> "
-                      f"{entry['overhead_pct']:+.1f} %", flush=True)
+                      f"{entry['overhead_pct']:+.1f} %; median of per-round ratios "
+                      f"{paired if paired is not None else float('nan'):+.1f} %", flush=True)
             document["scenarios"][scenario] = entry
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
