@@ -30,17 +30,25 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--scrape-interval", type=float, default=ops_scrape.SCRAPE_INTERVAL_S,
+                        metavar="SECONDS", help="0: never scrape (the listener only)")
+    parser.add_argument("--scenario", action="append", choices=sorted(ops_scrape.COMPARED),
+                        help="only these (repeatable)")
     parser.add_argument("--sequential", action="store_true",
                         help="one subject at a time instead of both at once")
     parser.add_argument("--out", type=Path, default=Path("bench-results/metrics-overhead.json"))
     args = parser.parse_args(argv)
     params = Params.make(args.quick)
+    ops_scrape.SCRAPE_INTERVAL_S = args.scrape_interval
     workdir = Path(tempfile.mkdtemp(prefix="rebalanced-bench-"))
     incidents: list[dict[str, Any]] = []
     document: dict[str, Any] = {"rounds": args.rounds, "quick": args.quick,
+                                "scrape_interval_s": args.scrape_interval,
                                 "concurrent": not args.sequential, "scenarios": {}}
     try:
         for scenario, key in ops_scrape.COMPARED.items():
+            if args.scenario and scenario not in args.scenario:
+                continue
             samples: dict[str, list[float]] = {"rebalanced": [], ops_scrape.SUBJECT: []}
             ratios: list[float] = []
             for round_number in range(args.rounds):

@@ -35,6 +35,8 @@ class Scraper:
         self._thread.join(10)
 
     def _run(self) -> None:
+        if SCRAPE_INTERVAL_S <= 0:
+            return
         while not self._stop.wait(SCRAPE_INTERVAL_S):
             for path in ("/metrics", "/"):
                 try:
