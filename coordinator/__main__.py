@@ -8,15 +8,18 @@ import logging
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 import coordinator.without_hypothesis  # noqa: F401  (first: before anything imports kio)
-from coordinator.ops.http import OpsServer
-from coordinator.runtime import Broker
-from coordinator.settings import ConfigError, load
-from protocol.server import KafkaServer, install_signal_handlers, new_event_loop
+
+# The broker's modules are imported when the broker runs, not here: loading kio's protocol
+# tables takes most of a second, which `rebalanced groups ...` (an admin client) does not need.
+if TYPE_CHECKING:
+    from coordinator.ops.http import OpsServer
+    from coordinator.runtime import Broker
+    from protocol.server import KafkaServer
 
 # Log lines are written through a buffer flushed every 100 ms (and at exit) rather than one
 # write syscall per line: a join storm logs an event per member.
@@ -64,7 +67,10 @@ def _tune_gc() -> None:
     gc.set_threshold(10_000, 50, 100)
 
 
-async def serve(broker: Broker, server_factory: type[KafkaServer] = KafkaServer) -> None:
+async def serve(broker: Broker, server_factory: type[KafkaServer] | None = None) -> None:
+    from protocol.server import KafkaServer, install_signal_handlers
+
+    server_factory = server_factory or KafkaServer
     started = time.monotonic()
     flusher = asyncio.get_running_loop().create_task(_flush_logs_periodically())
     settings = broker.settings
@@ -97,6 +103,8 @@ async def serve(broker: Broker, server_factory: type[KafkaServer] = KafkaServer)
 
 async def _start_ops(broker: Broker, server: KafkaServer) -> OpsServer | None:
     """The metrics.listener endpoint (/metrics and the group page), when configured."""
+    from coordinator.ops.http import OpsServer
+
     listener = broker.settings["metrics.listener"]
     if not listener or broker.metrics is None:
         return None
@@ -116,6 +124,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return groups_main(arguments[1:])
     argv = arguments
+    from coordinator.runtime import Broker
+    from coordinator.settings import ConfigError, load
+    from protocol.server import new_event_loop
+
     configure_logging()
     try:
         settings, args = load(argv)

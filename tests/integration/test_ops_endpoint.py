@@ -182,6 +182,9 @@ def test_console_logs_on_request_json_otherwise(tmp_path: Path) -> None:
     for log_format in ("console", "json"):
         broker = BrokerProcess(tmp_path / log_format / "data", **{"log.format": log_format})
         broker.start()
+        deadline = time.monotonic() + 30
+        while "broker started" not in broker.log_text() and time.monotonic() < deadline:
+            time.sleep(0.05)  # the log is flushed every 100 ms
         broker.stop()
         started = next(line for line in broker.log_text().splitlines()
                        if "broker started" in line)
