@@ -22,7 +22,7 @@ from coordinator.context import RequestContext
 from coordinator.dataplane import api_versions, fetch, list_offsets, produce, topics_admin
 from coordinator.dataplane.producers import ProducerTable
 from coordinator.group_runtime import GroupRuntime
-from coordinator.ops.metrics import BrokerMetrics, TimedRequestContext
+from coordinator.ops.metrics import BrokerMetrics
 from coordinator.settings import BrokerSettings
 from coordinator.timer import TimerWheel
 from protocol.build import build
@@ -190,7 +190,7 @@ class Broker:
                request: Any) -> None:
         metrics = self.metrics
         ctx = (RequestContext(connection, slot, header) if metrics is None
-               else TimedRequestContext(connection, slot, header, metrics))
+               else metrics.context(connection, slot, header))
         handler = self._handlers.get(header.api_key)
         supported = api_versions.SUPPORTED.get(header.api_key)
         if supported is not None and not supported[0] <= header.api_version <= supported[1]:

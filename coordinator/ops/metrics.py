@@ -25,6 +25,10 @@ from coordinator import events as ev
 from coordinator.context import RequestContext
 
 OTHER_GROUPS = "__other__"
+SAMPLED_APIS = frozenset({0, 1, 8, 12})  # Produce, Fetch, OffsetCommit, Heartbeat
+SAMPLE_EVERY = 8
+_MAX_API_KEYS = 128
+_MAX_VERSIONS = 32
 _clock = time.perf_counter
 _bucket = bisect.bisect_left
 HISTORY_PER_GROUP = 10  # rebalances kept per group for the page
@@ -155,7 +159,11 @@ class BrokerMetrics:
     def __init__(self, max_groups: int = 200) -> None:
         self.max_groups = max_groups
         # (api_key, api_version) -> latency histogram; the count is the request count
+        # (api_key, api_version) -> latency histogram of the timed requests
         self.requests: dict[tuple[int, int], Histogram] = {}
+        # api_key -> api_version -> requests received: every request, exactly
+        self.request_counts = [[0] * _MAX_VERSIONS for _ in range(_MAX_API_KEYS)]
+        self._received = 0
         self.fetch_wakeup = Histogram(LATENCY_BOUNDS)
         self.offset_commits = 0  # offsets (partitions) committed
         self.offset_expirations = 0
@@ -169,6 +177,19 @@ class BrokerMetrics:
         self.group_version = 0  # bumped by every group event: the rebalance series changed
 
     # hot path --------------------------------------------------------------------------------
+
+    def context(self, connection: Any, slot: Any, header: Any) -> RequestContext:
+        """The context of one request: counted always; timed always for the rare APIs and for
+        one request in `SAMPLE_EVERY` of the hot ones (Produce, Fetch, OffsetCommit, Heartbeat),
+        whose latency histograms are therefore samples."""
+        api_key = header.api_key
+        version = header.api_version
+        if api_key < _MAX_API_KEYS and version < _MAX_VERSIONS:
+            self.request_counts[api_key][version] += 1
+        received = self._received = self._received + 1
+        if received % SAMPLE_EVERY and api_key in SAMPLED_APIS:
+            return RequestContext(connection, slot, header)
+        return TimedRequestContext(connection, slot, header, self)
 
     def request_done(self, header: Any, seconds: float) -> None:
         key = (header.api_key, header.api_version)
@@ -273,6 +294,9 @@ class BrokerMetrics:
                 since_last[group_id] = max(now_ms - history.last_stabilized_ms, 0) / 1000
         return {
             "requests": {k: h.copy() for k, h in self.requests.items()},
+            "request_counts": {(api_key, version): count
+                               for api_key, versions in enumerate(self.request_counts)
+                               for version, count in enumerate(versions) if count},
             "fetch_wakeup": self.fetch_wakeup.copy(),
             "offset_commits": self.offset_commits,
             "offset_expirations": self.offset_expirations,
@@ -362,15 +386,17 @@ def families(snap: dict[str, Any]) -> Iterator[Any]:
                                    labels=["api", "version"])
     latency = HistogramMetricFamily(
         "rebalanced_request_latency_seconds",
-        "From a request's arrival to its answer (parked JoinGroup/Fetch included).",
+        "From a request's arrival to its answer (parked JoinGroup/Fetch included); one "
+        "request in 8 of Produce, Fetch, OffsetCommit and Heartbeat, every other request.",
         labels=["api", "version"])
     commit = HistogramMetricFamily(
         "rebalanced_offset_commit_latency_seconds",
         "OffsetCommit from arrival to the durable answer, all versions.")
     merged = Histogram(LATENCY_BOUNDS)
+    for (api_key, version), count in sorted(snap["request_counts"].items()):
+        requests.add_metric([API_NAMES.get(api_key, str(api_key)), str(version)], count)
     for (api_key, version), values in sorted(snap["requests"].items()):
         labels = [API_NAMES.get(api_key, str(api_key)), str(version)]
-        requests.add_metric(labels, values.count)
         _histogram(latency, labels, values)
         if api_key == 8:
             merged.count += values.count

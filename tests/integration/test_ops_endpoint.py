@@ -102,7 +102,7 @@ def test_metrics_count_the_scripted_rebalance(scripted: tuple[BrokerProcess, str
     heartbeats = [v for (name, labels), v in values.items()
                   if name == "rebalanced_requests_total" and ("api", "Heartbeat") in labels]
     assert heartbeats and sum(heartbeats) >= 1
-    assert values[("rebalanced_offset_commit_latency_seconds_count", ())] >= 1
+    assert ("rebalanced_offset_commit_latency_seconds_count", ()) in values  # sampled
     assert values[("rebalanced_open_connections", ())] >= 1
 
 

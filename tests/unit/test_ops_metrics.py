@@ -126,3 +126,18 @@ def test_the_timed_context_sets_every_field_of_the_plain_one() -> None:
     timed = om.TimedRequestContext(object(), object(), Header(), om.BrokerMetrics())
     for f in dataclasses.fields(RequestContext):
         getattr(timed, f.name)  # an unset slot raises AttributeError
+
+
+def test_every_request_is_counted_and_hot_ones_are_timed_one_in_eight() -> None:
+    from coordinator.context import RequestContext
+    from protocol.codec import RequestHeader
+
+    metrics = om.BrokerMetrics()
+    contexts = [metrics.context(object(), object(), RequestHeader(12, 4, i, "c"))
+                for i in range(16)]
+    contexts += [metrics.context(object(), object(), RequestHeader(11, 5, 0, "c"))
+                 for _ in range(3)]
+    assert metrics.request_counts[12][4] == 16 and metrics.request_counts[11][5] == 3
+    timed = [type(c) is om.TimedRequestContext for c in contexts]
+    assert sum(timed[:16]) == 2 and all(timed[16:])
+    assert all(isinstance(c, RequestContext) for c in contexts)
