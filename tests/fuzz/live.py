@@ -315,6 +315,7 @@ def run(frames: int, seconds: float, connections: int, seed: int, per_schema: in
                 "rss_mb_first": round(rss[0], 1),
                 "rss_mb_max": round(max(rss), 1),
                 "rss_mb_last": round(rss[-1], 1),
+                "rss_mb_every_5s": [round(v, 1) for v in rss],
             })
     finally:
         broker.stop()
