@@ -5,7 +5,9 @@ For every group request: kio request -> command (`coordinator/api/*`), `now_ms` 
 log, and - only once those records are durable - the replies. A reply may answer a request
 parked earlier (the last JoinGroup of a rebalance completes them all). If the append or its
 fsync fails, no reply of that Result is delivered as success: each gets
-COORDINATOR_NOT_AVAILABLE, the offsets stay unacknowledged, and affected groups rebalance.
+COORDINATOR_NOT_AVAILABLE, the offsets stay unacknowledged, the core undoes what waited for the
+write (`coordinator/classic/writes.py`) and other affected groups rebalance; the journal gets a
+`group_write_failed` line.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import asyncio
 import itertools
 import json
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii
 from pathlib import Path
@@ -46,7 +48,7 @@ from coordinator.context import RequestContext
 from coordinator.manager import GroupCoordinator
 from coordinator.offsets import GroupExpiryView, OffsetStore, expire_timestamp_ms
 from coordinator.outcomes import error_outcome
-from coordinator.records import CoordinatorRecord, GroupMetadataRecord, OffsetCommitRecord
+from coordinator.records import GroupMetadataRecord, OffsetCommitRecord
 from coordinator.result import RequestRef, Result
 from storage.fs import REAL_FS, FileSystem
 from storage.log import LogConfig
@@ -77,6 +79,14 @@ class _Pending:
     command: Any
 
 
+def _succeeded(done: asyncio.Future[None]) -> bool:
+    return not done.cancelled() and done.exception() is None
+
+
+def _error_of(done: asyncio.Future[None]) -> str:
+    return "cancelled" if done.cancelled() else str(done.exception())
+
+
 def new_member_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4()}"
 
@@ -104,8 +114,6 @@ class GroupRuntime:
         self._pending: dict[RequestRef, _Pending] = {}
         self._sequence = itertools.count()
         self._journal: Any = None
-        self._writes_in_flight: dict[int, int] = {}  # group-log partition -> pending writes
-        self._held: dict[int, list[Result]] = {}  # group-log partition -> replies held back
         self._journal_flush_pending = False
         self._tasks: list[asyncio.Task[None]] = []
         self.fs: FileSystem = REAL_FS  # the group log's filesystem; tests inject faults here
@@ -193,10 +201,10 @@ class GroupRuntime:
             return
         self._pending[ref] = _Pending(ctx, module, command)
         result = self.manager.handle(command, self.clock.now_ms())
-        # The group's log partition matters to `apply` only while a group write is in flight;
-        # a heartbeat to an idle group should not hash the group id.
+        # The group's log partition matters to `apply` only while a group-log write is not yet
+        # acknowledged; a heartbeat while none is should not hash the group id.
         self.apply(result, self.group_log.partition_of(group_id)
-                   if group_id is not None and self._writes_in_flight else None)
+                   if group_id is not None and self.group_log.unacknowledged else None)
 
     def _waits_for_loading(self, ctx: RequestContext, command: Any, group_id: str | None
                            ) -> bool:
@@ -301,10 +309,9 @@ class GroupRuntime:
                                                      subscribed)
             outcome = oc.OffsetDeleteOutcome.from_errors(errors)
             if tombstones:
-                self._persist_then(tombstones, ctx, lambda: offset_delete.to_response(
-                    outcome, ctx.version), lambda: offset_delete.to_response(
-                    oc.OffsetDeleteOutcome(error=ErrorCode.coordinator_not_available),
-                    ctx.version))
+                failed = oc.OffsetDeleteOutcome(error=ErrorCode.coordinator_not_available)
+                self.write(Result(records=list(tombstones)), lambda durable: ctx.respond(
+                    offset_delete.to_response(outcome if durable else failed, ctx.version)))
                 return
         ctx.respond(offset_delete.to_response(outcome, ctx.version))
 
@@ -312,7 +319,7 @@ class GroupRuntime:
         command = delete_groups.to_command(request, ctx.version, self._ref(ctx))
         now = self.clock.now_ms()
         results: list[tuple[str, ErrorCode]] = []
-        records: list[CoordinatorRecord] = []
+        deleted = Result()
         for group_id in command.group_ids:
             if self._is_loading(group_id):
                 results.append((group_id, ErrorCode.coordinator_load_in_progress))
@@ -325,34 +332,23 @@ class GroupRuntime:
                 results.append((group_id, error))
                 continue
             self._apply_timers(result)
-            self._emit(result)
-            records.extend(result.records)
-            records.extend(self.offsets.delete_group(group_id))
+            deleted.merge(result)
+            deleted.records.extend(self.offsets.delete_group(group_id))
             results.append((group_id, ErrorCode.none))
         outcome = oc.DeleteGroupsOutcome(results=tuple(results))
-        if not records:
+        if not deleted.records:
             ctx.respond(delete_groups.to_response(outcome, ctx.version))
             return
         failed = oc.DeleteGroupsOutcome(results=tuple(
             (g, ErrorCode.coordinator_not_available if e is ErrorCode.none else e)
             for g, e in results))
-        self._persist_then(records, ctx, lambda: delete_groups.to_response(outcome, ctx.version),
-                           lambda: delete_groups.to_response(failed, ctx.version))
+        def written(durable: bool) -> None:
+            if durable:
+                self._emit(deleted)
+            ctx.respond(delete_groups.to_response(outcome if durable else failed, ctx.version))
 
-    def _persist_then(self, records: Sequence[CoordinatorRecord], ctx: RequestContext,
-                      ok: Callable[[], Any], failed: Callable[[], Any]) -> None:
-        durable = self.group_log.append(list(records), self.clock.wall_ms())
-
-        def done(future: asyncio.Future[None]) -> None:
-            if future.exception() is not None:
-                ctx.respond(failed())
-                return
-            for record in records:
-                if isinstance(record, OffsetCommitRecord):
-                    self.offsets.apply(record)
-            ctx.respond(ok())
-
-        durable.add_done_callback(done)
+        # The groups are gone from memory already; a failed write brings them back.
+        self.write(deleted, written)
 
     def _subscriptions(self, group_id: str) -> set[str] | None:
         group = self.manager.group(group_id)
@@ -373,23 +369,31 @@ class GroupRuntime:
     def apply(self, result: Result, log_partition: int | None = None) -> None:
         """Apply a Result; `log_partition` is the group-log partition of the request's group.
 
-        A Result without records may still depend on one that is not yet durable (a follower's
-        SyncGroup answered from the assignment the leader's pending write carries), so while a
-        group-metadata write is in flight on that partition its replies are held back until the
-        write completes, as Kafka's coordinator runtime holds them.
+        A Result without records may still depend on one that is not yet durable (it read
+        state that a pending write of the same partition carries), so its replies wait until
+        the group log has acknowledged everything written to that partition so far, as
+        Kafka's coordinator runtime defers a read behind the last written offset. They wait
+        for that offset only, not for the partition to fall quiet, and fail if a write before
+        it fails.
         """
         self._apply_timers(result)
         self._emit(result)
         if not result.records:
-            if log_partition is not None and self._writes_in_flight.get(log_partition):
-                self._held.setdefault(log_partition, []).append(result)
-            else:
+            waiting = (self.group_log.acknowledged(log_partition)
+                       if log_partition is not None else None)
+            if waiting is None:
                 self._deliver(result)
+            else:
+                waiting.add_done_callback(lambda done: self._deliver(result)
+                                          if _succeeded(done) else self._fail(result))
             return
-        records = list(result.records)
-        partitions = {self.group_log.partition_of(r.key.group) for r in records}
-        for partition in partitions:
-            self._writes_in_flight[partition] = self._writes_in_flight.get(partition, 0) + 1
+        self.write(result)
+
+    def write(self, result: Result, then: Callable[[bool], None] | None = None) -> None:
+        """Append `result.records`; once the append completed, deliver the replies (or fail
+        them), apply its offset records, hand the Result back to the core to finish or undo
+        what waited for the write, then call `then(durable)`."""
+        records = result.records
         try:
             durable = self.group_log.append(records, self.clock.wall_ms())
         except Exception as exc:
@@ -399,30 +403,31 @@ class GroupRuntime:
             durable.set_exception(exc)
 
         def persisted(done: asyncio.Future[None]) -> None:
-            try:
-                settle(done)
-            finally:
-                for partition in partitions:
-                    self._writes_in_flight[partition] -= 1
-                    if not self._writes_in_flight[partition]:
-                        del self._writes_in_flight[partition]
-                        for held in self._held.pop(partition, ()):
-                            self._deliver(held)
-
-        def settle(done: asyncio.Future[None]) -> None:
-            if done.exception() is None:
+            ok = _succeeded(done)
+            if ok:
                 self._deliver(result)
-                return
-            for reply in result.replies:
-                pending = self._pending.pop(reply.ref, None)
-                if pending is not None:
-                    pending.ctx.respond(pending.module.to_response(
-                        error_outcome(pending.command, ErrorCode.coordinator_not_available),
-                        pending.ctx.version))
-            groups = {r.key.group for r in records}
-            self.apply(self.manager.append_failed(groups, self.clock.now_ms()))
+                self.offsets.apply_all(r for r in records if isinstance(r, OffsetCommitRecord))
+                follow = self.manager.records_durable(result, self.clock.now_ms())
+            else:
+                self._fail(result)
+                follow = self.manager.records_failed(result, self.clock.now_ms())
+                self._event({"event": "group_write_failed",
+                             "group_ids": sorted({r.key.group for r in records}),
+                             "records": len(records), "error": _error_of(done)})
+            self.apply(follow)  # it depends on this write only, durable or failed by now
+            if then is not None:
+                then(ok)
 
         durable.add_done_callback(persisted)
+
+    def _fail(self, result: Result) -> None:
+        """Answer every reply of `result` with the error of a failed group-log write."""
+        for reply in result.replies:
+            pending = self._pending.pop(reply.ref, None)
+            if pending is not None:
+                pending.ctx.respond(pending.module.to_response(
+                    error_outcome(pending.command, ErrorCode.coordinator_not_available),
+                    pending.ctx.version))
 
     def _apply_timers(self, result: Result) -> None:
         for op in result.timers:
@@ -499,20 +504,21 @@ class GroupRuntime:
                 state_is_stable=group.state is GroupState.STABLE,
             )
         expired = self.offsets.expire(self.clock.wall_ms(), view)
-        records: list[CoordinatorRecord] = list(expired.tombstones)
+        removed = Result(records=list(expired.tombstones))
         now = self.clock.now_ms()
         for group_id in expired.groups_without_offsets:
             error, result = self.manager.delete_group(group_id, now)
             if error is None:
                 self._apply_timers(result)
-                self._emit(result)
-                records.extend(result.records)
-        if not records:
+                removed.merge(result)
+        if not removed.records:
             return
-        await self.group_log.append(records, self.clock.wall_ms())
-        for record in records:
-            if isinstance(record, OffsetCommitRecord):
-                self.offsets.apply(record)
+        written: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        # Tombstones are applied and deleted groups stay gone only once durable (`write`).
+        self.write(removed, written.set_result)
+        if not await written:
+            raise OSError("the group log did not take the expired offsets")
+        self._emit(removed)
         self._event({"event": "offsets_expired", "partitions": len(expired.tombstones),
                      "groups_deleted": len(expired.groups_without_offsets)})
 

@@ -1,0 +1,222 @@
+"""The running group runtime keeps group state behind the log, with faults and slow fsyncs.
+
+An in-process broker whose group log sits on a filesystem that can fail a write or fsync and
+can hold every fsync until the test lets it through, so a test sees the window between a
+write and its durability.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from coordinator.classic.state import GroupState
+from coordinator.runtime import Broker
+from coordinator.settings import defaults
+from storage.fs import FaultyFileSystem
+from tests.unit.test_review_group_runtime import TOPIC, completing_group, send, sync, until
+
+NOT_AVAILABLE = ErrorCode.coordinator_not_available
+_MAIN = threading.main_thread()
+
+
+class GatedFileSystem(FaultyFileSystem):
+    """Every fsync of a worker thread (the group log's flushes) waits for `let_through` while
+    the gate is closed; those on the event loop (cutting a failed write back) do not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._permits = threading.Semaphore(0)
+        self.closed = False
+
+    def _take(self, op: str, path: Path | None = None) -> tuple[OSError, int] | None:
+        if op == "fsync" and self.closed and threading.current_thread() is not _MAIN:
+            assert self._permits.acquire(timeout=60), "fsync held too long"
+        return super()._take(op, path)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def let_through(self, count: int = 1) -> None:
+        for _ in range(count):
+            self._permits.release()
+
+    def open(self) -> None:
+        self.closed = False
+        self.let_through(100)  # whatever is waiting now
+
+
+@pytest.fixture
+async def gated(tmp_path: Path) -> AsyncIterator[tuple[Broker, GatedFileSystem]]:
+    settings = defaults().with_overrides({"log.dirs": str(tmp_path / "data"),
+                                          "group.initial.rebalance.delay.ms": "0"})
+    broker = Broker(settings)
+    fs = GatedFileSystem()
+    broker.groups.fs = fs
+    await broker.start()
+    broker.create_topic(TOPIC, 2, {}, reason="test")
+    await until(lambda: not broker.groups.loading, "load")
+    try:
+        yield broker, fs
+    finally:
+        fs.open()
+        await broker.stop()
+
+
+def commit(broker: Broker, group: str, offset: int = 1, version: int = 8,
+           retention_ms: int | None = None) -> Any:
+    body: dict[str, Any] = {
+        "group_id": group, "member_id": "", "topics": [{"name": TOPIC, "partitions": [
+            {"partition_index": 0, "committed_offset": offset, "committed_metadata": ""}]}]}
+    if version >= 1:
+        body["generation_id_or_member_epoch"] = -1
+    if 2 <= version <= 4:
+        body["retention_time"] = (datetime.timedelta(milliseconds=retention_ms)
+                                     if retention_ms is not None else
+                                     datetime.timedelta(milliseconds=-1))
+    return send(broker, 8, version, body)
+
+
+def commit_errors(ctx: Any) -> list[ErrorCode]:
+    return [p.error_code for t in ctx.answer.topics for p in t.partitions]
+
+
+def heartbeat(broker: Broker, group: str, generation: int, member_id: str) -> Any:
+    return send(broker, 12, 3, {"group_id": group, "generation_id": generation,
+                                "member_id": member_id, "group_instance_id": None})
+
+
+def same_partition(broker: Broker, group: str, count: int) -> list[str]:
+    partition = broker.groups.group_log.partition_of(group)
+    return [g for g in (f"other-{i}" for i in range(10_000))
+            if broker.groups.group_log.partition_of(g) == partition][:count]
+
+
+async def test_followers_wait_for_the_assignment_to_be_durable(
+    gated: tuple[Broker, GatedFileSystem],
+) -> None:
+    broker, fs = gated
+    leader, follower, generation = await completing_group(broker)
+    fs.close()
+    leader_sync = sync(broker, "g", generation, leader, {leader: b"L", follower: b"F"})
+    follower_sync = sync(broker, "g", generation, follower)
+    await asyncio.sleep(0.05)
+    assert leader_sync.responses == [] and follower_sync.responses == []
+    group = broker.groups.manager.group("g")
+    assert group is not None and group.state is GroupState.COMPLETING_REBALANCE
+    fs.let_through()
+    await until(lambda: leader_sync.responses and follower_sync.responses, "sync answers")
+    assert (leader_sync.answer.assignment, follower_sync.answer.assignment) == (b"L", b"F")
+    assert group.state is GroupState.STABLE
+
+
+async def test_a_failed_assignment_fsync_fails_every_sync_and_rebalances(
+    gated: tuple[Broker, GatedFileSystem],
+) -> None:
+    broker, fs = gated
+    leader, follower, generation = await completing_group(broker)
+    fs.close()
+    leader_sync = sync(broker, "g", generation, leader, {leader: b"L", follower: b"F"})
+    follower_sync = sync(broker, "g", generation, follower)
+    fs.fail_next_fsync()
+    fs.let_through()
+    await until(lambda: leader_sync.responses and follower_sync.responses, "sync answers")
+    assert leader_sync.answer.error_code == NOT_AVAILABLE
+    assert follower_sync.answer.error_code == NOT_AVAILABLE
+    assert follower_sync.answer.assignment == b""
+    group = broker.groups.manager.group("g")
+    assert group is not None and group.state is GroupState.PREPARING_REBALANCE
+    assert "g" not in broker.groups.manager.durable_view()
+
+
+async def test_a_held_heartbeat_is_answered_once_its_offset_is_durable(
+    gated: tuple[Broker, GatedFileSystem],
+) -> None:
+    """Other groups of the same log partition keep writing: the heartbeat waits for the write
+    that was pending when it arrived, not for the partition to fall quiet."""
+    broker, fs = gated
+    leader, follower, generation = await completing_group(broker)
+    leader_sync = sync(broker, "g", generation, leader, {leader: b"L", follower: b"F"})
+    await until(lambda: leader_sync.responses, "sync answer")
+    first, second, third = same_partition(broker, "g", 3)
+    fs.close()
+    pending = commit(broker, first)
+    await asyncio.sleep(0.02)  # its fsync is running (held)
+    beat = heartbeat(broker, "g", generation, follower)
+    later = commit(broker, second)  # waits for the next fsync round
+    await asyncio.sleep(0.05)
+    assert beat.responses == [] and pending.responses == []
+    fs.let_through()  # the round holding `first`
+    await until(lambda: beat.responses, "heartbeat answer")
+    assert beat.answer.error_code == ErrorCode.none
+    assert commit_errors(pending) == [ErrorCode.none]
+    assert later.responses == []  # still being written, and it did not hold the heartbeat
+    more = commit(broker, third)
+    fs.open()
+    await until(lambda: later.responses and more.responses, "the other commits")
+
+
+async def test_a_failed_write_fails_the_replies_held_behind_it(
+    gated: tuple[Broker, GatedFileSystem],
+) -> None:
+    broker, fs = gated
+    leader, follower, generation = await completing_group(broker)
+    leader_sync = sync(broker, "g", generation, leader, {leader: b"L", follower: b"F"})
+    await until(lambda: leader_sync.responses, "sync answer")
+    (other,) = same_partition(broker, "g", 1)
+    fs.close()
+    pending = commit(broker, other)
+    beat = heartbeat(broker, "g", generation, follower)
+    fs.fail_next_fsync()
+    fs.let_through()
+    await until(lambda: beat.responses and pending.responses, "answers")
+    assert commit_errors(pending) == [NOT_AVAILABLE]
+    assert beat.answer.error_code == NOT_AVAILABLE
+
+
+async def test_a_failed_delete_groups_write_keeps_the_group_and_its_offsets(
+    gated: tuple[Broker, GatedFileSystem],
+) -> None:
+    broker, fs = gated
+    committed = commit(broker, "standalone", offset=42)
+    await until(lambda: committed.responses, "commit answer")
+    fs.fail_next_fsync()
+    deleted = send(broker, 42, 2, {"groups_names": ["standalone"]})
+    await until(lambda: deleted.responses, "delete answer")
+    assert [r.error_code for r in deleted.answer.results] == [NOT_AVAILABLE]
+    group = broker.groups.manager.group("standalone")
+    assert group is not None and group.state is GroupState.EMPTY
+    assert broker.groups.offsets.has_offsets("standalone")
+    listed = send(broker, 16, 4, {"states_filter": []})
+    assert [g.group_id for g in listed.answer.groups] == ["standalone"]
+
+    retried = send(broker, 42, 2, {"groups_names": ["standalone"]})
+    await until(lambda: retried.responses, "delete answer")
+    assert [r.error_code for r in retried.answer.results] == [ErrorCode.none]
+    assert broker.groups.manager.group("standalone") is None
+    assert not broker.groups.offsets.has_offsets("standalone")
+
+
+async def test_a_failed_offset_expiry_write_keeps_the_group_and_its_offsets(
+    gated: tuple[Broker, GatedFileSystem],
+) -> None:
+    broker, fs = gated
+    committed = commit(broker, "standalone", version=2, retention_ms=1)
+    await until(lambda: committed.responses, "commit answer")
+    await asyncio.sleep(0.01)  # past the commit's explicit expire timestamp
+    fs.fail_next_fsync()
+    with pytest.raises(OSError):
+        await broker.groups.expire_offsets()
+    assert broker.groups.manager.group("standalone") is not None
+    assert broker.groups.offsets.has_offsets("standalone")
+
+    await broker.groups.expire_offsets()
+    assert broker.groups.manager.group("standalone") is None
+    assert not broker.groups.offsets.has_offsets("standalone")
