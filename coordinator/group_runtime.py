@@ -52,7 +52,7 @@ from coordinator.records import GroupMetadataRecord, OffsetCommitRecord
 from coordinator.result import RequestRef, Result
 from storage.fs import REAL_FS, FileSystem
 from storage.log import LogConfig
-from storage.offsets_topic import GroupLog
+from storage.offsets_topic import GroupLog, GroupLogLoadError
 
 if TYPE_CHECKING:
     from coordinator.runtime import Broker
@@ -110,7 +110,9 @@ class GroupRuntime:
         self.manager = GroupCoordinator(self.config, new_member_id)
         self.offsets = OffsetStore(self.config)
         self.group_log: GroupLog
+        # Partitions not served yet: being replayed, or (also in `failed`) failed to replay.
         self.loading: set[int] = set(range(self.config.offsets_topic_num_partitions))
+        self.failed: set[int] = set()
         self._pending: dict[RequestRef, _Pending] = {}
         self._sequence = itertools.count()
         self._journal: Any = None
@@ -141,24 +143,49 @@ class GroupRuntime:
         total = 0
         loop = asyncio.get_running_loop()
         for partition in range(self.config.offsets_topic_num_partitions):
-            count = 0
-            # Reading and decoding a partition runs in a worker thread so the loop keeps
-            # accepting and serving loaded partitions; applying the records stays on the loop.
-            records = await loop.run_in_executor(
-                None, lambda p=partition: list(self.group_log.replay_partition(p)))  # type: ignore[misc]
-            for record in records:
+            try:
+                total += await self._load_partition(loop, partition)
+            except Exception as exc:
+                self._load_failed(partition, exc)
+                continue
+            self.loading.discard(partition)
+        if self.failed:
+            return
+        log.info("group log loaded", records=total, groups=len(self.manager.groups),
+                 duration_ms=self.clock.monotonic_ms() - started)
+
+    async def _load_partition(self, loop: asyncio.AbstractEventLoop, partition: int) -> int:
+        count = 0
+        # Reading and decoding a partition runs in a worker thread so the loop keeps
+        # accepting and serving loaded partitions; applying the records stays on the loop.
+        records = await loop.run_in_executor(
+            None, lambda: list(self.group_log.replay_partition_at(partition)))
+        for offset, record in records:
+            try:
                 if isinstance(record, GroupMetadataRecord):
                     self._apply_timers(self.manager.replay(record, self.clock.now_ms()))
                 else:
                     self.offsets.apply(record)
-                count += 1
-                if count % 20_000 == 0:
-                    await asyncio.sleep(0)  # keep serving other partitions' requests
-            self._restore_offset_only_groups(partition)
-            self.loading.discard(partition)
-            total += count
-        log.info("group log loaded", records=total, groups=len(self.manager.groups),
-                 duration_ms=self.clock.monotonic_ms() - started)
+            except Exception as exc:
+                raise self.group_log.load_error(
+                    partition, offset, f"replaying {type(record).__name__}: {exc!r}") from exc
+            count += 1
+            if count % 20_000 == 0:
+                await asyncio.sleep(0)  # keep serving other partitions' requests
+        self._restore_offset_only_groups(partition)
+        return count
+
+    def _load_failed(self, partition: int, exc: Exception) -> None:
+        """A partition that cannot be replayed is not served (NOT_COORDINATOR for its groups)
+        and stops the broker: serving it without some of its groups and offsets would answer
+        wrongly, and waiting would leave its clients told "loading" forever."""
+        where: dict[str, Any] = {}
+        if isinstance(exc, GroupLogLoadError):
+            where = {"file": str(exc.path), "position": exc.position, "offset": exc.offset}
+        log.error("group log load failed", partition=partition, error=str(exc), **where,
+                  exc_info=not isinstance(exc, GroupLogLoadError))
+        self.failed.add(partition)
+        self.broker.fail(exc)
 
     def _restore_offset_only_groups(self, partition: int) -> None:
         """A group known only by its offsets (a standalone consumer's) comes back Empty, as
@@ -185,10 +212,22 @@ class GroupRuntime:
     def _is_loading(self, group_id: str) -> bool:
         return bool(self.loading) and self.group_log.partition_of(group_id) in self.loading
 
+    def _is_still_loading(self, group_id: str) -> bool:
+        return self._is_loading(group_id) and (
+            not self.failed or self.group_log.partition_of(group_id) not in self.failed)
+
+    def _unavailable(self, group_id: str | None) -> ErrorCode:
+        """The answer for a group whose partition is not served (`_is_loading`)."""
+        if self.failed and (group_id is None
+                            or self.group_log.partition_of(group_id) in self.failed):
+            return ErrorCode.not_coordinator
+        return ErrorCode.coordinator_load_in_progress
+
     def find_coordinator(self, ctx: RequestContext, request: Any) -> None:
         host, port = self.broker.advertised
         ctx.respond(find_coordinator.handle(request, ctx.version,
-                                            (self.broker.node_id, host, port), self._is_loading))
+                                            (self.broker.node_id, host, port),
+                                            self._is_still_loading))
 
     def member_request(self, ctx: RequestContext, request: Any) -> None:
         module = _MEMBER_APIS[ctx.header.api_key]
@@ -197,7 +236,7 @@ class GroupRuntime:
         group_id = getattr(command, "group_id", None)
         if self.loading and self._waits_for_loading(ctx, command, group_id):
             ctx.respond(module.to_response(
-                error_outcome(command, ErrorCode.coordinator_load_in_progress), ctx.version))
+                error_outcome(command, self._unavailable(group_id)), ctx.version))
             return
         self._pending[ref] = _Pending(ctx, module, command)
         result = self.manager.handle(command, self.clock.now_ms())
@@ -220,7 +259,7 @@ class GroupRuntime:
         command = offset_commit.to_command(request, ctx.version, self._ref(ctx))
         if self._is_loading(command.group_id):
             self._answer_commit(ctx, oc.OffsetCommitOutcome.failed(
-                command, ErrorCode.coordinator_load_in_progress))
+                command, self._unavailable(command.group_id)))
             return
         now = self.clock.now_ms()
         group_known = self.manager.group(command.group_id) is not None
@@ -281,7 +320,7 @@ class GroupRuntime:
         for group in command.groups:
             if self._is_loading(group.group_id):
                 results.append(oc.OffsetFetchGroupResult.failed(
-                    group, ErrorCode.coordinator_load_in_progress))
+                    group, self._unavailable(group.group_id)))
                 continue
             fetched = self.offsets.fetch(group.group_id, group.topics,
                                          require_stable=command.require_stable)
@@ -294,7 +333,7 @@ class GroupRuntime:
         command = offset_delete.to_command(request, ctx.version, self._ref(ctx))
         group = self.manager.group(command.group_id)
         if self._is_loading(command.group_id):
-            outcome = oc.OffsetDeleteOutcome(error=ErrorCode.coordinator_load_in_progress)
+            outcome = oc.OffsetDeleteOutcome(error=self._unavailable(command.group_id))
         elif (group is None and not self.offsets.has_offsets(command.group_id)) or (
                 group is not None and group.state is GroupState.DEAD):
             outcome = oc.OffsetDeleteOutcome(error=ErrorCode.group_id_not_found)
@@ -322,7 +361,7 @@ class GroupRuntime:
         deleted = Result()
         for group_id in command.group_ids:
             if self._is_loading(group_id):
-                results.append((group_id, ErrorCode.coordinator_load_in_progress))
+                results.append((group_id, self._unavailable(group_id)))
                 continue
             had_offsets = self.offsets.has_offsets(group_id)
             error, result = self.manager.delete_group(group_id, now)

@@ -68,6 +68,9 @@ class Broker:
         self.implemented: set[int] = set(self._handlers)
         self.groups = GroupRuntime(self)
         self.groups.register()
+        # Set to stop the broker: by a signal, or by `fail` with `failure` saying why.
+        self.stop_requested = asyncio.Event()
+        self.failure: BaseException | None = None
 
     # lifecycle --------------------------------------------------------------------------------
 
@@ -86,6 +89,13 @@ class Broker:
         self.topics = TopicStore.open(self.data_dir, self.log_config(), repair=self.repair)
         self.groups.open(self.data_dir, self.repair)
         self._retention_task = self._loop.create_task(self._retention_loop())
+
+    def fail(self, error: BaseException) -> None:
+        """Something the broker cannot serve without (a group-log partition that does not
+        load): stop, and let the process exit non-zero with `error`."""
+        if self.failure is None:
+            self.failure = error
+        self.stop_requested.set()
 
     async def stop(self) -> None:
         self.fetches.release_all()

@@ -360,6 +360,14 @@ class PartitionLog:
         seg = segments[bisect_right(self._bases, offset) - 1]
         return seg.read(offset, max_bytes)
 
+    def position_of(self, offset: int) -> tuple[Path, int]:
+        """The segment file holding `offset` and the byte position of its batch there (0 when
+        the offset is outside the log), to name a damaged record."""
+        segments = self._segments
+        seg = segments[max(bisect_right(self._bases, offset) - 1, 0)]
+        located = seg.locate(offset)
+        return seg.path, located.position if located is not None else 0
+
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= `timestamp_ms`, else None."""
         for seg in list(self._segments):

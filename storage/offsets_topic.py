@@ -45,6 +45,19 @@ log = structlog.get_logger("rebalanced.group_log")
 TOPIC = "__consumer_offsets"
 
 
+class GroupLogLoadError(Exception):
+    """A group-log record that cannot be replayed: where it is and why."""
+
+    def __init__(self, partition: int, path: Path, position: int, offset: int,
+                 reason: str) -> None:
+        super().__init__(f"{path}: position {position} (offset {offset}): {reason}")
+        self.partition = partition
+        self.path = path
+        self.position = position
+        self.offset = offset
+        self.reason = reason
+
+
 class GroupLog:
     def __init__(self, logs: list[PartitionLog], fsync_policy: str,
                  fs: FileSystem = REAL_FS) -> None:
@@ -95,18 +108,34 @@ class GroupLog:
 
         Replaying only the last value per key yields the same state as replaying the whole
         history (latest value wins; a tombstone deletes), and lets recovery decode each live key
-        once instead of once per commit ever made. Unknown record types are skipped.
+        once instead of once per commit ever made. Unknown record types are skipped. Raises
+        `GroupLogLoadError` naming the file and position of a record that cannot be read.
         """
-        latest: dict[bytes, bytes | None] = {}
-        for key, value in self._raw_records(partition):
-            latest.pop(key, None)  # re-insert so dict order follows the last write
-            latest[key] = value
-        for key, value in latest.items():
-            record = decode_record(key, value)
-            if not isinstance(record, UnknownRecord):
-                yield record
+        for _, record in self.replay_partition_at(partition):
+            yield record
 
-    def _raw_records(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
+    def replay_partition_at(self, partition: int) -> Iterator[tuple[int, CoordinatorRecord]]:
+        """`replay_partition`, each record with its offset (for `locate` when applying it
+        fails)."""
+        latest: dict[bytes, tuple[int, bytes | None]] = {}
+        for offset, key, value in self._raw_records(partition):
+            latest.pop(key, None)  # re-insert so dict order follows the last write
+            latest[key] = (offset, value)
+        for key, (offset, value) in latest.items():
+            try:
+                record = decode_record(key, value)
+            except Exception as exc:
+                raise self.load_error(partition, offset, f"undecodable record: {exc!r}") from exc
+            if not isinstance(record, UnknownRecord):
+                yield offset, record
+
+    def load_error(self, partition: int, offset: int, reason: str) -> GroupLogLoadError:
+        """The error for the record at `offset` of `partition`: its segment file and the byte
+        position of its batch there."""
+        path, position = self.logs[partition].position_of(offset)
+        return GroupLogLoadError(partition, path, position, offset, reason)
+
+    def _raw_records(self, partition: int) -> Iterator[tuple[int, bytes, bytes | None]]:
         partition_log = self.logs[partition]
         offset = partition_log.log_start_offset
         end = partition_log.log_end_offset
@@ -114,9 +143,13 @@ class GroupLog:
             chunk = partition_log.read(offset, 8 << 20)
             if not chunk:
                 break
-            for record_offset, key, value in iter_records(chunk):
+            try:
+                records = list(iter_records(chunk))
+            except Exception as exc:
+                raise self.load_error(partition, offset, f"unreadable batch: {exc!r}") from exc
+            for record_offset, key, value in records:
                 if key is not None and record_offset >= offset:
-                    yield key, value
+                    yield record_offset, key, value
             # Move on from the end of the last batch, not its last record: a compacted batch
             # keeps the offset range of the batches it replaced, with fewer records.
             batches = scan_batches(chunk, verify_crc=False)[0]
