@@ -1,15 +1,14 @@
 """The running group runtime keeps group state behind the log, with faults and slow fsyncs.
 
 An in-process broker whose group log sits on a filesystem that can fail a write or fsync and
-can hold every fsync until the test lets it through, so a test sees the window between a
-write and its durability.
+can hold every fsync until the test lets it through (`tests.fakes.GatedFileSystem`), so a test
+sees the window between a write and its durability.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
-import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,37 +19,10 @@ from kio.schema.errors import ErrorCode
 from coordinator.classic.state import GroupState
 from coordinator.runtime import Broker
 from coordinator.settings import defaults
-from storage.fs import FaultyFileSystem
+from tests.fakes import GatedFileSystem
 from tests.unit.test_review_group_runtime import TOPIC, completing_group, send, sync, until
 
 NOT_AVAILABLE = ErrorCode.coordinator_not_available
-_MAIN = threading.main_thread()
-
-
-class GatedFileSystem(FaultyFileSystem):
-    """Every fsync of a worker thread (the group log's flushes) waits for `let_through` while
-    the gate is closed; those on the event loop (cutting a failed write back) do not."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._permits = threading.Semaphore(0)
-        self.closed = False
-
-    def _take(self, op: str, path: Path | None = None) -> tuple[OSError, int] | None:
-        if op == "fsync" and self.closed and threading.current_thread() is not _MAIN:
-            assert self._permits.acquire(timeout=60), "fsync held too long"
-        return super()._take(op, path)
-
-    def close(self) -> None:
-        self.closed = True
-
-    def let_through(self, count: int = 1) -> None:
-        for _ in range(count):
-            self._permits.release()
-
-    def open(self) -> None:
-        self.closed = False
-        self.let_through(100)  # whatever is waiting now
 
 
 @pytest.fixture
