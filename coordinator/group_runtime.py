@@ -117,6 +117,8 @@ class GroupRuntime:
         self._sequence = itertools.count()
         self._journal: Any = None
         self._journal_flush_pending = False
+        # Groups with a metadata write not yet completed -> how many (see `apply`).
+        self._group_writes: dict[str, int] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self.fs: FileSystem = REAL_FS  # the group log's filesystem; tests inject faults here
 
@@ -240,10 +242,10 @@ class GroupRuntime:
             return
         self._pending[ref] = _Pending(ctx, module, command)
         result = self.manager.handle(command, self.clock.now_ms())
-        # The group's log partition matters to `apply` only while a group-log write is not yet
-        # acknowledged; a heartbeat while none is should not hash the group id.
+        # The group's log partition matters to `apply` only while a write of the group's
+        # metadata is pending; a heartbeat while none is should not hash the group id.
         self.apply(result, self.group_log.partition_of(group_id)
-                   if group_id is not None and self.group_log.unacknowledged else None)
+                   if self._group_writes and group_id in self._group_writes else None)
 
     def _waits_for_loading(self, ctx: RequestContext, command: Any, group_id: str | None
                            ) -> bool:
@@ -406,14 +408,15 @@ class GroupRuntime:
     # applying results -------------------------------------------------------------------------
 
     def apply(self, result: Result, log_partition: int | None = None) -> None:
-        """Apply a Result; `log_partition` is the group-log partition of the request's group.
+        """Apply a Result; `log_partition` is the group-log partition of the request's group,
+        given while a write of that group's metadata is pending.
 
-        A Result without records may still depend on one that is not yet durable (it read
-        state that a pending write of the same partition carries), so its replies wait until
-        the group log has acknowledged everything written to that partition so far, as
-        Kafka's coordinator runtime defers a read behind the last written offset. They wait
-        for that offset only, not for the partition to fall quiet, and fail if a write before
-        it fails.
+        A Result without records may then depend on that write (a heartbeat of a member whose
+        new id is being written), so its replies wait until the group log has acknowledged
+        everything written to the partition so far, as Kafka's coordinator runtime defers a
+        read behind the last written offset. They wait for that offset only, not for the
+        partition to fall quiet (other groups may keep writing), and fail if a write up to it
+        fails.
         """
         self._apply_timers(result)
         self._emit(result)
@@ -433,6 +436,9 @@ class GroupRuntime:
         them), apply its offset records, hand the Result back to the core to finish or undo
         what waited for the write, then call `then(durable)`."""
         records = result.records
+        groups = [r.key.group for r in records if type(r) is GroupMetadataRecord]
+        for group_id in groups:
+            self._group_writes[group_id] = self._group_writes.get(group_id, 0) + 1
         try:
             durable = self.group_log.append(records, self.clock.wall_ms())
         except Exception as exc:
@@ -442,6 +448,12 @@ class GroupRuntime:
             durable.set_exception(exc)
 
         def persisted(done: asyncio.Future[None]) -> None:
+            for group_id in groups:
+                left = self._group_writes[group_id] - 1
+                if left:
+                    self._group_writes[group_id] = left
+                else:
+                    del self._group_writes[group_id]
             ok = _succeeded(done)
             if ok:
                 self._deliver(result)

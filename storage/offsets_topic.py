@@ -72,7 +72,6 @@ class GroupLog:
         # futures of `acknowledged` waiting for it to reach an offset (in offset order).
         self._acked_end = list(self._durable_end)
         self._offset_waiters: dict[int, deque[tuple[int, asyncio.Future[None]]]] = {}
-        self.unacknowledged: set[int] = set()  # partitions written past their acked end
         self._waiting: list[asyncio.Future[None]] = []
         self._flushing = False
         self._interval_task: asyncio.Task[None] | None = None
@@ -197,8 +196,6 @@ class GroupLog:
                 self._acked_end[partition] = self.logs[partition].log_end_offset
             self._ensure_interval_flusher()
             return future
-        for partition, _ in written:
-            self.unacknowledged.add(partition)
         self._waiting.append(future)
         if not self._flushing:
             self._flushing = True
@@ -274,8 +271,6 @@ class GroupLog:
     def _acknowledge(self, partition: int, end: int) -> None:
         self._acked_end[partition] = max(self._acked_end[partition], end)
         acked = self._acked_end[partition]
-        if acked >= self.logs[partition].log_end_offset:
-            self.unacknowledged.discard(partition)
         waiters = self._offset_waiters.get(partition)
         while waiters and waiters[0][0] <= acked:
             _, future = waiters.popleft()
@@ -288,8 +283,6 @@ class GroupLog:
         """The partition was cut back to its durable end: whatever waited past it failed."""
         end = self.logs[partition].log_end_offset
         self._acked_end[partition] = min(self._acked_end[partition], end)
-        if self._acked_end[partition] >= end:
-            self.unacknowledged.discard(partition)
         for _, future in self._offset_waiters.pop(partition, ()):
             if not future.done():
                 future.set_exception(exc)

@@ -111,28 +111,31 @@ async def test_a_failed_assignment_fsync_fails_every_sync_and_rebalances(
 async def test_a_held_heartbeat_is_answered_once_its_offset_is_durable(
     gated: tuple[Broker, GatedFileSystem],
 ) -> None:
-    """Other groups of the same log partition keep writing: the heartbeat waits for the write
-    that was pending when it arrived, not for the partition to fall quiet."""
+    """A heartbeat arriving while its group's metadata is being written waits for that write,
+    and only for it: other groups of the same log partition keep writing meanwhile."""
     broker, fs = gated
     leader, follower, generation = await completing_group(broker)
-    leader_sync = sync(broker, "g", generation, leader, {leader: b"L", follower: b"F"})
-    await until(lambda: leader_sync.responses, "sync answer")
-    first, second, third = same_partition(broker, "g", 3)
+    first, second = same_partition(broker, "g", 2)
+    other_leader, other_follower, other_generation = await completing_group(broker, first)
     fs.close()
-    pending = commit(broker, first)
-    await asyncio.sleep(0.02)  # its fsync is running (held)
+    leader_sync = sync(broker, "g", generation, leader, {leader: b"L", follower: b"F"})
+    await until(lambda: fs.held == 1, "the assignment's fsync at the gate")
     beat = heartbeat(broker, "g", generation, follower)
-    later = commit(broker, second)  # waits for the next fsync round
+    # Another group of the partition writes its metadata and a third commits: the next round.
+    later = sync(broker, first, other_generation, other_leader, {other_follower: b"O"})
+    commit_later = commit(broker, second)
     await asyncio.sleep(0.05)
-    assert beat.responses == [] and pending.responses == []
-    fs.let_through()  # the round holding `first`
+    assert beat.responses == [] and leader_sync.responses == []
+    fs.let_through()  # the round holding the assignment
     await until(lambda: beat.responses, "heartbeat answer")
     assert beat.answer.error_code == ErrorCode.none
-    assert commit_errors(pending) == [ErrorCode.none]
-    assert later.responses == []  # still being written, and it did not hold the heartbeat
-    more = commit(broker, third)
+    assert leader_sync.answer.error_code == ErrorCode.none
+    # Still being written, and they did not hold the heartbeat.
+    assert later.responses == [] and commit_later.responses == []
+    beat_again = heartbeat(broker, "g", generation, follower)
+    assert beat_again.answer.error_code == ErrorCode.none  # no write of g pending: at once
     fs.open()
-    await until(lambda: later.responses and more.responses, "the other commits")
+    await until(lambda: later.responses and commit_later.responses, "the other writes")
 
 
 async def test_a_failed_write_fails_the_replies_held_behind_it(
@@ -140,16 +143,14 @@ async def test_a_failed_write_fails_the_replies_held_behind_it(
 ) -> None:
     broker, fs = gated
     leader, follower, generation = await completing_group(broker)
-    leader_sync = sync(broker, "g", generation, leader, {leader: b"L", follower: b"F"})
-    await until(lambda: leader_sync.responses, "sync answer")
-    (other,) = same_partition(broker, "g", 1)
     fs.close()
-    pending = commit(broker, other)
+    leader_sync = sync(broker, "g", generation, leader, {leader: b"L", follower: b"F"})
+    await until(lambda: fs.held == 1, "the assignment's fsync at the gate")
     beat = heartbeat(broker, "g", generation, follower)
     fs.fail_next_fsync()
     fs.let_through()
-    await until(lambda: beat.responses and pending.responses, "answers")
-    assert commit_errors(pending) == [NOT_AVAILABLE]
+    await until(lambda: beat.responses and leader_sync.responses, "answers")
+    assert leader_sync.answer.error_code == NOT_AVAILABLE
     assert beat.answer.error_code == NOT_AVAILABLE
 
 
