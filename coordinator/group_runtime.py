@@ -277,12 +277,12 @@ class GroupRuntime:
             return
         expire = expire_timestamp_ms(command.retention_time_ms, now)
         errors, records = self.offsets.commit(
-            command.group_id, command.topics, self.clock.wall_ms(),
+            command.group_id, command.topics, now,
             topic_exists=self._partition_exists, expire_timestamp=expire)
         if not records:
             self._answer_commit(ctx, oc.OffsetCommitOutcome.from_errors(errors))
             return
-        durable = self.group_log.append(list(records), self.clock.wall_ms())
+        durable = self.group_log.append(list(records), now)
 
         def committed(done: asyncio.Future[None]) -> None:
             if done.exception() is not None:
@@ -440,7 +440,7 @@ class GroupRuntime:
         for group_id in groups:
             self._group_writes[group_id] = self._group_writes.get(group_id, 0) + 1
         try:
-            durable = self.group_log.append(records, self.clock.wall_ms())
+            durable = self.group_log.append(records, self.clock.now_ms())
         except Exception as exc:
             # Whatever went wrong, the parked requests of this Result must still be answered.
             log.exception("group log append failed")
@@ -554,9 +554,9 @@ class GroupRuntime:
                 protocol_type=group.protocol_type or "",
                 state_is_stable=group.state is GroupState.STABLE,
             )
-        expired = self.offsets.expire(self.clock.wall_ms(), view)
-        removed = Result(records=list(expired.tombstones))
         now = self.clock.now_ms()
+        expired = self.offsets.expire(now, view)
+        removed = Result(records=list(expired.tombstones))
         for group_id in expired.groups_without_offsets:
             error, result = self.manager.delete_group(group_id, now)
             if error is None:
@@ -586,7 +586,7 @@ class GroupRuntime:
             if self.loading:
                 continue  # replay reads the segments the cleaner would swap
             try:
-                await loop.run_in_executor(None, self.group_log.compact, self.clock.wall_ms(),
+                await loop.run_in_executor(None, self.group_log.compact, self.clock.now_ms(),
                                            retention_ms)
             except Exception:
                 log.exception("group log compaction failed")
