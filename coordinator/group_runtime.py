@@ -40,13 +40,12 @@ from coordinator.api import (
     offset_fetch,
     sync_group,
 )
-from coordinator.classic.state import GroupState
 from coordinator.clock import SystemClock
 from coordinator.config import GroupConfig
-from coordinator.consumer_protocol import subscribed_topics
 from coordinator.context import RequestContext
+from coordinator.group_offsets import GroupOffsets
 from coordinator.manager import GroupCoordinator
-from coordinator.offsets import GroupExpiryView, OffsetStore, expire_timestamp_ms
+from coordinator.offsets import OffsetStore
 from coordinator.outcomes import error_outcome
 from coordinator.records import GroupMetadataRecord, OffsetCommitRecord
 from coordinator.result import RequestRef, Result
@@ -109,6 +108,7 @@ class GroupRuntime:
         )
         self.manager = GroupCoordinator(self.config, new_member_id)
         self.offsets = OffsetStore(self.config)
+        self.core = GroupOffsets(self.manager, self.offsets)  # the offset APIs' decisions
         self.group_log: GroupLog
         # Partitions not served yet: being replayed, or (also in `failed`) failed to replay.
         self.loading: set[int] = set(range(self.config.offsets_topic_num_partitions))
@@ -264,21 +264,13 @@ class GroupRuntime:
                 command, self._unavailable(command.group_id)))
             return
         now = self.clock.now_ms()
-        group_known = self.manager.group(command.group_id) is not None
-        error, result = self.manager.validate_offset_commit(
-            command.group_id, command.member_id, command.generation_id,
-            command.group_instance_id, now)
-        self.apply(result)
-        if (error is ErrorCode.illegal_generation and not group_known
-                and ctx.version >= 9):
-            error = ErrorCode.group_id_not_found  # KIP-848 changed this answer from v9 on
-        if error is not None:
-            self._answer_commit(ctx, oc.OffsetCommitOutcome.failed(command, error))
+        decision = self.core.commit(command, ctx.version, now, self._partition_exists)
+        self._apply_timers(decision.result)
+        self._emit(decision.result)
+        if decision.error is not None:
+            self._answer_commit(ctx, oc.OffsetCommitOutcome.failed(command, decision.error))
             return
-        expire = expire_timestamp_ms(command.retention_time_ms, now)
-        errors, records = self.offsets.commit(
-            command.group_id, command.topics, now,
-            topic_exists=self._partition_exists, expire_timestamp=expire)
+        errors, records = decision.errors, decision.records
         if not records:
             self._answer_commit(ctx, oc.OffsetCommitOutcome.from_errors(errors))
             return
@@ -333,56 +325,31 @@ class GroupRuntime:
 
     def offset_delete(self, ctx: RequestContext, request: Any) -> None:
         command = offset_delete.to_command(request, ctx.version, self._ref(ctx))
-        group = self.manager.group(command.group_id)
         if self._is_loading(command.group_id):
             outcome = oc.OffsetDeleteOutcome(error=self._unavailable(command.group_id))
-        elif (group is None and not self.offsets.has_offsets(command.group_id)) or (
-                group is not None and group.state is GroupState.DEAD):
-            outcome = oc.OffsetDeleteOutcome(error=ErrorCode.group_id_not_found)
-        elif (group is not None and group.members
-                and self._subscriptions(command.group_id) is None):
-            # A live group whose subscriptions we cannot read (not the consumer protocol):
-            # Kafka refuses to delete its offsets.
-            outcome = oc.OffsetDeleteOutcome(error=ErrorCode.non_empty_group)
-        else:
-            subscribed = self._subscriptions(command.group_id) or set()
-            errors, tombstones = self.offsets.delete(command.group_id, command.topics,
-                                                     subscribed)
-            outcome = oc.OffsetDeleteOutcome.from_errors(errors)
-            if tombstones:
-                failed = oc.OffsetDeleteOutcome(error=ErrorCode.coordinator_not_available)
-                self.write(Result(records=list(tombstones)), lambda durable: ctx.respond(
-                    offset_delete.to_response(outcome if durable else failed, ctx.version)))
-                return
-        ctx.respond(offset_delete.to_response(outcome, ctx.version))
+            ctx.respond(offset_delete.to_response(outcome, ctx.version))
+            return
+        outcome, result = self.core.delete_offsets(command)
+        if not result.records:
+            ctx.respond(offset_delete.to_response(outcome, ctx.version))
+            return
+        failed = oc.OffsetDeleteOutcome(error=ErrorCode.coordinator_not_available)
+        self.write(result, lambda durable: ctx.respond(
+            offset_delete.to_response(outcome if durable else failed, ctx.version)))
 
     def delete_groups(self, ctx: RequestContext, request: Any) -> None:
         command = delete_groups.to_command(request, ctx.version, self._ref(ctx))
-        now = self.clock.now_ms()
-        results: list[tuple[str, ErrorCode]] = []
-        deleted = Result()
-        for group_id in command.group_ids:
-            if self._is_loading(group_id):
-                results.append((group_id, self._unavailable(group_id)))
-                continue
-            had_offsets = self.offsets.has_offsets(group_id)
-            error, result = self.manager.delete_group(group_id, now)
-            if error is ErrorCode.group_id_not_found and had_offsets:
-                error = None  # offsets without a group record: a standalone consumer's
-            if error is not None:
-                results.append((group_id, error))
-                continue
-            self._apply_timers(result)
-            deleted.merge(result)
-            deleted.records.extend(self.offsets.delete_group(group_id))
-            results.append((group_id, ErrorCode.none))
-        outcome = oc.DeleteGroupsOutcome(results=tuple(results))
+        outcome, deleted = self.core.delete_groups(
+            command.group_ids, self.clock.now_ms(),
+            lambda g: self._unavailable(g) if self._is_loading(g) else None)
         if not deleted.records:
             ctx.respond(delete_groups.to_response(outcome, ctx.version))
             return
+        self._apply_timers(deleted)
         failed = oc.DeleteGroupsOutcome(results=tuple(
             (g, ErrorCode.coordinator_not_available if e is ErrorCode.none else e)
-            for g, e in results))
+            for g, e in outcome.results))
+
         def written(durable: bool) -> None:
             if durable:
                 self._emit(deleted)
@@ -390,20 +357,6 @@ class GroupRuntime:
 
         # The groups are gone from memory already; a failed write brings them back.
         self.write(deleted, written)
-
-    def _subscriptions(self, group_id: str) -> set[str] | None:
-        group = self.manager.group(group_id)
-        if group is None or group.protocol_type != "consumer" or not group.members:
-            return None
-        topics: set[str] = set()
-        for member in group.members.values():
-            for protocol in member.protocols:
-                if protocol.name == group.protocol_name:
-                    parsed = subscribed_topics(protocol.metadata)
-                    if parsed is None:
-                        return None
-                    topics |= parsed
-        return topics
 
     # applying results -------------------------------------------------------------------------
 
@@ -545,33 +498,19 @@ class GroupRuntime:
     async def expire_offsets(self) -> None:
         if self.loading:
             return
-        view: dict[str, GroupExpiryView] = {}
-        for group_id, group in self.manager.groups.items():
-            view[group_id] = GroupExpiryView(
-                state_is_empty=group.state is GroupState.EMPTY,
-                current_state_timestamp=group.state_timestamp_ms,
-                subscribed_topics=self._subscriptions(group_id),
-                protocol_type=group.protocol_type or "",
-                state_is_stable=group.state is GroupState.STABLE,
-            )
-        now = self.clock.now_ms()
-        expired = self.offsets.expire(now, view)
-        removed = Result(records=list(expired.tombstones))
-        for group_id in expired.groups_without_offsets:
-            error, result = self.manager.delete_group(group_id, now)
-            if error is None:
-                self._apply_timers(result)
-                removed.merge(result)
+        expired = self.core.expire(self.clock.now_ms())
+        removed = expired.result
         if not removed.records:
             return
+        self._apply_timers(removed)
         written: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         # Tombstones are applied and deleted groups stay gone only once durable (`write`).
         self.write(removed, written.set_result)
         if not await written:
             raise OSError("the group log did not take the expired offsets")
         self._emit(removed)
-        self._event({"event": "offsets_expired", "partitions": len(expired.tombstones),
-                     "groups_deleted": len(expired.groups_without_offsets)})
+        self._event({"event": "offsets_expired", "partitions": expired.expired_offsets,
+                     "groups_deleted": expired.groups_deleted})
 
     # compaction -------------------------------------------------------------------------------
 
