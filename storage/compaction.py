@@ -349,6 +349,9 @@ class GroupLogCleaner:
             partition_log = self.logs[partition]
             if partition_log.closed:
                 raise _Stopped
+            # A rolled segment is sealed (fsync, index files) on another thread: not rewritten
+            # before that is done, or the seal would write index files of the old content.
+            partition_log.complete_seals()
             bases = partition_log.segment_base_offsets()
             sealed = list(itertools.pairwise(bases))
             checked = self._checked.get(partition)

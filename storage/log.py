@@ -380,6 +380,13 @@ class PartitionLog:
             # Left pending: the next `flush()` (or `close()`) tries again and reports it.
             log.error("segment seal failed", directory=str(self.directory), error=str(exc))
 
+    def complete_seals(self) -> None:
+        """Seal every rolled segment still waiting (on the caller's thread). Raises `OSError`.
+
+        For readers that must see only finished segments (the group log's cleaner rewrites
+        sealed segments and their index files)."""
+        self._seal_unsealed()
+
     def _seal_unsealed(self) -> None:
         """Seal every rolled segment still waiting, oldest first. Raises `OSError`.
 
