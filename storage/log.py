@@ -40,6 +40,7 @@ is a bug.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from bisect import bisect_right
 from collections.abc import Mapping
@@ -379,6 +380,15 @@ class PartitionLog:
         except OSError as exc:
             # Left pending: the next `flush()` (or `close()`) tries again and reports it.
             log.error("segment seal failed", directory=str(self.directory), error=str(exc))
+
+    def sealed_ranges(self) -> list[tuple[int, int]]:
+        """(base offset, end offset) of every sealed segment, oldest first: all but the active
+        one and those whose seal is still pending (always the newest rolled ones)."""
+        with self._lock:
+            pending = len(self._unsealed)
+            bases = self._bases
+            ranges = list(itertools.pairwise(bases))
+            return ranges[: len(ranges) - pending]
 
     def complete_seals(self) -> None:
         """Seal every rolled segment still waiting (on the caller's thread). Raises `OSError`.
