@@ -7,7 +7,6 @@ sees the window between a write and its durability.
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -79,7 +78,8 @@ async def test_followers_wait_for_the_assignment_to_be_durable(
     fs.close()
     leader_sync = sync(broker, "g", generation, leader, {leader: b"L", follower: b"F"})
     follower_sync = sync(broker, "g", generation, follower)
-    await asyncio.sleep(0.05)
+    # The assignment's fsync is held at the gate: nothing can be answered before it passes.
+    await until(lambda: fs.held == 1, "the assignment's fsync at the gate")
     assert leader_sync.responses == [] and follower_sync.responses == []
     group = broker.groups.manager.group("g")
     assert group is not None and group.state is GroupState.COMPLETING_REBALANCE
@@ -124,7 +124,7 @@ async def test_a_held_heartbeat_is_answered_once_its_offset_is_durable(
     # Another group of the partition writes its metadata and a third commits: the next round.
     later = sync(broker, first, other_generation, other_leader, {other_follower: b"O"})
     commit_later = commit(broker, second)
-    await asyncio.sleep(0.05)
+    # Answered at once unless held; the assignment's fsync is still at the gate.
     assert beat.responses == [] and leader_sync.responses == []
     fs.let_through()  # the round holding the assignment
     await until(lambda: beat.responses, "heartbeat answer")
@@ -181,9 +181,10 @@ async def test_a_failed_offset_expiry_write_keeps_the_group_and_its_offsets(
     gated: tuple[Broker, GatedFileSystem],
 ) -> None:
     broker, fs = gated
+    committed_at = broker.groups.clock.now_ms()
     committed = commit(broker, "standalone", version=2, retention_ms=1)
     await until(lambda: committed.responses, "commit answer")
-    await asyncio.sleep(0.01)  # past the commit's explicit expire timestamp
+    await until(lambda: broker.groups.clock.now_ms() > committed_at + 1, "expiry time")
     fs.fail_next_fsync()
     with pytest.raises(OSError):
         await broker.groups.expire_offsets()
