@@ -89,9 +89,8 @@ async def serve(broker: Broker, server_factory: type[KafkaServer] | None = None)
     ops = await _start_ops(broker, server)
     log.info("broker started", host=host, port=bound, node_id=broker.node_id,
              data_dir=str(broker.data_dir), startup_ms=round((time.monotonic() - started) * 1000))
-    stopping = asyncio.Event()
-    install_signal_handlers(stopping.set)
-    await stopping.wait()
+    install_signal_handlers(broker.stop_requested.set)
+    await broker.stop_requested.wait()
     log.info("broker stopping")
     if ops is not None:
         await ops.stop()
@@ -99,6 +98,8 @@ async def serve(broker: Broker, server_factory: type[KafkaServer] | None = None)
     await broker.stop()
     log.info("broker stopped")
     flusher.cancel()
+    if broker.failure is not None:
+        raise broker.failure
 
 
 async def _start_ops(broker: Broker, server: KafkaServer) -> OpsServer | None:
