@@ -92,6 +92,7 @@ class GroupRuntime:
             group_max_session_timeout_ms=settings["group.max.session.timeout.ms"],
             group_initial_rebalance_delay_ms=settings["group.initial.rebalance.delay.ms"],
             group_max_size=settings["group.max.size"],
+            group_member_disconnect_grace_ms=settings["group.member.disconnect.grace.ms"],
             offsets_topic_num_partitions=settings["offsets.topic.num.partitions"],
             offset_metadata_max_bytes=settings["offset.metadata.max.bytes"],
             offsets_retention_minutes=settings["offsets.retention.minutes"],
@@ -218,7 +219,7 @@ class GroupRuntime:
         group_known = self.manager.group(command.group_id) is not None
         error, result = self.manager.validate_offset_commit(
             command.group_id, command.member_id, command.generation_id,
-            command.group_instance_id, now)
+            command.group_instance_id, now, ctx.connection.id)
         self.apply(result)
         if (error is ErrorCode.illegal_generation and not group_known
                 and ctx.version >= 9):
