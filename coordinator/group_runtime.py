@@ -43,6 +43,7 @@ from coordinator.clock import SystemClock
 from coordinator.config import GroupConfig
 from coordinator.consumer_protocol import subscribed_topics
 from coordinator.context import RequestContext
+from coordinator.events import RebalanceStarted
 from coordinator.manager import GroupCoordinator
 from coordinator.offsets import GroupExpiryView, OffsetStore, expire_timestamp_ms
 from coordinator.outcomes import error_outcome
@@ -447,6 +448,20 @@ class GroupRuntime:
     def _emit(self, result: Result) -> None:
         for event in result.events:
             self._event(event.as_dict())
+            if isinstance(event, RebalanceStarted):
+                self._release_member_fetches(event.group_id)
+
+    def _release_member_fetches(self, group_id: str) -> None:
+        """A rebalance started: answer the group's members' parked Fetch long-polls now, so a
+        client blocked in a long fetch gets back to its poll loop and rejoins sooner. Fetches
+        carry no member id: they are matched by client id and host (a few extra wake-ups of
+        other clients sharing both are harmless: they are answered with what is there)."""
+        group = self.manager.group(group_id)
+        if group is None or not len(self.broker.fetches):
+            return
+        clients = {(m.client_id, m.client_host) for m in group.members.values()}
+        if clients:
+            self.broker.fetches.release_clients(clients)
 
     def _event(self, payload: dict[str, Any], quiet: bool = False) -> None:
         if not quiet:
