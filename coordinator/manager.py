@@ -166,10 +166,11 @@ class GroupCoordinator:
     def _note_request(self, env: rb.Env, group: ClassicGroup, member_id: str,
                       connection_id: int) -> None:
         """A request for a member arrived: track its connection for disconnect-fast failover."""
-        if self.config.group_member_disconnect_grace_ms < 0:
-            return
         member = group.members.get(member_id)
-        if member is None or member.is_static:
+        if member is None or (member.connection_id == connection_id
+                              and member.disconnect_deadline_ms is None):
+            return  # nearly every heartbeat: same connection, no grace running
+        if self.config.group_member_disconnect_grace_ms < 0 or member.is_static:
             return
         if rb.note_request(env, group, member, connection_id):
             self._members_by_connection.setdefault(connection_id, set()).add(

@@ -213,6 +213,7 @@ class Run:
     removed_after_ms: int | None = None  # rebalanced's journal: kill -> member_removed
     join_ms: list[int] = field(default_factory=list)
     sync_ms: list[int] = field(default_factory=list)
+    timeline: list[str] = field(default_factory=list)  # journal events, ms after the kill
     error: str = ""
 
 
@@ -319,6 +320,9 @@ def journal_timings(broker: Rebalanced, run: Run, killed_at: float) -> None:
         joins = {e["generation_id"]: e["ts"] for e in after if e["event"] == "join_completed"}
         run.sync_ms = [e["ts"] - joins[e["generation_id"]] for e in after
                        if e["event"] == "group_stabilized" and e["generation_id"] in joins]
+        run.timeline = [f'{e["ts"] - killed_at * 1000:+.0f} {e["event"]} '
+                        f'{e.get("cause") or e.get("client_id") or ""}'.strip()
+                        for e in after if e["event"] != "offsets_committed"]
 
 
 def make_broker(name: str, workdir: Path) -> Broker:

@@ -272,3 +272,24 @@ def test_a_flapping_connection_costs_no_rebalance_and_a_long_drop_one_removal(
     # One rebalance drops the member, one takes it back (they merge when it returns while the
     # first is still open); never a storm.
     assert 1 <= len(after_drop) <= 2, after_drop
+
+
+async def _member_then_garbage(broker: BrokerProcess) -> None:
+    conn = await Connection.open("127.0.0.1", broker.port)
+    member = Member(conn, "garbled", session_ms=30_000, rebalance_ms=30_000, topic="quiet")
+    await member.join_and_sync(time.monotonic() + JOIN_TIMEOUT_S)
+    conn.send_raw(bytearray(b"\xff\xff\xff\xf0" + b"\x00" * 12)).add_done_callback(
+        lambda f: f.cancelled() or f.exception())  # a negative frame size: malformed
+    await asyncio.sleep(0.2)
+    await conn.close()
+
+
+def test_a_connection_the_broker_closes_on_bad_input_counts_as_a_disconnect(
+        broker: BrokerProcess) -> None:
+    create_topic(broker, "quiet", 1)
+    asyncio.run(_member_then_garbage(broker))
+    wait_until(lambda: bool(group_events(broker, "garbled", "member_removed")), 10,
+               "the member of the garbled connection to be removed", broker=broker)
+    removed = group_events(broker, "garbled", "member_removed")
+    assert [e["cause"] for e in removed] == ["disconnect"]
+    assert "connection closed on bad input" in broker.log_text()
