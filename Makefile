@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-unit test-integration lint bench bench-pause forensics clean
+.PHONY: install run test test-unit test-integration lint bench bench-pause forensics clean docker-test
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,10 @@ bench: $(STAMP)
 bench-pause: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[test,bench]'
 	$(BIN)/python -m tests.bench.pause
+
+# The stock-client scenario against the Docker image (skipped where there is no Docker engine).
+docker-test:
+	docker/test.sh
 
 clean:
 	rm -rf $(VENV) data
