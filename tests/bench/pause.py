@@ -4,7 +4,7 @@
     python -m tests.bench.pause --quick         # SIGKILL per library plus one graceful close
     python -m tests.bench.pause --brokers rebalanced --only kill
 
-The field report's scenario with real client processes: a producer at 100 messages/s (one
+The classic failover scenario with real client processes: a producer at 100 messages/s (one
 thread of this process, round-robin over a 20-partition topic, each value "<seq> <sent time>"),
 two consumers of one library in their own processes (`tests/bench/pause_consumer.py`,
 committing asynchronously), then one consumer is SIGKILLed (or closed gracefully, or - static
