@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.bench.members import Member, subscription
+from tests.bench.members import GroupError, Member, subscription
 from tests.bench.wire import Connection, decode, encode
 from tests.broker_process import BrokerProcess, free_port
 from tests.integration.group_workers import (
@@ -36,6 +36,20 @@ pytestmark = pytest.mark.integration
 FETCH_V = 5
 JOIN_V = 5
 LONG_POLL_MS = 10_000
+COORDINATOR_LOAD_IN_PROGRESS = 14
+
+
+async def _join(member: Member) -> None:
+    """Join and sync, waiting out the group log's loading right after the broker started."""
+    deadline = time.monotonic() + JOIN_TIMEOUT_S
+    while True:
+        try:
+            await member.join_and_sync(deadline)
+            return
+        except GroupError as exc:
+            if exc.code != COORDINATOR_LOAD_IN_PROGRESS or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.1)
 
 
 async def _fetch_held_through_a_rebalance(broker: BrokerProcess, topic: str) -> float:
@@ -46,7 +60,7 @@ async def _fetch_held_through_a_rebalance(broker: BrokerProcess, topic: str) -> 
     try:
         member = Member(coordinator, "long-poll", session_ms=30_000, rebalance_ms=30_000,
                         topic=topic)
-        await member.join_and_sync(time.monotonic() + JOIN_TIMEOUT_S)
+        await _join(member)
         # The member's own client id ("bench", as all `wire` requests) on a second connection,
         # the way a client fetches from a partition leader; the topic is empty, so it parks.
         fetch = fetcher.send_raw(encode(1, FETCH_V, {
@@ -226,6 +240,7 @@ class DirectMember:
         member = Member(conn, self._group, session_ms=30_000, rebalance_ms=30_000,
                         topic=self._topic)
         try:
+            await _join(member)  # waits out the group log's loading
             await member.live(0.3, self._stop, lambda m: None)
             await member.leave()
         finally:
@@ -277,7 +292,7 @@ def test_a_flapping_connection_costs_no_rebalance_and_a_long_drop_one_removal(
 async def _member_then_garbage(broker: BrokerProcess) -> None:
     conn = await Connection.open("127.0.0.1", broker.port)
     member = Member(conn, "garbled", session_ms=30_000, rebalance_ms=30_000, topic="quiet")
-    await member.join_and_sync(time.monotonic() + JOIN_TIMEOUT_S)
+    await _join(member)
     conn.send_raw(bytearray(b"\xff\xff\xff\xf0" + b"\x00" * 12)).add_done_callback(
         lambda f: f.cancelled() or f.exception())  # a negative frame size: malformed
     await asyncio.sleep(0.2)
