@@ -128,6 +128,15 @@ def _kafka_python(broker: BrokerProcess, group: str, plan: Plan) -> list[str]:
                              enable_auto_commit=False, auto_offset_reset="earliest",
                              session_timeout_ms=6000, heartbeat_interval_ms=500)
     consumer.subscribe([TOPIC])
+    # kafka-python 3.0.12 can abandon a rejoin that its own metadata check started (see
+    # workers/group_consumer.py): joining before it knows the topic's partitions, the leader
+    # assigns nothing, rejoins when the partitions arrive, and if a short poll() times out inside
+    # that round the member never takes its assignment nor heartbeats again. Learning the
+    # topic's metadata before the first poll makes the first assignment the final one.
+    deadline = time.monotonic() + READ_TIMEOUT_S
+    while TOPIC not in consumer.topics():
+        assert time.monotonic() < deadline, f"no metadata for {TOPIC}"
+        time.sleep(0.1)
 
     def poll() -> list[str]:
         return [r.value.decode() for records in consumer.poll(timeout_ms=200).values()
