@@ -5,12 +5,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-unit test-integration lint bench forensics clean
+.PHONY: install run test test-unit test-integration lint bench forensics bench-forensics clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,forensics]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -19,7 +19,7 @@ run: $(STAMP)
 	$(BIN)/rebalanced --log.dirs ./data --listeners PLAINTEXT://127.0.0.1:9092
 
 test: $(STAMP)
-	$(BIN)/ruff check protocol coordinator storage tests
+	$(BIN)/ruff check protocol coordinator storage forensics tests
 	$(BIN)/mypy
 	$(BIN)/pytest -q -p no:cacheprovider tests
 
@@ -30,12 +30,21 @@ test-integration: $(STAMP)
 	$(BIN)/pytest -q tests/integration
 
 lint: $(STAMP)
-	$(BIN)/ruff check protocol coordinator storage tests
+	$(BIN)/ruff check protocol coordinator storage forensics tests
 	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[test,bench]'
 	$(BIN)/python -m tests.bench.run
 
+# Rebalance forensics (docs/forensics.md): the report on ./data, and its benchmark.
+FORENSICS_OUT ?= forensics-report
+
+forensics: $(STAMP)
+	$(BIN)/python -m forensics --data ./data --out $(FORENSICS_OUT)
+
+bench-forensics: $(STAMP)
+	$(BIN)/python -m tests.bench.forensics_bench
+
 clean:
-	rm -rf $(VENV) data
+	rm -rf $(VENV) data $(FORENSICS_OUT)

@@ -116,7 +116,10 @@ class Journal:
         self._apply_retention()
 
     def close(self) -> None:
+        """Write what is buffered and close the active file under its final name, so that a
+        streaming reader sees the last events of a stopped broker."""
         self.flush()
+        self.rotate()
         self._closed = True
         if self._fd >= 0:
             os.close(self._fd)
