@@ -11,7 +11,13 @@ from typing import Any
 import pytest
 from crc32c import crc32c
 
-from forensics.grouplog import GROUP_LOG_COLUMNS, decode_assignment, decode_segment, find_segments
+from forensics.grouplog import (
+    GROUP_LOG_COLUMNS,
+    _record_row,
+    decode_assignment,
+    decode_segment,
+    find_segments,
+)
 from tests.unit._batches import make_batch
 
 CASES: list[dict[str, Any]] = json.loads(
@@ -127,3 +133,14 @@ def test_consumer_assignment_and_segment_discovery(tmp_path: Path) -> None:
 @pytest.mark.parametrize("size", [0])
 def test_an_empty_segment_has_no_rows(tmp_path: Path, size: int) -> None:
     assert rows_of(segment(tmp_path, b"\x00" * size)) == []
+
+
+def test_the_inline_offset_commit_path_agrees_with_the_broker_codec(tmp_path: Path) -> None:
+    keys = [c for c in CASES if c["record"] == "OffsetCommitKey" and not c.get("tombstone")]
+    values = [c for c in CASES if c["record"] == "OffsetCommitValue" and c["version"] == 3]
+    pairs = [(bytes.fromhex(k["hex"]), bytes.fromhex(v["hex"])) for k in keys for v in values]
+    path = segment(tmp_path, make_batch([v for _, v in pairs], keys=[k for k, _ in pairs]))
+    fast = list(decode_segment(str(path), 3))
+    generic = [_record_row(str(path), 3, 0, n, 1_700_000_000_000, k, v)
+               for n, (k, v) in enumerate(pairs)]
+    assert fast == generic
