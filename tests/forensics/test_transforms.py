@@ -22,7 +22,7 @@ def events(spark: Any, *rows: dict[str, Any]) -> Any:
     full = []
     for n, row in enumerate(rows):
         values = {"v": 1, "group_id": "g", **row}
-        full.append(tuple(values.get(c) for c in COLUMNS) + ("events-1.jsonl", n))
+        full.append((*tuple(values.get(c) for c in COLUMNS), "events-1.jsonl", n))
     return spark.createDataFrame(full, EVENTS_DDL)
 
 
