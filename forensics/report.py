@@ -68,7 +68,8 @@ class ReportData:
     static_restarts: pd.DataFrame
     problems: Problems
     timelines: dict[str, str] = field(default_factory=dict)  # group -> PNG file name
-    shown_rebalances: int = 200
+    shown_rebalances: int = 50  # per group; every row is in the Parquet table
+    detailed_groups: int = 30
 
 
 def fmt_ts(ts: Any) -> str:
@@ -201,7 +202,11 @@ def render_html(data: ReportData) -> str:
             for r in data.static_restarts.itertuples()]))
 
     parts.append("<h2>Rebalances by group</h2>")
-    for group in data.worst_groups["group_id"].tolist() if len(data.worst_groups) else []:
+    groups = data.worst_groups["group_id"].tolist() if len(data.worst_groups) else []
+    if len(groups) > data.detailed_groups:
+        parts.append(f"<p class='meta'>The {data.detailed_groups} worst of {len(groups)} groups;"
+                     " every group is in <code>rebalances/</code> (Parquet).</p>")
+    for group in groups[:data.detailed_groups]:
         rows = rb[rb["group_id"] == group].sort_values(["end_ts", "start_ts"], na_position="last")
         parts.append(f"<h3 id='g-{html.escape(str(group))}'>{html.escape(str(group))}</h3>")
         png = data.timelines.get(str(group))
