@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-unit test-integration lint bench forensics bench-forensics clean
+.PHONY: install run test test-unit test-integration lint bench forensics bench-forensics clean docker-test
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,10 @@ forensics: $(STAMP)
 
 bench-forensics: $(STAMP)
 	$(BIN)/python -m tests.bench.forensics_bench
+
+# The stock-client scenario against the Docker image (skipped where there is no Docker engine).
+docker-test:
+	docker/test.sh
 
 clean:
 	rm -rf $(VENV) data $(FORENSICS_OUT)
