@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,6 +16,8 @@ from forensics.grouplog import find_segments
 from forensics.schema import CORRUPT_COLUMN, JOURNAL_DDL, JOURNAL_FIELDS, KNOWN_EVENT_TYPES
 
 ACTIVE_NAME = ".events-active.jsonl"  # docs/events.md §1
+ACTIVE_COPY_NAME = "events-active-copy.jsonl"
+_ACTIVE_COPIES: dict[str, str] = {}  # copy -> the active file it was taken from
 JOURNAL_VERSION = 1
 
 
@@ -44,11 +49,23 @@ def journal_files(directory: Path, include_active: bool = True) -> list[Path]:
     return closed
 
 
+def _readable_copy(active: Path) -> Path:
+    """Spark skips hidden files even when named explicitly: read the active file through a
+    copy taken now (the broker keeps appending to the original). Removed at exit."""
+    directory = Path(tempfile.mkdtemp(prefix="forensics-journal-"))
+    atexit.register(shutil.rmtree, directory, True)
+    copy = directory / ACTIVE_COPY_NAME
+    shutil.copyfile(active, copy)
+    _ACTIVE_COPIES[str(copy)] = str(active)
+    return copy
+
+
 def with_order(raw: DataFrame) -> DataFrame:
     """`file` (sorts in time order, the active file last) and `row` (line order in a file)."""
     name = F.col("_metadata.file_name")
     return (raw.withColumn("source_path", F.col("_metadata.file_path"))
-            .withColumn("file", F.when(name == ACTIVE_NAME, F.lit("~active")).otherwise(name))
+            .withColumn("file", F.when(name.isin(ACTIVE_NAME, ACTIVE_COPY_NAME),
+                                       F.lit("~active")).otherwise(name))
             .withColumn("row", F.monotonically_increasing_id()))
 
 
@@ -60,10 +77,11 @@ def read_journal(spark: SparkSession, files: list[Path], problems: Problems) -> 
     """Schema-version-1 events of known types, cached; everything else counted in `problems`."""
     if not files:
         return empty_journal(spark)
+    readable = [_readable_copy(p) if p.name == ACTIVE_NAME else p for p in files]
     raw = with_order(spark.read.schema(JOURNAL_DDL)
                      .option("mode", "PERMISSIVE")
                      .option("columnNameOfCorruptRecord", CORRUPT_COLUMN)
-                     .json([str(p) for p in files]))
+                     .json([str(p) for p in readable]))
     return clean_journal(raw.cache(), problems)
 
 
@@ -113,7 +131,8 @@ def read_group_log(spark: SparkSession, data_dir: Path, problems: Problems
 
 
 def _local_path(uri: str) -> str:
-    return uri[len("file:"):] if uri.startswith("file:") else uri
+    path = uri[len("file:"):] if uri.startswith("file:") else uri
+    return _ACTIVE_COPIES.get(path, path)
 
 
 def _byte_position(path: str, text: str) -> int:
@@ -122,5 +141,12 @@ def _byte_position(path: str, text: str) -> int:
         data = Path(path).read_bytes()
     except OSError:
         return -1
-    found = data.find(text.encode("utf-8", "replace")) if text else -1
-    return found
+    if not text:
+        return -1
+    line = text.encode("utf-8", "replace")
+    if data.startswith(line + b"\n") or data == line:
+        return 0
+    found = data.find(b"\n" + line + b"\n")
+    if found < 0 and data.endswith(b"\n" + line):
+        found = len(data) - len(line) - 1
+    return found + 1 if found >= 0 else -1
