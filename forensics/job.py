@@ -114,6 +114,7 @@ def run(spark: SparkSession, data_dir: Path, out_dir: Path, *, timelines: int = 
     tmp = report.with_suffix(".html.tmp")
     tmp.write_text(render_html(data), encoding="utf-8")
     tmp.replace(report)  # a reader (or a browser refresh in --follow) never sees half a page
+    spark.catalog.clearCache()  # --follow runs this again and again in one session
     return Outcome(report=report, rebalances=len(rb), groups=counts["groups"],
                    problems=problems)
 
