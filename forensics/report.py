@@ -328,7 +328,7 @@ def render_timeline(path: Path, group: str, sessions: pd.DataFrame, rebalances: 
         joined = s.joined_ts if not pd.isna(s.joined_ts) else start
         left = s.left_ts if not pd.isna(s.left_ts) else end
         ax.broken_barh([(x(joined), max(x(left) - x(joined), total * 0.002))], (lane - 0.3, 0.6),
-                       facecolors="#4c72b0" if not _is_static(s) else "#2a9d8f")
+                       facecolors="#5a5a5a" if not _is_static(s) else "#2a9d8f")
         if not pd.isna(s.left_ts):
             ax.plot([x(left)], [lane], marker="x", color="black", ms=6)
             ax.annotate(_text(s.left_cause), (x(left), lane), xytext=(4, 4),
