@@ -108,7 +108,7 @@ def run(spark: SparkSession, data_dir: Path, out_dir: Path, *, timelines: int = 
         old.unlink()
     if span_start is not None and span_end is not None and len(worst):
         top = worst["group_id"].head(timelines).tolist()
-        data.timelines = _timelines(sessions, rebalances, times, top, rb, out_dir,
+        data.timelines = _timelines(sessions, times, records, top, rb, out_dir,
                                     (span_start, span_end))
     report = out_dir / REPORT_NAME
     tmp = report.with_suffix(".html.tmp")
@@ -145,13 +145,13 @@ def _write(frame: DataFrame, path: Path) -> None:
     frame.write.mode("overwrite").parquet(str(path))
 
 
-def _timelines(sessions: DataFrame, rebalances: DataFrame, times: DataFrame | None,
+def _timelines(sessions: DataFrame, times: DataFrame | None, records: DataFrame | None,
                groups: list[str], rb: pd.DataFrame, out_dir: Path, span: tuple[int, int]
                ) -> dict[str, str]:
     wanted = F.col("group_id").isin(*groups)
     members = _pandas(sessions.filter(wanted))
-    gaps = _pandas(_commit_gaps(times, wanted)) if times is not None else pd.DataFrame(
-        columns=["group_id", "gap_start_ts", "gap_end_ts"])
+    gaps = (_pandas(_commit_gaps(times, records, wanted)) if times is not None
+            else pd.DataFrame(columns=["group_id", "gap_start_ts", "gap_end_ts"]))
     made: dict[str, str] = {}
     for index, group in enumerate(groups):
         name = f"timeline-{index:02d}-{_slug(group)}.png"
@@ -170,13 +170,20 @@ def _timelines(sessions: DataFrame, rebalances: DataFrame, times: DataFrame | No
     return made
 
 
-def _commit_gaps(times: DataFrame, wanted: Column) -> DataFrame:
-    """The gaps worth drawing: longer than a second and five times the group's median gap,
-    at most 200 per group."""
+def _commit_gaps(times: DataFrame, records: DataFrame | None, wanted: Column) -> DataFrame:
+    """The gaps worth drawing: per partition when the group log has its commits (a dead
+    member's partitions stop while the others go on), else per group; longer than a second
+    and five times the group's median gap, at most 200 per group."""
     from pyspark.sql import Window
 
-    w = Window.partitionBy("group_id").orderBy("ts")
-    gaps = (times.filter(wanted)
+    if records is not None:
+        source = T.offset_commits(records).select(
+            "group_id", F.concat_ws("-", "topic", F.col("partition").cast("string"))
+            .alias("key"), F.col("commit_timestamp").alias("ts"))
+    else:
+        source = times.select("group_id", F.lit("").alias("key"), "ts")
+    w = Window.partitionBy("group_id", "key").orderBy("ts")
+    gaps = (source.filter(wanted)
             .withColumn("gap_start_ts", F.lag("ts").over(w))
             .withColumnRenamed("ts", "gap_end_ts")
             .filter(F.col("gap_start_ts").isNotNull())
