@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from forensics.job import run
-from forensics.reader import Problems, clean_journal, journal_dir, with_order
+from forensics.reader import Problems, clean_journal, journal_dir, with_file
 from forensics.schema import CORRUPT_COLUMN, JOURNAL_DDL
 
 
@@ -28,7 +29,8 @@ def follow(spark: SparkSession, data_dir: Path, out_dir: Path, *, journal: Path 
     store = out_dir / "_events"
     totals = Problems()
 
-    def refresh(batch: DataFrame, batch_id: int) -> None:
+    def refresh(stream_batch: DataFrame, batch_id: int) -> None:
+        batch = stream_batch.withColumn("row", F.monotonically_increasing_id()).cache()
         problems = Problems()
         clean_journal(batch, problems)  # counts this batch's malformed and unknown lines
         totals.malformed_lines += problems.malformed_lines
@@ -43,7 +45,7 @@ def follow(spark: SparkSession, data_dir: Path, out_dir: Path, *, journal: Path 
         print(f"batch {batch_id}: {outcome.rebalances} rebalances in {outcome.groups} groups; "
               f"report: {outcome.report}", flush=True)
 
-    stream = with_order(spark.readStream.schema(JOURNAL_DDL)
+    stream = with_file(spark.readStream.schema(JOURNAL_DDL)
                         .option("mode", "PERMISSIVE")
                         .option("columnNameOfCorruptRecord", CORRUPT_COLUMN)
                         .option("maxFilesPerTrigger", 1000)

@@ -60,13 +60,18 @@ def _readable_copy(active: Path) -> Path:
     return copy
 
 
-def with_order(raw: DataFrame) -> DataFrame:
-    """`file` (sorts in time order, the active file last) and `row` (line order in a file)."""
+def with_file(raw: DataFrame) -> DataFrame:
+    """`source_path`, and `file`: sorts in time order, the active file last."""
     name = F.col("_metadata.file_name")
     return (raw.withColumn("source_path", F.col("_metadata.file_path"))
             .withColumn("file", F.when(name.isin(ACTIVE_NAME, ACTIVE_COPY_NAME),
-                                       F.lit("~active")).otherwise(name))
-            .withColumn("row", F.monotonically_increasing_id()))
+                                       F.lit("~active")).otherwise(name)))
+
+
+def with_order(raw: DataFrame) -> DataFrame:
+    """`with_file` plus `row`, the line order within a file (not for streaming frames: add it
+    to each micro-batch)."""
+    return with_file(raw).withColumn("row", F.monotonically_increasing_id())
 
 
 def empty_journal(spark: SparkSession) -> DataFrame:
