@@ -238,13 +238,16 @@ def commit_gaps_around(rebalances: DataFrame, times: DataFrame) -> DataFrame:
     ends = keyed.filter(F.col("end_ts").isNotNull()).select(
         "group_id", F.col("end_ts").alias("ts"), "_rid", F.lit(-1).alias("_kind"))
     timeline = commits_.unionByName(starts).unionByName(ends)
-    w = Window.partitionBy("group_id").orderBy("ts", "_kind")
+    # Both look-ups are running frames (the previous commit in time order, the next one in
+    # reverse order): a frame reaching to the unbounded end is quadratic in Spark.
+    forward = Window.partitionBy("group_id").orderBy("ts", "_kind").rowsBetween(
+        Window.unboundedPreceding, -1)
+    backward = Window.partitionBy("group_id").orderBy(
+        F.col("ts").desc(), F.col("_kind").desc()).rowsBetween(Window.unboundedPreceding, -1)
     commit_ts = F.when(F.col("_kind") == 0, F.col("ts"))
     located = (timeline
-               .withColumn("prev_commit", F.last(commit_ts, ignorenulls=True).over(
-                   w.rowsBetween(Window.unboundedPreceding, -1)))
-               .withColumn("next_commit", F.first(commit_ts, ignorenulls=True).over(
-                   w.rowsBetween(1, Window.unboundedFollowing)))
+               .withColumn("prev_commit", F.last(commit_ts, ignorenulls=True).over(forward))
+               .withColumn("next_commit", F.last(commit_ts, ignorenulls=True).over(backward))
                .filter(F.col("_kind") != 0))
     before = located.filter(F.col("_kind") == 1).select(
         "group_id", "_rid", F.col("prev_commit").alias("gap_start_ts"))
