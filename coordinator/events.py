@@ -39,6 +39,9 @@ class RemovalCause(enum.Enum):
     REBALANCE_TIMEOUT = "rebalance_timeout"
     FENCED = "fenced"
     MAX_SIZE = "max_size"
+    # A dynamic member's connection closed without LeaveGroup and nothing came back for it
+    # within group.member.disconnect.grace.ms.
+    DISCONNECT = "disconnect"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -192,7 +195,7 @@ def rebalance_cause(reason: str | None) -> str:
     if not reason:
         return "other"
     head = reason.split("; client reason:", 1)[0]
-    if "disconnect" in head:
+    if "disconnect" in head or "connection closed" in head:
         return "disconnect"
     if head.startswith("removing member"):
         if "heartbeat expiration" in head:

@@ -7,7 +7,7 @@ own process, every live consumer committing twice a second:
 2. `static-s` joins with `group.instance.id` `static-0`;
 3. `late-joiner` joins last;
 4. `early-b` closes gracefully (LeaveGroup);
-5. `early-a` is SIGKILLed (its session expires);
+5. `early-a` is SIGKILLed (its closed connection removes it after the disconnect grace);
 6. `static-s` is SIGKILLed and restarted as `static-s2` with the same instance id: the broker
    replaces the member in place, without a rebalance.
 
@@ -122,8 +122,8 @@ def record(work_dir: Path) -> Expected:
             time.sleep(1.0)
             early_a = next(w for w in live() if w.name == "early-a")
             early_a.kill()
-            settle("the rest to rebalance after the SIGKILLed member's session expired")
-            expected.rebalances.append(("session_expiry", "early-a"))
+            settle("the rest to rebalance after the SIGKILLed member's connection closed")
+            expected.rebalances.append(("disconnect", "early-a"))
             time.sleep(1.0)
             static.kill()
             restarted = start("static-s2", instance_id="static-0")

@@ -98,7 +98,7 @@ def test_report_names_each_rebalance_cause_and_culprit(
     assert pngs and all(p.stat().st_size > 5000 for p in pngs)
     sessions = pd.read_parquet(out / "member_sessions")
     causes = dict(zip(sessions["client_id"], sessions["left_cause"], strict=True))
-    assert causes["early-b"] == "leave" and causes["early-a"] == "session_expiry"
+    assert causes["early-b"] == "leave" and causes["early-a"] == "disconnect"
     assert causes["static-s"] == "fenced"
     assert set(pd.read_parquet(out / "group_states")["state"]) >= {"Stable",
                                                                    "PreparingRebalance"}

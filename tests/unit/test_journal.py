@@ -154,6 +154,7 @@ def test_journal_record_uses_the_contract_names() -> None:
     ("removing member m on heartbeat expiration", "session_expiry"),
     ("removing ['m'] on pending sync request expiration", "rebalance_timeout"),
     ("removing member m on disconnect", "disconnect"),
+    ("removing member m: its connection closed 1000 ms ago without LeaveGroup", "disconnect"),
     ("failed to persist the group metadata", "write_failure"),
     ("something new", "other"),
 ])
