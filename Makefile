@@ -16,7 +16,8 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/rebalanced --log.dirs ./data --listeners PLAINTEXT://127.0.0.1:9092
+	$(BIN)/rebalanced --log.dirs ./data --listeners PLAINTEXT://127.0.0.1:9092 \
+		--metrics.listener 127.0.0.1:9404
 
 test: $(STAMP)
 	$(BIN)/ruff check protocol coordinator storage forensics tests

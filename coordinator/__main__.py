@@ -8,13 +8,18 @@ import logging
 import sys
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 import coordinator.without_hypothesis  # noqa: F401  (first: before anything imports kio)
-from coordinator.runtime import Broker
-from coordinator.settings import ConfigError, load
-from protocol.server import KafkaServer, install_signal_handlers, new_event_loop
+
+# The broker's modules are imported when the broker runs, not here: loading kio's protocol
+# tables takes most of a second, which `rebalanced groups ...` (an admin client) does not need.
+if TYPE_CHECKING:
+    from coordinator.ops.http import OpsServer
+    from coordinator.runtime import Broker
+    from protocol.server import KafkaServer
 
 # Log lines are written through a buffer flushed every 100 ms (and at exit) rather than one
 # write syscall per line: a join storm logs an event per member.
@@ -22,13 +27,19 @@ _LOG_STREAM = open(sys.stderr.fileno(), "w", buffering=1 << 16, closefd=False)  
 _LOG_FLUSH_SECONDS = 0.1
 
 
-def configure_logging(level: int = logging.INFO) -> None:
+def configure_logging(level: int = logging.INFO, log_format: str = "auto") -> None:
+    """JSON lines, or structlog's console renderer (time, level, the sentence, key fields) when
+    `log.format` is `console`, or `auto` and stderr is a terminal."""
+    console = log_format == "console" or (log_format == "auto" and _LOG_STREAM.isatty())
+    renderer: Any = (structlog.dev.ConsoleRenderer(colors=_LOG_STREAM.isatty())
+                     if console else structlog.processors.JSONRenderer())
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
+            structlog.processors.TimeStamper(fmt="iso" if not console else "%H:%M:%S.%f",
+                                             utc=True),
+            *([] if console else [structlog.processors.format_exc_info]),
+            renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=structlog.WriteLoggerFactory(_LOG_STREAM),
@@ -56,7 +67,10 @@ def _tune_gc() -> None:
     gc.set_threshold(10_000, 50, 100)
 
 
-async def serve(broker: Broker, server_factory: type[KafkaServer] = KafkaServer) -> None:
+async def serve(broker: Broker, server_factory: type[KafkaServer] | None = None) -> None:
+    from protocol.server import KafkaServer, install_signal_handlers
+
+    server_factory = server_factory or KafkaServer
     started = time.monotonic()
     flusher = asyncio.get_running_loop().create_task(_flush_logs_periodically())
     settings = broker.settings
@@ -72,11 +86,14 @@ async def serve(broker: Broker, server_factory: type[KafkaServer] = KafkaServer)
                             max_buffered_bytes=settings["queued.max.request.bytes"])
     bound = await server.start()
     log = structlog.get_logger("rebalanced")
+    ops = await _start_ops(broker, server)
     log.info("broker started", host=host, port=bound, node_id=broker.node_id,
              data_dir=str(broker.data_dir), startup_ms=round((time.monotonic() - started) * 1000))
     install_signal_handlers(broker.stop_requested.set)
     await broker.stop_requested.wait()
     log.info("broker stopping")
+    if ops is not None:
+        await ops.stop()
     await server.stop()
     await broker.stop()
     log.info("broker stopped")
@@ -85,13 +102,40 @@ async def serve(broker: Broker, server_factory: type[KafkaServer] = KafkaServer)
         raise broker.failure
 
 
+async def _start_ops(broker: Broker, server: KafkaServer) -> OpsServer | None:
+    """The metrics.listener endpoint (/metrics and the group page), when configured."""
+    from coordinator.ops.http import OpsServer
+
+    listener = broker.settings["metrics.listener"]
+    if not listener or broker.metrics is None:
+        return None
+    host, _, port = listener.rpartition(":")
+    ops = OpsServer(broker, broker.metrics, lambda: len(server.connections))
+    bound = await ops.start(host.strip("[]"), int(port))
+    structlog.get_logger("rebalanced").info("metrics listening", host=host, port=bound,
+                                            paths=["/metrics", "/"])
+    return ops
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["groups"]:
+        # The operators' commands: a Kafka admin client, not the broker.
+        from coordinator.cli.groups import main as groups_main
+
+        return groups_main(arguments[1:])
+    argv = arguments
+    from coordinator.runtime import Broker
+    from coordinator.settings import ConfigError, load
+    from protocol.server import new_event_loop
+
     configure_logging()
     try:
         settings, args = load(argv)
     except ConfigError as exc:
         print(f"rebalanced: configuration error: {exc}", file=sys.stderr)
         return 2
+    configure_logging(log_format=settings["log.format"])
     broker = Broker(settings, repair=args.repair)
     loop = new_event_loop()
     asyncio.set_event_loop(loop)

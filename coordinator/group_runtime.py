@@ -302,6 +302,8 @@ class GroupRuntime:
                     command, ErrorCode.coordinator_not_available))
                 return
             self.offsets.apply_all(records)
+            if self.broker.metrics is not None:
+                self.broker.metrics.offset_commits += len(records)
             self._answer_commit(ctx, oc.OffsetCommitOutcome.from_errors(errors))
             self._journal_offsets_committed(command, len(records))
 
@@ -352,6 +354,8 @@ class GroupRuntime:
         if not result.records:
             ctx.respond(offset_delete.to_response(outcome, ctx.version))
             return
+        if self.broker.metrics is not None:
+            self.broker.metrics.offset_deletions += len(result.records)
         failed = oc.OffsetDeleteOutcome(error=ErrorCode.coordinator_not_available)
         self.write(result, lambda durable: ctx.respond(
             offset_delete.to_response(outcome if durable else failed, ctx.version)))
@@ -474,6 +478,8 @@ class GroupRuntime:
     def _emit(self, result: Result) -> None:
         for event in result.events:
             self._event(event.as_dict())
+            if self.broker.metrics is not None:
+                self.broker.metrics.on_event(event)
             if isinstance(event, RebalanceStarted):
                 self._release_member_fetches(event.group_id)
 
@@ -545,6 +551,8 @@ class GroupRuntime:
         if not await written:
             raise OSError("the group log did not take the expired offsets")
         self._emit(removed)
+        if self.broker.metrics is not None:
+            self.broker.metrics.offset_expirations += expired.expired_offsets
         self._event({"event": "offsets_expired", "partitions": expired.expired_offsets,
                      "groups_deleted": expired.groups_deleted})
 

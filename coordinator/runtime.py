@@ -22,6 +22,7 @@ from coordinator.context import RequestContext
 from coordinator.dataplane import api_versions, fetch, list_offsets, produce, topics_admin
 from coordinator.dataplane.producers import ProducerTable
 from coordinator.group_runtime import GroupRuntime
+from coordinator.ops.metrics import BrokerMetrics
 from coordinator.settings import BrokerSettings
 from coordinator.timer import TimerWheel
 from protocol.build import build
@@ -68,6 +69,10 @@ class Broker:
             37: lambda ctx, req: topics_admin.create_partitions(self, ctx, req),
         }
         self.implemented: set[int] = set(self._handlers)
+        # Request and group counters for /metrics; None (no cost) unless metrics.listener is set.
+        self.metrics: BrokerMetrics | None = (
+            BrokerMetrics(settings["metrics.max.groups"]) if settings["metrics.listener"]
+            else None)
         self.groups = GroupRuntime(self)
         self.groups.register()
         # Set to stop the broker: by a signal, or by `fail` with `failure` saying why.
@@ -197,7 +202,9 @@ class Broker:
 
     def handle(self, connection: Connection, slot: ResponseSlot, header: RequestHeader,
                request: Any) -> None:
-        ctx = RequestContext(connection, slot, header)
+        metrics = self.metrics
+        ctx = (RequestContext(connection, slot, header) if metrics is None
+               else metrics.context(connection, slot, header))
         handler = self._handlers.get(header.api_key)
         supported = api_versions.SUPPORTED.get(header.api_key)
         if supported is not None and not supported[0] <= header.api_version <= supported[1]:

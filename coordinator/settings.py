@@ -63,6 +63,20 @@ def parse_listener(text: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", port_number
 
 
+def _metrics_listener(text: str) -> str:
+    host, sep, port = text.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError("expected HOST:PORT")
+    return text.strip()
+
+
+def _log_format(text: str) -> str:
+    value = text.strip().lower()
+    if value not in ("auto", "json", "console"):
+        raise ValueError("must be auto, json or console")
+    return value
+
+
 def _fsync_policy(text: str) -> str:
     value = text.strip().lower()
     if value == "always" or value.isdigit():
@@ -131,6 +145,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("queued.max.request.bytes", _int(-1), "536870912",
             "request bytes buffered broker-wide (partial frames, frames waiting) before reading "
             "pauses (-1: no limit)"),
+    # The operators' HTTP endpoint: /metrics (Prometheus) and / (the live group page).
+    Setting("metrics.listener", lambda s: _metrics_listener(s) if s.strip() else "", "",
+            "HOST:PORT serving /metrics and the group page at / (default: off)"),
+    Setting("log.format", _log_format, "auto",
+            "'json' lines, 'console' (readable), or 'auto': console when stderr is a terminal"),
+    Setting("metrics.max.groups", _int(1), "200",
+            "groups with their own per-group metric series; later ones share group=__other__"),
 )
 _BY_KEY = {s.key: s for s in SETTINGS}
 
@@ -197,7 +218,9 @@ def argument_parser() -> argparse.ArgumentParser:
         prog="rebalanced",
         allow_abbrev=False,
         description="A Kafka wire-protocol compatible consumer-group coordinator broker.",
-        epilog="Every setting may also come from --config FILE or REBALANCED_<KEY> env vars.",
+        epilog="Every setting may also come from --config FILE or REBALANCED_<KEY> env vars. "
+               "`rebalanced groups --help`: the consumer-group commands (list, describe, "
+               "reset-offsets, delete-offsets, delete).",
     )
     parser.add_argument("--config", type=Path, help="server.properties-style file")
     parser.add_argument("--repair", action="store_true",

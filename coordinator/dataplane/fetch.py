@@ -8,12 +8,14 @@ Fetch sessions (KIP-227) are answered sessionless (session id 0), which every cl
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from coordinator.context import RequestContext
+from coordinator.dataplane.internal_topic import topic_by_id, topic_by_name
 from protocol.build import build
 from protocol.codec import response_type
 from storage.log import OffsetOutOfRange
@@ -35,8 +37,8 @@ class ParkedFetch:
 def _topic_wanted(broker: Broker, version: int, fetch_topic: Any) -> tuple[Any, Any]:
     """(topic or None, the request's identifier for it) by id from v13, by name before."""
     if version >= 13:
-        return broker.topics.by_id(fetch_topic.topic_id), fetch_topic.topic_id
-    return broker.topics.get(fetch_topic.topic), fetch_topic.topic
+        return topic_by_id(broker, fetch_topic.topic_id), fetch_topic.topic_id
+    return topic_by_name(broker, fetch_topic.topic), fetch_topic.topic
 
 
 def _read(broker: Broker, ctx: RequestContext, request: Any) -> tuple[list[dict[str, Any]], int,
@@ -154,6 +156,8 @@ class FetchPurgatory:
         waiting = self._by_partition.get((topic, partition))
         if not waiting:
             return
+        metrics = self._broker.metrics
+        started = time.perf_counter() if metrics is not None else 0.0
         for parked in list(waiting):
             if not parked.ctx.open:
                 self._release(parked)
@@ -162,6 +166,8 @@ class FetchPurgatory:
             if errored or total >= max(parked.request.min_bytes, 1):
                 self._release(parked)
                 _respond(parked.ctx, topics)
+                if metrics is not None:
+                    metrics.fetch_wakeup.observe(time.perf_counter() - started)
 
     def expire(self, key: tuple[Any, ...]) -> None:
         parked = self._by_key.get(key)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from coordinator.context import RequestContext
+from coordinator.dataplane.internal_topic import topic_by_name
 from protocol.build import build
 from protocol.codec import response_type
 
@@ -21,7 +22,7 @@ LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> None:
     topics_out = []
     for wanted_topic in request.topics:
-        topic = broker.topics.get(wanted_topic.name)
+        topic = topic_by_name(broker, wanted_topic.name)
         partitions_out = []
         for wanted in wanted_topic.partitions:
             entry: dict[str, Any] = {"partition_index": wanted.partition_index,

@@ -8,6 +8,7 @@ import structlog
 from kio.schema.errors import ErrorCode
 
 from coordinator.context import RequestContext
+from coordinator.dataplane.internal_topic import OFFSETS_TOPIC
 from protocol.build import build
 from protocol.codec import response_type
 from storage.batch import CorruptRecordError, InvalidRecordError, MessageTooLargeError
@@ -37,6 +38,12 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> None:
             entry: dict[str, Any] = {"index": data.index, "error_code": ErrorCode.none,
                                      "base_offset": -1, "log_start_offset": -1,
                                      "record_errors": (), "error_message": None}
+            if topic_data.name == OFFSETS_TOPIC:
+                # Kafka: "Cannot append to internal topic"; only the coordinator writes it.
+                entry["error_code"] = ErrorCode.invalid_topic_exception
+                entry["error_message"] = f"cannot produce to internal topic {OFFSETS_TOPIC}"
+                partitions_out.append(entry)
+                continue
             if topic is None or not 0 <= data.index < len(topic.partitions):
                 entry["error_code"] = ErrorCode.unknown_topic_or_partition
                 partitions_out.append(entry)

@@ -7,6 +7,14 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from coordinator.context import RequestContext
+from coordinator.dataplane.internal_topic import (
+    OFFSETS_TOPIC,
+    InternalTopic,
+    offsets_topic,
+    offsets_topic_id,
+    topic_by_id,
+    topic_by_name,
+)
 from protocol.build import build
 from protocol.codec import response_type
 from storage.log import InvalidConfigError, LogConfig
@@ -18,7 +26,7 @@ if TYPE_CHECKING:
 METADATA, CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 3, 19, 20, 37
 
 
-def _partitions(broker: Broker, topic: Topic) -> list[dict[str, Any]]:
+def _partitions(broker: Broker, topic: Topic | InternalTopic) -> list[dict[str, Any]]:
     node = broker.node_id
     return [
         {
@@ -34,12 +42,12 @@ def _partitions(broker: Broker, topic: Topic) -> list[dict[str, Any]]:
     ]
 
 
-def _topic_entry(broker: Broker, topic: Topic) -> dict[str, Any]:
+def _topic_entry(broker: Broker, topic: Topic | InternalTopic) -> dict[str, Any]:
     return {
         "error_code": ErrorCode.none,
         "name": topic.name,
         "topic_id": topic.topic_id,
-        "is_internal": False,
+        "is_internal": getattr(topic, "is_internal", False),
         "partitions": _partitions(broker, topic),
     }
 
@@ -53,19 +61,22 @@ def metadata(broker: Broker, ctx: RequestContext, request: Any) -> None:
     entries: list[dict[str, Any]] = []
     if all_topics:
         entries = [_topic_entry(broker, t) for t in broker.topics.topics()]
+        internal = offsets_topic(broker)
+        if internal is not None:
+            entries.append(_topic_entry(broker, internal))
     else:
         for wanted in requested:
             name = wanted.name
             topic_id = getattr(wanted, "topic_id", None)
             if name is None:
-                topic = broker.topics.by_id(topic_id) if topic_id is not None else None
+                topic = topic_by_id(broker, topic_id) if topic_id is not None else None
                 if topic is None:
                     entries.append({"error_code": ErrorCode.unknown_topic_id, "name": None,
                                     "topic_id": topic_id, "partitions": ()})
                 else:
                     entries.append(_topic_entry(broker, topic))
                 continue
-            topic = broker.topics.get(name)
+            topic = topic_by_name(broker, name)
             if topic is None:
                 if not valid_topic_name(name) or name.startswith("__"):
                     entries.append({"error_code": ErrorCode.invalid_topic_exception,
@@ -105,6 +116,9 @@ def create_topics(broker: Broker, ctx: RequestContext, request: Any) -> None:
         if name in seen:
             result.update(error_code=ErrorCode.invalid_request,
                           error_message=f"topic {name} appears twice in the request")
+        elif name == OFFSETS_TOPIC:
+            result.update(error_code=ErrorCode.topic_already_exists,
+                          error_message=f"Topic '{name}' already exists.")
         elif not valid_topic_name(name) or name.startswith("__"):
             result.update(error_code=ErrorCode.invalid_topic_exception,
                           error_message=f"invalid topic name {name!r}")
@@ -147,6 +161,13 @@ def delete_topics(broker: Broker, ctx: RequestContext, request: Any) -> None:
         wanted = [(name, None) for name in request.topic_names]
     results = []
     for name, topic_id in wanted:
+        if name == OFFSETS_TOPIC or (topic_id is not None
+                                     and topic_id == offsets_topic_id(broker)):
+            # The group log cannot be deleted: Kafka refuses internal topics here too.
+            results.append({"name": OFFSETS_TOPIC, "topic_id": offsets_topic_id(broker),
+                            "error_code": ErrorCode.topic_authorization_failed,
+                            "error_message": f"cannot delete internal topic {OFFSETS_TOPIC}"})
+            continue
         topic = broker.topics.get(name) if name is not None else broker.topics.by_id(topic_id)
         if topic is None:
             code = (ErrorCode.unknown_topic_id if name is None

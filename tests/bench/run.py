@@ -35,6 +35,7 @@ from typing import Any
 from tests.bench import coordinator_bench as cb
 from tests.bench import dataplane as dp
 from tests.bench import offsets_bench as ob
+from tests.bench import ops_scrape
 from tests.bench.brokers import (
     REPO,
     Broker,
@@ -42,6 +43,7 @@ from tests.bench.brokers import (
     LibrdkafkaMock,
     Rebalanced,
     Tansu,
+    free_port,
     self_cpu_seconds,
     system_busy_seconds,
     tansu_binary,
@@ -59,6 +61,7 @@ ALIASES = {
 SUBJECT_TITLES = {
     "rebalanced": "rebalanced",
     "rebalanced-fsync100": "rebalanced (fsync 100 ms)",
+    ops_scrape.SUBJECT: "rebalanced (metrics on, scraped 1/s)",
     "tansu": "tansu (memory)",
     "mock": "librdkafka mock",
 }
@@ -198,6 +201,8 @@ def subjects_for(scenario: str, brokers: list[str]) -> list[str]:
     subjects = list(brokers)
     if scenario == "offset-commit" and "rebalanced" in brokers:
         subjects.insert(subjects.index("rebalanced") + 1, "rebalanced-fsync100")
+    if scenario in ops_scrape.SCENARIOS and "rebalanced" in brokers:
+        subjects.insert(subjects.index("rebalanced") + 1, ops_scrape.SUBJECT)
     return subjects
 
 
@@ -210,6 +215,8 @@ def make_broker(subject: str, scenario: str, workdir: Path) -> Broker:
             settings["offsets.commit.fsync"] = "100"
         elif scenario == "offset-commit":
             settings["offsets.commit.fsync"] = "always"
+        if subject == ops_scrape.SUBJECT:
+            settings["metrics.listener"] = f"127.0.0.1:{free_port()}"
         return Rebalanced(workdir, settings)
     if subject == "tansu":
         return Tansu(workdir)
@@ -270,6 +277,10 @@ def run_subject(scenario: str, subject: str, params: Params, workdir: Path,
     result: dict[str, Any]
     busy0, self0, broker0 = system_busy_seconds(), self_cpu_seconds(), _cpu(broker)
     t0 = time.monotonic()
+    scraper = None
+    result_scrapes: dict[str, int] = {}
+    if subject == ops_scrape.SUBJECT and isinstance(broker, Rebalanced):
+        scraper = ops_scrape.Scraper(f"http://{broker.settings['metrics.listener']}").__enter__()
     try:
         result = SCENARIO_RUNNERS[scenario](broker, params)
     except Exception as exc:
@@ -277,12 +288,16 @@ def run_subject(scenario: str, subject: str, params: Params, workdir: Path,
         if os.environ.get("BENCH_TRACEBACK"):
             traceback.print_exc()
     finally:
+        if scraper is not None:
+            scraper.__exit__()
+            result_scrapes = {"scrapes": scraper.scrapes, "scrape_errors": scraper.errors}
         alive = broker.alive()
         code = broker.exit_code()
         broker1 = _cpu(broker)
         busy1, self1, t1 = system_busy_seconds(), self_cpu_seconds(), time.monotonic()
         broker.cleanup()
     result["wall_s"] = time.monotonic() - started
+    result.update(result_scrapes)
     if broker0 is not None and broker1 is not None:
         # CPU not charged to this broker or the load generator: other processes on the machine,
         # plus kernel work (loopback softirq) not charged to any process. High values from
@@ -460,6 +475,7 @@ def main(argv: list[str] | None = None) -> int:
                       "↓ rows: <1 is better",
         },
         "results": results,
+        "metrics_overhead": ops_scrape.overhead(results),
         "incidents": incidents,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -481,6 +497,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  [{incident['scenario']} / {incident['subject']}] {incident['event']}")
             for line in incident.get("lines", [])[:3]:
                 print(f"      {line[:300]}")
+    for scenario, cost in document["metrics_overhead"].items():
+        print(f"metrics.listener on vs off, {scenario}: broker CPU {cost['off_us']:.2f} -> "
+              f"{cost['on_us']:.2f} µs/op ({cost['overhead_pct']:+.1f} %), "
+              f"{cost['scrapes']} scrapes")
     print(f"\nraw results: {args.out}  tables: {md_path}  ({elapsed:.0f}s)")
     print(f"mock CPU/RSS: {LibrdkafkaMock.cpu_note}")
     return 0

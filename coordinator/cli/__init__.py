@@ -1,0 +1,1 @@
+"""Operators' commands: `rebalanced groups ...` (see `groups.py`)."""

@@ -1,0 +1,455 @@
+"""Counting for `/metrics`: plain ints and lists on the hot path, Prometheus families at scrape.
+
+A request costs two clock reads, a dict lookup and a bisect; group events (rare) update
+per-group histograms and the rebalance history the group page shows. Nothing here formats or
+allocates metric objects until Prometheus scrapes: `snapshot()` copies the counters on the event
+loop (cheap, bounded), and `families()` turns a snapshot into prometheus-client metric families
+off the loop.
+
+Label cardinality is bounded: per-group series (rebalance durations, time since the last
+rebalance) exist for the first `metrics.max.groups` groups seen; later groups are counted under
+`group="__other__"`. Causes and reasons are small fixed vocabularies; API keys and versions are
+the few this broker answers.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from coordinator import events as ev
+from coordinator.context import RequestContext
+
+OTHER_GROUPS = "__other__"
+SAMPLED_APIS = frozenset({0, 1, 8, 12})  # Produce, Fetch, OffsetCommit, Heartbeat
+SAMPLE_EVERY = 8
+_MAX_API_KEYS = 128
+_MAX_VERSIONS = 32
+_clock = time.perf_counter
+_bucket = bisect.bisect_left
+HISTORY_PER_GROUP = 10  # rebalances kept per group for the page
+HISTORY_GROUPS = 1000  # groups whose rebalance history is kept (oldest forgotten first)
+
+# Seconds. Request latency spans a sub-millisecond heartbeat to a parked JoinGroup or Fetch.
+# Few buckets on purpose: formatting the samples is most of a scrape's cost.
+LATENCY_BOUNDS = (0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 2.5, 10.0, 30.0)
+REBALANCE_BOUNDS = (0.05, 0.25, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+API_NAMES = {
+    0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit",
+    9: "OffsetFetch", 10: "FindCoordinator", 11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup",
+    14: "SyncGroup", 15: "DescribeGroups", 16: "ListGroups", 18: "ApiVersions",
+    19: "CreateTopics", 20: "DeleteTopics", 22: "InitProducerId", 37: "CreatePartitions",
+    42: "DeleteGroups", 47: "OffsetDelete", 68: "ConsumerGroupHeartbeat",
+    69: "ConsumerGroupDescribe",
+}
+
+# Rebalance reasons are sentences naming members; the cause label is one of these words.
+_CAUSES = (
+    ("heartbeat expiration", "session_expiry"),
+    ("session", "session_expiry"),
+    ("leavegroup", "leave"),
+    ("pending sync", "sync_timeout"),
+    ("rebalance timeout", "rebalance_timeout"),
+    ("disconnect", "disconnect"),
+    ("connection", "disconnect"),
+    ("adding new member", "member_join"),
+    ("joining group during rebalance", "member_rejoin"),
+    ("static member", "static_member"),
+    ("updating metadata", "metadata_change"),
+    ("persist", "persist_failure"),
+)
+
+
+def rebalance_cause(reason: str) -> str:
+    lowered = reason.lower()
+    for needle, cause in _CAUSES:
+        if needle in lowered:
+            return cause
+    return "other"
+
+
+class Histogram:
+    """Cumulative-at-export histogram: per-bucket counts, a count and a sum."""
+
+    __slots__ = ("bounds", "buckets", "count", "total")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.buckets = [0] * (len(bounds) + 1)
+        self.count = 0
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        self.buckets[bisect.bisect_left(self.bounds, value)] += 1
+        self.count += 1
+        self.total += value
+
+    def copy(self) -> Histogram:
+        other = Histogram(self.bounds)
+        other.buckets = list(self.buckets)
+        other.count = self.count
+        other.total = self.total
+        return other
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        out: list[tuple[str, float]] = []
+        running = 0
+        for bound, count in zip(self.bounds, self.buckets, strict=False):
+            running += count
+            out.append((repr(float(bound)), running))
+        out.append(("+Inf", self.count))
+        return out
+
+
+@dataclass(slots=True)
+class Rebalance:
+    """One rebalance of one group, as the page draws it."""
+
+    started_ms: int
+    generation_id: int
+    reason: str
+    cause: str
+    member_id: str | None
+    client_id: str | None
+    client_host: str | None
+    previous_state: str
+    join_ms: int | None = None
+    total_ms: int | None = None
+    outcome: str = "in progress"  # stabilized | emptied | in progress | dead
+    members: int | None = None
+
+
+@dataclass(slots=True)
+class GroupHistory:
+    rebalances: deque[Rebalance] = field(default_factory=lambda: deque(maxlen=HISTORY_PER_GROUP))
+    removed: deque[dict[str, Any]] = field(default_factory=lambda: deque(
+        maxlen=HISTORY_PER_GROUP))
+    last_stabilized_ms: int | None = None
+
+
+class TimedRequestContext(RequestContext):
+    """A request context that reports its latency when answered (used only with metrics on)."""
+
+    __slots__ = ("metrics", "started")
+
+    def __init__(self, connection: Any, slot: Any, header: Any, metrics: BrokerMetrics) -> None:
+        # The fields set directly: the dataclass __init__ through super() costs a heartbeat
+        # measurably more.
+        self.connection = connection
+        self.slot = slot
+        self.header = header
+        self.metrics = metrics
+        self.started = _clock()
+
+    def respond(self, response: Any) -> None:
+        RequestContext.respond(self, response)
+        self.metrics.request_done(self.header, _clock() - self.started)
+
+    def respond_raw(self, framed: bytes | None) -> None:
+        self.connection.complete(self.slot, framed)
+        self.metrics.request_done(self.header, _clock() - self.started)
+
+
+class BrokerMetrics:
+    def __init__(self, max_groups: int = 200) -> None:
+        self.max_groups = max_groups
+        # (api_key, api_version) -> latency histogram; the count is the request count
+        # (api_key, api_version) -> latency histogram of the timed requests
+        self.requests: dict[tuple[int, int], Histogram] = {}
+        # api_key -> api_version -> requests received: every request, exactly
+        self.request_counts = [[0] * _MAX_VERSIONS for _ in range(_MAX_API_KEYS)]
+        self._received = 0
+        self.fetch_wakeup = Histogram(LATENCY_BOUNDS)
+        self.offset_commits = 0  # offsets (partitions) committed
+        self.offset_expirations = 0
+        self.offset_deletions = 0
+        self.completed_rebalances = 0
+        self.rebalances_by_cause: dict[str, int] = {}
+        self.members_removed: dict[str, int] = {}
+        # group (or OTHER_GROUPS) -> phase -> histogram, capped at max_groups groups
+        self.rebalance_seconds: dict[str, dict[str, Histogram]] = {}
+        self.history: dict[str, GroupHistory] = {}
+        self.group_version = 0  # bumped by every group event: the rebalance series changed
+
+    # hot path --------------------------------------------------------------------------------
+
+    def context(self, connection: Any, slot: Any, header: Any) -> RequestContext:
+        """The context of one request: counted always; timed always for the rare APIs and for
+        one request in `SAMPLE_EVERY` of the hot ones (Produce, Fetch, OffsetCommit, Heartbeat),
+        whose latency histograms are therefore samples."""
+        api_key = header.api_key
+        version = header.api_version
+        if api_key < _MAX_API_KEYS and version < _MAX_VERSIONS:
+            self.request_counts[api_key][version] += 1
+        received = self._received = self._received + 1
+        if received % SAMPLE_EVERY and api_key in SAMPLED_APIS:
+            return RequestContext(connection, slot, header)
+        return TimedRequestContext(connection, slot, header, self)
+
+    def request_done(self, header: Any, seconds: float) -> None:
+        key = (header.api_key, header.api_version)
+        histogram = self.requests.get(key)
+        if histogram is None:
+            histogram = self.requests[key] = Histogram(LATENCY_BOUNDS)
+        histogram.buckets[_bucket(LATENCY_BOUNDS, seconds)] += 1
+        histogram.count += 1
+        histogram.total += seconds
+
+    # events ----------------------------------------------------------------------------------
+
+    def _group_series(self, group_id: str) -> dict[str, Histogram]:
+        series = self.rebalance_seconds.get(group_id)
+        if series is None:
+            own = len(self.rebalance_seconds) - (OTHER_GROUPS in self.rebalance_seconds)
+            if own >= self.max_groups:
+                group_id = OTHER_GROUPS
+            series = self.rebalance_seconds.setdefault(group_id, {
+                phase: Histogram(REBALANCE_BOUNDS) for phase in ("join", "sync", "total")})
+        return series
+
+    def _history(self, group_id: str) -> GroupHistory:
+        history = self.history.get(group_id)
+        if history is None:
+            if len(self.history) >= HISTORY_GROUPS:
+                del self.history[next(iter(self.history))]
+            history = self.history[group_id] = GroupHistory()
+        return history
+
+    def on_event(self, event: Any) -> None:
+        self.group_version += 1
+        if isinstance(event, ev.RebalanceStarted):
+            cause = rebalance_cause(event.reason)
+            self.rebalances_by_cause[cause] = self.rebalances_by_cause.get(cause, 0) + 1
+            self._history(event.group_id).rebalances.append(Rebalance(
+                started_ms=event.ts_ms, generation_id=event.generation_id, reason=event.reason,
+                cause=cause, member_id=event.member_id, client_id=event.client_id,
+                client_host=event.client_host, previous_state=event.previous_state))
+        elif isinstance(event, ev.JoinCompleted):
+            current = self._open_rebalance(event.group_id)
+            if current is not None:
+                current.join_ms = event.duration_ms
+                current.members = event.member_count
+            self._group_series(event.group_id)["join"].observe(event.duration_ms / 1000)
+        elif isinstance(event, ev.GroupStabilized):
+            self.completed_rebalances += 1
+            history = self._history(event.group_id)
+            history.last_stabilized_ms = event.ts_ms
+            current = self._open_rebalance(event.group_id)
+            series = self._group_series(event.group_id)
+            series["total"].observe(event.duration_ms / 1000)
+            if current is not None:
+                current.total_ms = event.duration_ms
+                current.outcome = "stabilized"
+                current.members = event.member_count
+                if current.join_ms is not None:
+                    series["sync"].observe(max(event.duration_ms - current.join_ms, 0) / 1000)
+        elif isinstance(event, ev.MemberRemoved):
+            cause = getattr(event.cause, "value", str(event.cause))
+            self.members_removed[cause] = self.members_removed.get(cause, 0) + 1
+            self._history(event.group_id).removed.append({
+                "ts_ms": event.ts_ms, "member_id": event.member_id, "client_id": event.client_id,
+                "client_host": event.client_host, "cause": cause, "reason": event.reason})
+        elif isinstance(event, ev.GroupEmpty | ev.GroupDead):
+            current = self._open_rebalance(event.group_id)
+            if current is not None:
+                current.outcome = "emptied" if isinstance(event, ev.GroupEmpty) else "dead"
+                current.total_ms = max(event.ts_ms - current.started_ms, 0)
+            if isinstance(event, ev.GroupDead):
+                # A deleted group frees its slot under the per-group cap.
+                self.history.pop(event.group_id, None)
+                self.rebalance_seconds.pop(event.group_id, None)
+
+    def _open_rebalance(self, group_id: str) -> Rebalance | None:
+        history = self.history.get(group_id)
+        if history is None or not history.rebalances:
+            return None
+        last = history.rebalances[-1]
+        return last if last.outcome == "in progress" else None
+
+    def on_events(self, events: Iterable[Any]) -> None:
+        for event in events:
+            self.on_event(event)
+
+    # scrape ----------------------------------------------------------------------------------
+
+    def snapshot(self, groups: Iterable[Any], num_offsets: int, connections: int,
+                 now_ms: int) -> dict[str, Any]:
+        """Copies of everything `families` exports, taken on the event loop."""
+        by_state: dict[str, int] = {}
+        by_protocol: dict[str, int] = {}
+        for group in groups:
+            state = getattr(group.state, "value", str(group.state))
+            by_state[state] = by_state.get(state, 0) + 1
+            kind = getattr(group, "group_type", "classic")
+            by_protocol[kind] = by_protocol.get(kind, 0) + 1
+        since_last: dict[str, float] = {}
+        for group_id, history in self.history.items():
+            # Only groups with their own series: the same cap bounds this gauge.
+            if history.last_stabilized_ms is not None and group_id in self.rebalance_seconds:
+                since_last[group_id] = max(now_ms - history.last_stabilized_ms, 0) / 1000
+        return {
+            "requests": {k: h.copy() for k, h in self.requests.items()},
+            "request_counts": {(api_key, version): count
+                               for api_key, versions in enumerate(self.request_counts)
+                               for version, count in enumerate(versions) if count},
+            "fetch_wakeup": self.fetch_wakeup.copy(),
+            "offset_commits": self.offset_commits,
+            "offset_expirations": self.offset_expirations,
+            "offset_deletions": self.offset_deletions,
+            "completed_rebalances": self.completed_rebalances,
+            "rebalances_by_cause": dict(self.rebalances_by_cause),
+            "members_removed": dict(self.members_removed),
+            "group_version": self.group_version,
+            "rebalance_seconds": {g: {p: h.copy() for p, h in phases.items()}
+                                  for g, phases in self.rebalance_seconds.items()},
+            "since_last": since_last,
+            "groups_by_state": by_state,
+            "groups_by_protocol": by_protocol,
+            "num_offsets": num_offsets,
+            "connections": connections,
+        }
+
+
+_KAFKA = "kafka_server_group_coordinator_metrics_"
+_GMM = "kafka_coordinator_group_groupmetadatamanager_"
+_STATES = ("PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Empty")
+
+
+def _histogram(family: Any, labels: list[str], histogram: Histogram) -> None:
+    family.add_metric(labels, histogram.cumulative(), histogram.total)
+
+
+def families(snap: dict[str, Any]) -> Iterator[Any]:
+    """prometheus-client metric families from a snapshot (runs off the event loop)."""
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+    )
+
+    by_state: dict[str, int] = snap["groups_by_state"]
+    total_groups = sum(by_state.values())
+    family = GaugeMetricFamily(_KAFKA + "group_count", "Groups by protocol (Kafka group-count).",
+                               labels=["protocol"])
+    for protocol in sorted(set(snap["groups_by_protocol"]) | {"classic"}):
+        family.add_metric([protocol], snap["groups_by_protocol"].get(protocol, 0))
+    yield family
+    family = GaugeMetricFamily(_KAFKA + "classic_group_count",
+                               "Classic groups by state (Kafka classic-group-count).",
+                               labels=["state"])
+    for state in _STATES:
+        family.add_metric([state], by_state.get(state, 0))
+    yield family
+    yield GaugeMetricFamily(_GMM + "numgroups", "Groups (Kafka NumGroups).", value=total_groups)
+    for state in _STATES:
+        yield GaugeMetricFamily(_GMM + "numgroups" + state.lower(),
+                                f"Groups in {state} (Kafka NumGroups{state}).",
+                                value=by_state.get(state, 0))
+    yield GaugeMetricFamily(_GMM + "numoffsets", "Committed offsets held (Kafka NumOffsets).",
+                            value=snap["num_offsets"])
+    yield CounterMetricFamily(_KAFKA + "group_completed_rebalance",
+                              "Rebalances completed (Kafka group-completed-rebalance-total).",
+                              value=snap["completed_rebalances"])
+    yield CounterMetricFamily(_KAFKA + "offset_commit",
+                              "Offsets committed (Kafka offset-commit-total).",
+                              value=snap["offset_commits"])
+    yield CounterMetricFamily(_KAFKA + "offset_expiration",
+                              "Offsets expired (Kafka offset-expiration-total).",
+                              value=snap["offset_expirations"])
+    yield CounterMetricFamily(_KAFKA + "offset_deletion",
+                              "Offsets deleted (Kafka offset-deletion-total).",
+                              value=snap["offset_deletions"])
+
+    counter = CounterMetricFamily("rebalanced_rebalances", "Rebalances started, by cause.",
+                                  labels=["cause"])
+    for cause, count in sorted(snap["rebalances_by_cause"].items()):
+        counter.add_metric([cause], count)
+    yield counter
+    counter = CounterMetricFamily("rebalanced_members_removed", "Members removed, by cause.",
+                                  labels=["cause"])
+    for cause, count in sorted(snap["members_removed"].items()):
+        counter.add_metric([cause], count)
+    yield counter
+    gauge = GaugeMetricFamily("rebalanced_seconds_since_last_rebalance",
+                              "Seconds since each group last completed a rebalance.",
+                              labels=["group"])
+    for group_id, seconds in sorted(snap["since_last"].items()):
+        gauge.add_metric([group_id], seconds)
+    yield gauge
+
+    requests = CounterMetricFamily("rebalanced_requests", "Requests answered, by API and version.",
+                                   labels=["api", "version"])
+    latency = HistogramMetricFamily(
+        "rebalanced_request_latency_seconds",
+        "From a request's arrival to its answer (parked JoinGroup/Fetch included); one "
+        "request in 8 of Produce, Fetch, OffsetCommit and Heartbeat, every other request.",
+        labels=["api", "version"])
+    commit = HistogramMetricFamily(
+        "rebalanced_offset_commit_latency_seconds",
+        "OffsetCommit from arrival to the durable answer, all versions.")
+    merged = Histogram(LATENCY_BOUNDS)
+    for (api_key, version), count in sorted(snap["request_counts"].items()):
+        requests.add_metric([API_NAMES.get(api_key, str(api_key)), str(version)], count)
+    for (api_key, version), values in sorted(snap["requests"].items()):
+        labels = [API_NAMES.get(api_key, str(api_key)), str(version)]
+        _histogram(latency, labels, values)
+        if api_key == 8:
+            merged.count += values.count
+            merged.total += values.total
+            merged.buckets = [a + b for a, b in zip(merged.buckets, values.buckets, strict=True)]
+    yield requests
+    yield latency
+    commit.add_metric([], merged.cumulative(), merged.total)
+    yield commit
+    wakeup = HistogramMetricFamily(
+        "rebalanced_fetch_wakeup_latency_seconds",
+        "From an append to the answer of a Fetch parked on that partition.")
+    _histogram(wakeup, [], snap["fetch_wakeup"])
+    yield wakeup
+    yield GaugeMetricFamily("rebalanced_open_connections", "Open client connections.",
+                            value=snap["connections"])
+
+
+def rebalance_families(snap: dict[str, Any]) -> Iterator[Any]:
+    """The per-group rebalance histograms: most of the samples, changed only by rebalances."""
+    from prometheus_client.core import HistogramMetricFamily
+
+    histogram = HistogramMetricFamily(
+        "rebalanced_rebalance_duration_seconds",
+        "Rebalance duration per group and phase: join (start to JoinGroup answers), sync "
+        "(to the leader's assignment) and total (the time the group could not consume).",
+        labels=["group", "phase"])
+    for group_id, phases in sorted(snap["rebalance_seconds"].items()):
+        for phase, values in phases.items():
+            _histogram(histogram, [group_id, phase], values)
+    yield histogram
+
+
+def _format(collect: Callable[[], Iterator[Any]]) -> bytes:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    class _Snapshot:
+        def collect(self) -> Iterator[Any]:
+            return collect()
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Snapshot())  # type: ignore[arg-type]
+    return bytes(generate_latest(registry))
+
+
+def exposition(snap: dict[str, Any], cache: dict[str, Any] | None = None) -> bytes:
+    """The text format. With a `cache` (one per endpoint), the per-group rebalance histograms
+    are formatted again only after a group event: formatting is most of a scrape's cost."""
+    version = snap["group_version"]
+    if cache is not None and cache.get("version") == version:
+        groups = cache["text"]
+    else:
+        groups = _format(lambda: rebalance_families(snap))
+        if cache is not None:
+            cache.update(version=version, text=groups)
+    return _format(lambda: families(snap)) + groups

@@ -1,0 +1,60 @@
+"""The metrics-on subject of the heartbeat and commit benchmarks: scrape while the load runs.
+
+`rebalanced-metrics` is rebalanced with `metrics.listener` set and a scraper that fetches
+/metrics and the group page every second (Prometheus scrapes every 15-60 s, so this is the
+pessimistic case). Its broker CPU per heartbeat or commit against plain `rebalanced` in the same
+run is the cost of the metrics and the page.
+"""
+
+from __future__ import annotations
+
+import threading
+import urllib.request
+from typing import Any
+
+SUBJECT = "rebalanced-metrics"
+SCENARIOS = ("heartbeat", "offset-commit")
+SCRAPE_INTERVAL_S = 1.0
+COMPARED = {"heartbeat": "broker_cpu_us_per_hb", "offset-commit": "broker_cpu_us_per_commit"}
+
+
+class Scraper:
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        self.scrapes = 0
+        self.errors = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="scraper", daemon=True)
+
+    def __enter__(self) -> Scraper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        if SCRAPE_INTERVAL_S <= 0:
+            return
+        while not self._stop.wait(SCRAPE_INTERVAL_S):
+            for path in ("/metrics", "/"):
+                try:
+                    with urllib.request.urlopen(self.base_url + path, timeout=10) as response:
+                        response.read()
+                    self.scrapes += 1
+                except OSError:
+                    self.errors += 1
+
+
+def overhead(results: dict[str, Any]) -> dict[str, Any]:
+    """Broker CPU per operation with the listener on, relative to off, per scenario."""
+    out: dict[str, Any] = {}
+    for scenario, key in COMPARED.items():
+        by_subject = results.get(scenario, {})
+        off = by_subject.get("rebalanced", {}).get(key)
+        on = by_subject.get(SUBJECT, {}).get(key)
+        if isinstance(off, int | float) and isinstance(on, int | float) and off > 0:
+            out[scenario] = {"off_us": off, "on_us": on, "overhead_pct": (on / off - 1) * 100,
+                             "scrapes": by_subject[SUBJECT].get("scrapes")}
+    return out

@@ -1,0 +1,143 @@
+"""Metrics counting, the per-group cap, the exposition, and the page's escaping."""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from coordinator import events as ev
+from coordinator.ops import metrics as om
+from coordinator.ops import page
+
+
+def started(group: str, ts: int, reason: str, generation: int = 0) -> ev.RebalanceStarted:
+    return ev.RebalanceStarted(ts_ms=ts, group_id=group, generation_id=generation, partition=0,
+                               previous_state="Stable", reason=reason, member_id="m-1",
+                               client_id="app", client_host="/10.0.0.1")
+
+
+def rebalance(metrics: om.BrokerMetrics, group: str, ts: int, reason: str) -> None:
+    metrics.on_event(started(group, ts, reason))
+    metrics.on_event(ev.JoinCompleted(ts_ms=ts + 300, group_id=group, generation_id=1,
+                                      protocol_name="range", leader_id="m-1", member_count=2,
+                                      duration_ms=300))
+    metrics.on_event(ev.GroupStabilized(ts_ms=ts + 400, group_id=group, generation_id=1,
+                                        member_count=2, duration_ms=400))
+
+
+def test_causes_are_a_small_vocabulary() -> None:
+    assert om.rebalance_cause("removing member m on heartbeat expiration") == "session_expiry"
+    assert om.rebalance_cause("removing member m on LeaveGroup; client reason: x") == "leave"
+    assert om.rebalance_cause("adding new member m with group instance id None") == "member_join"
+    assert om.rebalance_cause("updating metadata for member m") == "metadata_change"
+    assert om.rebalance_cause("something new") == "other"
+
+
+def test_phases_history_and_the_group_cap() -> None:
+    metrics = om.BrokerMetrics(max_groups=2)
+    for i, group in enumerate(("a", "b", "c", "d")):
+        rebalance(metrics, group, 1000 * i, "removing member m on LeaveGroup")
+    assert set(metrics.rebalance_seconds) == {"a", "b", om.OTHER_GROUPS}
+    assert metrics.rebalance_seconds[om.OTHER_GROUPS]["total"].count == 2
+    a = metrics.rebalance_seconds["a"]
+    assert (a["join"].total, a["sync"].total, a["total"].total) == (0.3, 0.1, 0.4)
+    assert metrics.rebalances_by_cause == {"leave": 4}
+    assert metrics.completed_rebalances == 4
+    [last] = metrics.history["d"].rebalances
+    assert (last.cause, last.join_ms, last.total_ms, last.outcome) == ("leave", 300, 400,
+                                                                        "stabilized")
+
+    metrics.on_event(ev.MemberRemoved(ts_ms=5000, group_id="a", generation_id=1, member_id="m",
+                                      group_instance_id=None, client_id="app", client_host="/h",
+                                      cause=ev.RemovalCause.SESSION_EXPIRY))
+    assert metrics.members_removed == {"session_expiry": 1}
+
+    snap = metrics.snapshot([], num_offsets=7, connections=3, now_ms=10_400)
+    values = {(s.name, tuple(sorted(s.labels.items()))): s.value
+              for family in text_string_to_metric_families(om.exposition(snap).decode())
+              for s in family.samples}
+    assert values[("rebalanced_seconds_since_last_rebalance", (("group", "a"),))] == 10.0
+    assert ("rebalanced_seconds_since_last_rebalance", (("group", "c"),)) not in values
+    assert values[("kafka_coordinator_group_groupmetadatamanager_numoffsets", ())] == 7
+    assert values[("rebalanced_open_connections", ())] == 3
+    assert values[("rebalanced_rebalance_duration_seconds_count",
+                   (("group", om.OTHER_GROUPS), ("phase", "join")))] == 2
+
+
+def test_request_latency_per_api_and_version() -> None:
+    metrics = om.BrokerMetrics()
+
+    class Header:
+        api_key = 12
+        api_version = 3
+
+    for seconds in (0.0001, 0.0002, 0.003):
+        metrics.request_done(Header(), seconds)
+    histogram = metrics.requests[(12, 3)]
+    assert histogram.count == 3
+    assert dict(histogram.cumulative())["0.00025"] == 2
+    assert dict(histogram.cumulative())["+Inf"] == 3
+
+
+def test_page_escapes_what_clients_choose() -> None:
+    metrics = om.BrokerMetrics()
+    hostile = "<script>alert(1)</script>"
+    metrics.on_event(started("g", 0, hostile))
+    snap = {"now_ms": 1000, "node_id": 1, "group_count": 1, "shown": 1, "groups": [{
+        "group_id": hostile, "state": "PreparingRebalance", "generation_id": 0,
+        "protocol_type": "consumer", "protocol": None, "leader_id": None, "member_count": 1,
+        "members": [{"member_id": "m", "client_id": hostile, "host": "/h", "instance_id": None,
+                     "partitions": [("t", 0)]}],
+        "lag": [], "removed": [],
+        "rebalances": [dict(started_ms=0, generation_id=0, reason=hostile, cause="other",
+                            member_id="m", client_id=hostile, client_host="/h", join_ms=None,
+                            total_ms=None, outcome="in progress", members=None,
+                            running_ms=1000)]}]}
+    html = page.render(snap)
+    tags: list[str] = []
+
+    class Tags(HTMLParser):
+        def handle_starttag(self, tag: str, attrs: object) -> None:
+            tags.append(tag)
+
+    Tags().feed(html)
+    assert "script" not in tags
+    assert "&lt;script&gt;" in html
+
+
+def test_assignment_decoding() -> None:
+    # version 0, one topic "t" with partitions 2 and 0, no user data
+    data = (b"\x00\x00" + b"\x00\x00\x00\x01" + b"\x00\x01t" + b"\x00\x00\x00\x02"
+            + b"\x00\x00\x00\x02" + b"\x00\x00\x00\x00" + b"\xff\xff\xff\xff")
+    assert page.decode_assignment(data) == [("t", 0), ("t", 2)]
+    assert page.decode_assignment(b"\x00") == []
+
+
+def test_the_timed_context_sets_every_field_of_the_plain_one() -> None:
+    import dataclasses
+
+    from coordinator.context import RequestContext
+
+    class Header:
+        api_key = 12
+        api_version = 3
+
+    timed = om.TimedRequestContext(object(), object(), Header(), om.BrokerMetrics())
+    for f in dataclasses.fields(RequestContext):
+        getattr(timed, f.name)  # an unset slot raises AttributeError
+
+
+def test_every_request_is_counted_and_hot_ones_are_timed_one_in_eight() -> None:
+    from coordinator.context import RequestContext
+    from protocol.codec import RequestHeader
+
+    metrics = om.BrokerMetrics()
+    contexts = [metrics.context(object(), object(), RequestHeader(12, 4, i, "c"))
+                for i in range(16)]
+    contexts += [metrics.context(object(), object(), RequestHeader(11, 5, 0, "c"))
+                 for _ in range(3)]
+    assert metrics.request_counts[12][4] == 16 and metrics.request_counts[11][5] == 3
+    timed = [type(c) is om.TimedRequestContext for c in contexts]
+    assert sum(timed[:16]) == 2 and all(timed[16:])
+    assert all(isinstance(c, RequestContext) for c in contexts)
