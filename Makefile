@@ -5,12 +5,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-unit test-integration lint bench bench-pause forensics clean docker-test fuzz soak
+.PHONY: install run test test-unit test-integration lint bench bench-pause forensics bench-forensics clean docker-test fuzz soak
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,forensics]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -20,7 +20,7 @@ run: $(STAMP)
 		--metrics.listener 127.0.0.1:9404
 
 test: $(STAMP)
-	$(BIN)/ruff check protocol coordinator storage tests
+	$(BIN)/ruff check protocol coordinator storage forensics tests
 	$(BIN)/mypy
 	$(BIN)/pytest -q -p no:cacheprovider tests
 
@@ -31,7 +31,7 @@ test-integration: $(STAMP)
 	$(BIN)/pytest -q tests/integration
 
 lint: $(STAMP)
-	$(BIN)/ruff check protocol coordinator storage tests
+	$(BIN)/ruff check protocol coordinator storage forensics tests
 	$(BIN)/mypy
 
 bench: $(STAMP)
@@ -44,6 +44,15 @@ bench: $(STAMP)
 bench-pause: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[test,bench]'
 	$(BIN)/python -m tests.bench.pause
+
+# Rebalance forensics (docs/forensics.md): the report on ./data, and its benchmark.
+FORENSICS_OUT ?= forensics-report
+
+forensics: $(STAMP)
+	$(BIN)/python -m forensics --data ./data --out $(FORENSICS_OUT)
+
+bench-forensics: $(STAMP)
+	$(BIN)/python -m tests.bench.forensics_bench
 
 # The stock-client scenario against the Docker image (skipped where there is no Docker engine).
 docker-test:
@@ -60,4 +69,4 @@ soak: $(STAMP)
 	$(BIN)/python -m tests.fuzz.soak --minutes 10
 
 clean:
-	rm -rf $(VENV) data
+	rm -rf $(VENV) data $(FORENSICS_OUT)

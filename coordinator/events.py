@@ -155,3 +155,71 @@ Event = (
     | GroupEmpty
     | GroupDead
 )
+
+
+# -- the journal line (docs/events.md) -------------------------------------------------------
+
+JOURNAL_SCHEMA_VERSION = 1
+
+# Event attribute -> journal field, where the contract's name differs from the attribute's.
+_JOURNAL_FIELD = {
+    "generation_id": "generation",
+    "member_count": "num_members",
+    "previous_state": "from_state",
+}
+
+# States an event type implies (the core records only the state it came from).
+_IMPLIED_STATES: dict[str, dict[str, str]] = {
+    "rebalance_started": {"to_state": "PreparingRebalance"},
+    "join_completed": {"from_state": "PreparingRebalance", "to_state": "CompletingRebalance"},
+    "group_stabilized": {"to_state": "Stable"},
+    "group_empty": {"to_state": "Empty"},
+    "group_dead": {"to_state": "Dead"},
+}
+
+# (prefix or fragment of `reason`, cause); first match wins. See docs/events.md.
+_REBALANCE_CAUSES: tuple[tuple[str, str], ...] = (
+    ("adding new member", "member_join"),
+    ("updating metadata for", "metadata_change"),
+    ("static member", "metadata_change"),
+    ("leader ", "member_rejoin"),
+    ("member ", "member_rejoin"),
+    ("removing member", "member_leave"),
+    ("removing ", "rebalance_timeout"),
+    ("failed to persist", "write_failure"),
+)
+
+
+def rebalance_cause(reason: str | None) -> str:
+    """The fixed category of a `rebalance_started` reason (docs/events.md)."""
+    if not reason:
+        return "other"
+    head = reason.split("; client reason:", 1)[0]
+    if "disconnect" in head or "connection closed" in head:
+        return "disconnect"
+    if head.startswith("removing member"):
+        if "heartbeat expiration" in head:
+            return "session_expiry"
+        if "LeaveGroup" in head:
+            return "member_leave"
+    for fragment, cause in _REBALANCE_CAUSES:
+        if head.startswith(fragment):
+            return cause
+    return "other"
+
+
+def journal_record(payload: dict[str, object], wall_ms: int) -> dict[str, object]:
+    """An event's `as_dict()` (or a runtime event of the same shape) as a journal line object:
+    contract field names, the schema version, the wall-clock `ts` and the implied states."""
+    event_type = str(payload.get("event", "unknown"))
+    out: dict[str, object] = {"v": JOURNAL_SCHEMA_VERSION, "event_type": event_type,
+                              "ts": wall_ms}
+    for key, value in payload.items():
+        if key in ("event", "ts_ms"):
+            continue  # `ts_ms` is the core's clock; the journal's time is the wall clock
+        out[_JOURNAL_FIELD.get(key, key)] = value
+    for key, value in _IMPLIED_STATES.get(event_type, {}).items():
+        out.setdefault(key, value)
+    if event_type == "rebalance_started" and "cause" not in out:
+        out["cause"] = rebalance_cause(out.get("reason"))  # type: ignore[arg-type]
+    return out

@@ -43,8 +43,9 @@ from coordinator.api import (
 from coordinator.clock import SystemClock
 from coordinator.config import GroupConfig
 from coordinator.context import RequestContext
-from coordinator.events import RebalanceStarted
+from coordinator.events import JOURNAL_SCHEMA_VERSION, RebalanceStarted, journal_record
 from coordinator.group_offsets import GroupOffsets
+from coordinator.journal import Journal
 from coordinator.manager import GroupCoordinator
 from coordinator.offsets import OffsetStore
 from coordinator.outcomes import error_outcome
@@ -66,9 +67,11 @@ _MEMBER_APIS: dict[int, ModuleType] = {
 }
 
 
-# What `json.dumps` makes of the `offsets_committed` event (default separators, ASCII only).
-_OFFSETS_COMMITTED_LINE = ('{"ts": %d, "event": "offsets_committed", "group_id": %s, '
-                           '"member_id": %s, "generation_id": %d, "partitions": %d}\n')
+# What `json.dumps(journal_record(...))` makes of the `offsets_committed` event (default
+# separators, ASCII only), formatted directly as it is written once per commit.
+_OFFSETS_COMMITTED_LINE = ('{"v": ' + str(JOURNAL_SCHEMA_VERSION) + ', "event_type": '
+                           '"offsets_committed", "ts": %d, "group_id": %s, "member_id": %s, '
+                           '"generation": %d, "partitions": %d}\n')
 _json_string = encode_basestring_ascii
 
 
@@ -121,7 +124,7 @@ class GroupRuntime:
         # left in place and pruned when a connection's list grows.
         self._pending_by_connection: dict[int, list[RequestRef]] = {}
         self._sequence = itertools.count()
-        self._journal: Any = None
+        self.journal: Journal | None = None
         self._journal_flush_pending = False
         # Groups with a metadata write not yet completed -> how many (see `apply`).
         self._group_writes: dict[str, int] = {}
@@ -138,8 +141,11 @@ class GroupRuntime:
         self.group_log = GroupLog.open(data_dir, self.config.offsets_topic_num_partitions,
                                        config, settings["offsets.commit.fsync"], self.fs,
                                        repair=repair)
-        journal_path = settings["journal.path"] or str(data_dir / "events.jsonl")
-        self._journal = open(journal_path, "a", encoding="utf-8", buffering=1 << 16)  # noqa: SIM115
+        self.journal = Journal(Path(settings["journal.dir"] or data_dir / "events"),
+                               segment_bytes=settings["journal.segment.bytes"],
+                               segment_ms=settings["journal.segment.ms"],
+                               retention_bytes=settings["journal.retention.bytes"],
+                               wall_ms=self.clock.wall_ms)
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._load()))
         self._tasks.append(loop.create_task(self._expiry_loop()))
@@ -209,8 +215,8 @@ class GroupRuntime:
         for task in self._tasks:
             task.cancel()
         self.group_log.close()
-        if self._journal is not None:
-            self._journal.close()
+        if self.journal is not None:
+            self.journal.close()
 
     # requests ---------------------------------------------------------------------------------
 
@@ -312,9 +318,9 @@ class GroupRuntime:
     def _journal_offsets_committed(self, command: oc.OffsetCommit, partitions: int) -> None:
         """The quiet `offsets_committed` event: the journal line `_event` would write, formatted
         directly, as one is written per commit."""
-        if self._journal is None:
+        if self.journal is None:
             return
-        self._journal.write(_OFFSETS_COMMITTED_LINE % (
+        self.journal.append(_OFFSETS_COMMITTED_LINE % (
             self.clock.wall_ms(), _json_string(command.group_id),
             _json_string(command.member_id), command.generation_id, partitions))
         self._schedule_journal_flush()
@@ -493,21 +499,24 @@ class GroupRuntime:
         if not quiet:
             events_log.info(payload.get("event", "group event"),
                             **{k: v for k, v in payload.items() if k != "event"})
-        if self._journal is not None:
-            self._journal.write(json.dumps({"ts": self.clock.wall_ms(), **payload},
+        if self.journal is not None:
+            self.journal.append(json.dumps(journal_record(payload, self.clock.wall_ms()),
                                            default=str) + "\n")
             self._schedule_journal_flush()
 
     def _schedule_journal_flush(self) -> None:
         if not self._journal_flush_pending:
-            # Batch journal writes: one flush per 100 ms instead of a syscall per event.
+            # Batch journal writes: one write per 100 ms instead of a syscall per event.
             self._journal_flush_pending = True
             asyncio.get_running_loop().call_later(0.1, self._flush_journal)
 
     def _flush_journal(self) -> None:
         self._journal_flush_pending = False
-        if self._journal is not None and not self._journal.closed:
-            self._journal.flush()
+        if self.journal is not None:
+            self.journal.flush()
+            if self.journal.pending or self.journal.active_size:
+                # Keep ticking while the active file holds lines, so it rotates on time.
+                self._schedule_journal_flush()
 
     def on_timer(self, key: tuple[Any, ...], now_ms: int) -> None:
         self.apply(self.manager.expire(key, self.clock.now_ms()))

@@ -127,7 +127,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("log.cleaner.delete.retention.ms", _int(0), "86400000",
             "how long group-log tombstones survive compaction"),
     Setting("log.cleaner.backoff.ms", _int(1), "15000", "how often the group log is compacted"),
-    Setting("journal.path", str, "", "JSON-lines event journal (default: <log.dirs>/events.jsonl)"),
+    # The event journal (docs/events.md).
+    Setting("journal.dir", str, "", "event journal directory (default: <log.dirs>/events)"),
+    Setting("journal.segment.bytes", _int(1024), "67108864",
+            "close and rename the active journal file at this size"),
+    Setting("journal.segment.ms", _int(100), "60000",
+            "close and rename the active journal file after this long"),
+    Setting("journal.retention.bytes", _int(-1), "1073741824",
+            "delete the oldest closed journal files above this total (-1: keep all)"),
     # The edge against hostile or broken clients.
     Setting("connections.max.idle.ms", _int(-1), "600000",
             "close a connection with no request or response for this long, including one "

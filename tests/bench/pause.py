@@ -309,20 +309,22 @@ def measure(producer: PacedProducer, consumers: list[ConsumerProcess],
 
 def journal_timings(broker: Rebalanced, run: Run, killed_at: float) -> None:
     """The broker's own part of the pause, from its event journal."""
-    path = broker.data_dir / "events.jsonl"
+    journal = broker.data_dir / "events"  # docs/events.md: closed files, then the active one
+    paths = [*sorted(journal.glob("events-*.jsonl")), journal / ".events-active.jsonl"]
     with contextlib.suppress(OSError):
-        events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        events = [json.loads(line) for path in paths if path.exists()
+                  for line in path.read_text().splitlines() if line.strip()]
         after = [e for e in events if e["ts"] >= killed_at * 1000 - 5]
-        removed = [e for e in after if e["event"] == "member_removed"]
+        removed = [e for e in after if e["event_type"] == "member_removed"]
         if removed:
             run.removed_after_ms = int(removed[0]["ts"] - killed_at * 1000)
-        run.join_ms = [e["duration_ms"] for e in after if e["event"] == "join_completed"]
-        joins = {e["generation_id"]: e["ts"] for e in after if e["event"] == "join_completed"}
-        run.sync_ms = [e["ts"] - joins[e["generation_id"]] for e in after
-                       if e["event"] == "group_stabilized" and e["generation_id"] in joins]
-        run.timeline = [f'{e["ts"] - killed_at * 1000:+.0f} {e["event"]} '
+        run.join_ms = [e["duration_ms"] for e in after if e["event_type"] == "join_completed"]
+        joins = {e["generation"]: e["ts"] for e in after if e["event_type"] == "join_completed"}
+        run.sync_ms = [e["ts"] - joins[e["generation"]] for e in after
+                       if e["event_type"] == "group_stabilized" and e["generation"] in joins]
+        run.timeline = [f'{e["ts"] - killed_at * 1000:+.0f} {e["event_type"]} '
                         f'{e.get("cause") or e.get("client_id") or ""}'.strip()
-                        for e in after if e["event"] != "offsets_committed"]
+                        for e in after if e["event_type"] != "offsets_committed"]
 
 
 def make_broker(name: str, workdir: Path) -> Broker:

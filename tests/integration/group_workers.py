@@ -184,29 +184,33 @@ def exact_split(workers: Iterable[ConsumerWorker], partitions: int) -> bool:
 
 def group_events(broker: BrokerProcess, group: str, event: str | None = None
                  ) -> list[dict[str, Any]]:
-    path = broker.data_dir / "events.jsonl"
-    if not path.exists():
+    journal = broker.data_dir / "events"
+    if not journal.exists():
         return []
+    # Closed files in name (= time) order, then the active one.
+    paths = [*sorted(journal.glob("events-*.jsonl")), journal / ".events-active.jsonl"]
+    lines = [line for path in paths if path.exists()
+             for line in path.read_text(encoding="utf-8").splitlines()]
     found = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in lines:
         try:
             record = json.loads(line)
         except ValueError:
             continue  # a line being written
         if record.get("group_id", record.get("group")) != group:
             continue
-        if event is None or record.get("event") == event:
+        if event is None or record.get("event_type") == event:
             found.append(record)
     return found
 
 
 def stable_with(broker: BrokerProcess, group: str, members: int) -> bool:
     """The group's latest membership event is a stabilization with `members` members."""
-    relevant = [e for e in group_events(broker, group) if e["event"] in (
+    relevant = [e for e in group_events(broker, group) if e["event_type"] in (
         "rebalance_started", "group_stabilized", "member_added", "member_removed",
         "join_completed", "group_empty")]
-    return bool(relevant) and relevant[-1]["event"] == "group_stabilized" and (
-        relevant[-1]["member_count"] == members)
+    return bool(relevant) and relevant[-1]["event_type"] == "group_stabilized" and (
+        relevant[-1]["num_members"] == members)
 
 
 def settled(broker: BrokerProcess, group: str, workers: list[ConsumerWorker],

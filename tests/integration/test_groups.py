@@ -51,7 +51,7 @@ def topic(broker: BrokerProcess) -> str:
 def last_generation(broker: BrokerProcess, group: str) -> int:
     joins = group_events(broker, group, "join_completed")
     assert joins, "the group never completed a join"
-    return int(joins[-1]["generation_id"])
+    return int(joins[-1]["generation"])
 
 
 @pytest.mark.parametrize("strategy", ["range", "roundrobin"])
@@ -118,7 +118,7 @@ def test_killed_leader_is_removed_on_disconnect_and_survivors_take_over(
                    "the session timeout", survivors, broker)
 
     removed = group_events(broker, GROUP, "member_removed")
-    assert [(e["client_id"], e["cause"], e["generation_id"]) for e in removed] == [
+    assert [(e["client_id"], e["cause"], e["generation"]) for e in removed] == [
         (victim.name, "disconnect", generation)]
     new_leader = group_events(broker, GROUP, "join_completed")[-1]["leader_id"]
     assert not new_leader.startswith(f"{victim.name}-")
@@ -198,7 +198,7 @@ def test_static_leader_restarted_within_session_keeps_generation_and_partitions(
 
     # The old member id is fenced and replaced in place; nothing else happens to the group.
     after = group_events(broker, GROUP)[events_before:]
-    assert [(e["event"], e.get("cause"), e.get("rebalance")) for e in after] == [
+    assert [(e["event_type"], e.get("cause"), e.get("rebalance")) for e in after] == [
         ("member_removed", "fenced", None), ("static_member_replaced", None, False)], after
     assert after[1]["group_instance_id"] == leader.instance_id
     assert after[1]["old_member_id"] == after[0]["member_id"]
@@ -220,7 +220,7 @@ def test_closed_static_member_stays_until_its_session_expires(
                    "the other member to take over after the session expired", workers, broker)
 
     removed = group_events(broker, GROUP, "member_removed")
-    assert [(e["group_instance_id"], e["cause"], e["generation_id"]) for e in removed] == [
+    assert [(e["group_instance_id"], e["cause"], e["generation"]) for e in removed] == [
         ("instance-0", "session_expiry", generation)]
 
 

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from coordinator import group_runtime
+from coordinator.events import journal_record
 from coordinator.records import (
     CoordinatorRecord,
     GroupMemberRecord,
@@ -94,7 +95,7 @@ def test_offsets_committed_journal_line_is_what_json_dumps_writes(
 ) -> None:
     payload = {"event": "offsets_committed", "group_id": group, "member_id": member,
                "generation_id": generation, "partitions": partitions}
-    expected = json.dumps({"ts": ts, **payload}, default=str) + "\n"
+    expected = json.dumps(journal_record(payload, ts), default=str) + "\n"
     line = group_runtime._OFFSETS_COMMITTED_LINE % (
         ts, group_runtime._json_string(group), group_runtime._json_string(member), generation,
         partitions)

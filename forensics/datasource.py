@@ -1,0 +1,100 @@
+"""`spark.read.format("consumer_offsets")`: a PySpark Python data source over group-log segments.
+
+`spark.read.format("consumer_offsets").load(DIR)` lists every `__consumer_offsets-N/*.log`
+under DIR on the driver and reads each segment in its own Spark partition with
+`forensics.grouplog.decode_segment`. Executors open the files with plain `open()`, so on a
+cluster DIR must be on a filesystem every executor mounts at the same path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from forensics.grouplog import GROUP_LOG_COLUMNS, decode_segment, find_segments
+from forensics.schema import GROUP_LOG_DDL
+
+FORMAT_NAME = "consumer_offsets"
+ROWS_PER_BATCH = 8192
+
+
+def arrow_schema() -> Any:
+    """`schema.GROUP_LOG_DDL` in Arrow terms (the two must stay in step)."""
+    import pyarrow as pa
+
+    assignment = pa.list_(pa.struct([("topic", pa.string()), ("partition", pa.int32())]))
+    member = pa.struct([("member_id", pa.string()), ("group_instance_id", pa.string()),
+                        ("client_id", pa.string()), ("client_host", pa.string()),
+                        ("session_timeout", pa.int32()), ("rebalance_timeout", pa.int32()),
+                        ("assignment", assignment)])
+    types = {"log_partition": pa.int32(), "position": pa.int64(), "offset": pa.int64(),
+             "timestamp": pa.int64(), "key_version": pa.int32(), "value_version": pa.int32(),
+             "partition": pa.int32(), "committed_offset": pa.int64(),
+             "commit_timestamp": pa.int64(), "expire_timestamp": pa.int64(),
+             "tombstone": pa.bool_(), "generation": pa.int32(), "state_timestamp": pa.int64(),
+             "members": pa.list_(member)}
+    return pa.schema([(name, types.get(name, pa.string())) for name in GROUP_LOG_COLUMNS])
+
+
+def _record_batch(pa: Any, schema: Any, rows: list[tuple[object, ...]]) -> Any:
+    columns = list(zip(*rows, strict=True))
+    return pa.RecordBatch.from_arrays(
+        [pa.array(column, type=field.type) for column, field in zip(columns, schema,
+                                                                     strict=True)],
+        schema=schema)
+
+
+class SegmentPartition(InputPartition):  # type: ignore[misc]
+    def __init__(self, path: str, log_partition: int) -> None:
+        super().__init__((path, log_partition))
+        self.path = path
+        self.log_partition = log_partition
+
+
+class ConsumerOffsetsReader(DataSourceReader):  # type: ignore[misc]
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def partitions(self) -> list[SegmentPartition]:
+        segments = find_segments(self.path)
+        # Spark needs at least one partition; an empty one reads nothing.
+        return [SegmentPartition(p, n) for p, n in segments] or [SegmentPartition("", -1)]
+
+    def read(self, partition: Any) -> Iterator[Any]:
+        """Arrow record batches of up to `ROWS_PER_BATCH` rows: Spark converts them column by
+        column, which is several times cheaper than converting Python rows one at a time."""
+        if not partition.path:
+            return
+        import pyarrow as pa
+
+        schema = arrow_schema()
+        rows: list[tuple[object, ...]] = []
+        for row in decode_segment(partition.path, partition.log_partition):
+            rows.append(row)
+            if len(rows) == ROWS_PER_BATCH:
+                yield _record_batch(pa, schema, rows)
+                rows = []
+        if rows:
+            yield _record_batch(pa, schema, rows)
+
+
+class ConsumerOffsetsDataSource(DataSource):  # type: ignore[misc]
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT_NAME
+
+    def schema(self) -> str:
+        return GROUP_LOG_DDL
+
+    def reader(self, schema: Any) -> ConsumerOffsetsReader:
+        path = self.options.get("path")
+        if not path:
+            raise ValueError("consumer_offsets needs a path: .load(DIR)")
+        return ConsumerOffsetsReader(path)
+
+
+def register(spark: SparkSession) -> None:
+    spark.dataSource.register(ConsumerOffsetsDataSource)

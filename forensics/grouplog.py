@@ -1,0 +1,273 @@
+"""Decode `__consumer_offsets` segment files into flat rows, without Spark.
+
+A segment (`__consumer_offsets-N/<base offset>.log`) is a run of magic-2 record batches, the
+same bytes rebalanced's group log and an Apache Kafka broker write. Framing and checksums go
+through the broker's own `storage.batch.scan_batches`; keys and values through
+`storage.records.decode_record` (every OffsetCommit and GroupMetadata version Kafka wrote).
+This module adds only what the broker never needs: each record's timestamp, gzip batches, and
+the `consumer` protocol assignment inside a member's metadata.
+
+Bad input is never fatal: a corrupted or truncated batch becomes one `corrupt` row naming the
+file and byte position (the rest of that segment is skipped: batch boundaries after a damaged
+length cannot be trusted), an undecodable record an `undecodable` row, and a record type we do
+not model (KIP-848 consumer groups, share groups, ...) an `unknown` row carrying its key version.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+from coordinator.records import GroupMetadataRecord, OffsetCommitRecord
+from storage.batch import scan_batches
+from storage.records import RecordDecodeError, UnknownRecord, decode_record
+
+__all__ = [
+    "GROUP_LOG_COLUMNS",
+    "decode_assignment",
+    "decode_segment",
+    "find_segments",
+]
+
+# Column order of a decoded row; `forensics.schema.GROUP_LOG_SCHEMA` gives the types.
+GROUP_LOG_COLUMNS = (
+    "source_file", "log_partition", "position", "offset", "timestamp", "record_type",
+    "key_version", "value_version", "group_id", "topic", "partition", "committed_offset",
+    "commit_timestamp", "expire_timestamp", "tombstone", "protocol_type", "generation",
+    "protocol", "leader", "state_timestamp", "members", "error",
+)
+
+_SEGMENT_DIR = re.compile(r"^__consumer_offsets-(\d+)$")
+_BATCH_TAIL = struct.Struct(">hiqqqhii")  # attributes .. recordsCount, from byte 21
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_OC_V3 = struct.Struct(">qih")  # offset, leaderEpoch, metadata length
+_COMPRESSION = {1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+_NOTHING = (None,) * 13  # group_id .. members, for rows that carry no record
+
+
+def find_segments(data_dir: str | Path) -> list[tuple[str, int]]:
+    """`(segment path, log partition)` of every `__consumer_offsets-N/*.log` under `data_dir`
+    (a rebalanced `log.dirs` or a Kafka log directory), in partition and offset order."""
+    root = Path(data_dir)
+    found: list[tuple[str, int]] = []
+    candidates = [root] if _SEGMENT_DIR.match(root.name) else sorted(root.glob("*"))
+    for directory in candidates:
+        match = _SEGMENT_DIR.match(directory.name)
+        if match and directory.is_dir():
+            partition = int(match.group(1))
+            found.extend((str(p), partition) for p in sorted(directory.glob("*.log")))
+    return sorted(found, key=lambda item: (item[1], item[0]))
+
+
+def decode_segment(path: str, log_partition: int) -> Iterator[tuple[object, ...]]:
+    """Every record of one segment file as a row in `GROUP_LOG_COLUMNS` order."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        yield _problem(path, log_partition, 0, "corrupt", f"unreadable: {exc}")
+        return
+    batches, _, error = scan_batches(data)
+    for start, end, base_offset, _, _, count, _, attributes in batches:
+        if attributes & 0x20:
+            continue  # a control batch (transaction marker) holds no group records
+        records: bytes | memoryview = memoryview(data)[start + 61:end]
+        codec = attributes & 0x07
+        if codec:
+            if codec != 1:
+                yield _problem(path, log_partition, start, "corrupt",
+                               f"{_COMPRESSION.get(codec, codec)} batches are not supported")
+                continue
+            try:
+                records = gzip.decompress(records)
+            except (OSError, EOFError) as exc:
+                yield _problem(path, log_partition, start, "corrupt", f"bad gzip batch: {exc}")
+                continue
+        base_timestamp = struct.unpack_from(">q", data, start + 27)[0]
+        try:
+            yield from _batch_rows(path, log_partition, start, base_offset, base_timestamp,
+                                   records, count)
+        except (IndexError, ValueError) as exc:
+            yield _problem(path, log_partition, start, "corrupt", f"malformed records: {exc}")
+    if error is not None:
+        yield _problem(path, log_partition, error.position, "corrupt", str(error))
+
+
+def _batch_rows(path: str, log_partition: int, position: int, base_offset: int,
+                base_timestamp: int, records: bytes | memoryview, count: int
+                ) -> Iterator[tuple[object, ...]]:
+    """The records of one batch. Single-byte varints are read inline and the record versions
+    the broker writes on every commit (OffsetCommitKey v0/v1 + OffsetCommitValue v3) are
+    unpacked in place: this loop is the decode rate. Every other record goes through
+    `decode_record`; `tests/forensics/test_grouplog.py` checks that both agree."""
+    data = bytes(records)
+    unpack_oc_value = _OC_V3.unpack_from
+    unpack_i16 = _I16.unpack_from
+    unpack_i32 = _I32.unpack_from
+    unpack_i64 = _I64.unpack_from
+    pos = 0
+    for _ in range(count):
+        byte = data[pos]
+        pos = pos + 1 if byte < 0x80 else _varint(data, pos)[1]  # record length
+        pos += 1  # attributes
+        byte = data[pos]
+        if byte < 0x80:
+            timestamp_delta = (byte >> 1) ^ -(byte & 1)
+            pos += 1
+        else:
+            timestamp_delta, pos = _varint(data, pos)
+        byte = data[pos]
+        if byte < 0x80:
+            offset_delta = (byte >> 1) ^ -(byte & 1)
+            pos += 1
+        else:
+            offset_delta, pos = _varint(data, pos)
+        byte = data[pos]
+        if byte < 0x80:
+            key_len = (byte >> 1) ^ -(byte & 1)
+            pos += 1
+        else:
+            key_len, pos = _varint(data, pos)
+        key_at = pos
+        pos += max(key_len, 0)
+        byte = data[pos]
+        if byte < 0x80:
+            value_len = (byte >> 1) ^ -(byte & 1)
+            pos += 1
+        else:
+            value_len, pos = _varint(data, pos)
+        value_at = pos
+        pos += max(value_len, 0)
+        if data[pos] == 0:
+            pos += 1  # no headers, as always in this topic
+        else:
+            headers, pos = _varint(data, pos)
+            for _ in range(headers):
+                header_key_len, pos = _varint(data, pos)
+                pos += header_key_len
+                header_value_len, pos = _varint(data, pos)
+                pos += max(header_value_len, 0)
+        if pos > len(data):
+            raise ValueError("record runs past the end of its batch")
+        if key_len < 0:
+            continue  # not a coordinator record
+        offset = base_offset + offset_delta
+        timestamp = base_timestamp + timestamp_delta
+        if (key_len >= 10 and data[key_at] == 0 and data[key_at + 1] <= 1
+                and value_len >= 24 and data[value_at] == 0 and data[value_at + 1] == 3):
+            # Inline, not a call: OffsetCommitKey (int16 group length, group, int16 topic
+            # length, topic, int32 partition) + OffsetCommitValue v3 (int64 offset, int32
+            # leader epoch, int16 metadata length, metadata, int64 commit timestamp).
+            (group_len,) = unpack_i16(data, key_at + 2)
+            topic_at = key_at + 4 + group_len
+            (topic_len,) = unpack_i16(data, topic_at)
+            partition_at = topic_at + 2 + topic_len
+            committed, _epoch, metadata_len = unpack_oc_value(data, value_at + 2)
+            timestamp_at = value_at + 16 + metadata_len
+            if (group_len >= 0 and topic_len >= 0 and partition_at + 4 == key_at + key_len
+                    and metadata_len >= 0 and timestamp_at + 8 == value_at + value_len):
+                try:
+                    group = data[key_at + 4:topic_at].decode("utf-8")
+                    topic = data[topic_at + 2:partition_at].decode("utf-8")
+                except UnicodeDecodeError:
+                    pass  # the generic codec reports it
+                else:
+                    yield (path, log_partition, position, offset, timestamp, "offset_commit",
+                           data[key_at + 1], 3, group, topic, unpack_i32(data, partition_at)[0],
+                           committed, unpack_i64(data, timestamp_at)[0], -1, False, None, None,
+                           None, None, None, None, None)
+                    continue
+        key = data[key_at:key_at + key_len]
+        value = data[value_at:value_at + value_len] if value_len >= 0 else None
+        yield _record_row(path, log_partition, position, offset, timestamp, key, value)
+
+
+def _record_row(path: str, log_partition: int, position: int, offset: int, timestamp: int,
+                key: bytes, value: bytes | None) -> tuple[object, ...]:
+    head = (path, log_partition, position, offset, timestamp)
+    key_version = _I16.unpack_from(key, 0)[0] if len(key) >= 2 else None
+    value_version = _I16.unpack_from(value, 0)[0] if value is not None and len(value) >= 2 \
+        else None
+    try:
+        record = decode_record(key, value)
+    except RecordDecodeError as exc:
+        return (*head, "undecodable", key_version, value_version, *_NOTHING, str(exc))
+    if isinstance(record, OffsetCommitRecord):
+        v = record.value
+        return (*head, "offset_commit", key_version, value_version, record.key.group,
+                record.key.topic, record.key.partition,
+                v.offset if v else None, v.commit_timestamp if v else None,
+                v.expire_timestamp if v else None, v is None,
+                None, None, None, None, None, None, None)
+    if isinstance(record, GroupMetadataRecord):
+        g = record.value
+        if g is None:
+            return (*head, "group_metadata", key_version, value_version, record.key.group,
+                    None, None, None, None, None, True, None, None, None, None, None, None, None)
+        members = [(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                    m.session_timeout, m.rebalance_timeout,
+                    decode_assignment(m.assignment) if g.protocol_type == "consumer" else None)
+                   for m in g.members]
+        return (*head, "group_metadata", key_version, value_version, record.key.group,
+                None, None, None, None, None, False, g.protocol_type, g.generation, g.protocol,
+                g.leader, g.current_state_timestamp, members, None)
+    assert isinstance(record, UnknownRecord)
+    return (*head, "unknown", key_version, value_version, *_NOTHING, None)
+
+
+def _problem(path: str, log_partition: int, position: int, kind: str, error: str
+             ) -> tuple[object, ...]:
+    return (path, log_partition, position, None, None, kind, None, None, *_NOTHING, error)
+
+
+def decode_assignment(raw: bytes) -> list[tuple[str, int]] | None:
+    """The `(topic, partition)` pairs of a `consumer` protocol ConsumerProtocolAssignment
+    (int16 version, int32-counted topics of int16-length name and int32-counted partitions;
+    the same in every version), or None when the bytes are not one."""
+    if not raw:
+        return []
+    try:
+        (topics,) = _I32.unpack_from(raw, 2)
+        if topics < 0 or topics > 1_000_000:
+            return None
+        pos = 6
+        out: list[tuple[str, int]] = []
+        for _ in range(topics):
+            (length,) = _I16.unpack_from(raw, pos)
+            pos += 2
+            if length < 0 or pos + length > len(raw):
+                return None
+            topic = raw[pos:pos + length].decode("utf-8")
+            pos += length
+            (partitions,) = _I32.unpack_from(raw, pos)
+            pos += 4
+            if partitions < 0 or pos + 4 * partitions > len(raw):
+                return None
+            out.extend((topic, p) for p in struct.unpack_from(f">{partitions}i", raw, pos))
+            pos += 4 * partitions
+        return out
+    except (struct.error, UnicodeDecodeError):
+        return None
+
+
+def _varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """A zig-zag varint (record fields); raises IndexError past the end."""
+    byte = data[pos]
+    if byte < 0x80:
+        return (byte >> 1) ^ -(byte & 1), pos + 1
+    result = byte & 0x7F
+    shift = 7
+    pos += 1
+    while True:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")

@@ -1,0 +1,210 @@
+"""`make bench-forensics`: the forensics job on 1,000,000 journal events, and the group-log
+decode rate on 1,000,000 records.
+
+1. Journal: synthetic events in the broker's exact format (docs/events.md) for 200 groups of
+   4-6 members: membership changes with their rebalance events, and a commit stream
+   (`offsets_committed`) in between, written as closed journal files. Timed: the whole
+   `python -m forensics` run (JVM start included) to the finished report, on local[2].
+2. Group log: 1,000,000 OffsetCommit records (plus a GroupMetadata record per 1,000) in
+   segments written with the broker's own batch and record encoders. Timed: the decoder alone
+   on one core, and `spark.read.format("consumer_offsets")` on local[2].
+
+Usage: python -m tests.bench.forensics_bench [--events N] [--records N] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from coordinator.events import journal_record
+from coordinator.records import (
+    GroupMemberRecord,
+    GroupMetadataKey,
+    GroupMetadataRecord,
+    GroupMetadataValue,
+    OffsetCommitKey,
+    OffsetCommitRecord,
+    OffsetCommitValue,
+)
+from storage.record_batch import encode_batch
+from storage.records import encode_records
+
+COMMIT_LINE = ('{"v": 1, "event_type": "offsets_committed", "ts": %d, "group_id": "%s", '
+               '"member_id": "%s", "generation": %d, "partitions": %d}\n')
+CAUSES = [("member_join", "adding new member %s with group instance id None"),
+          ("member_leave", "removing member %s on LeaveGroup; client reason: not provided"),
+          ("session_expiry", "removing member %s on heartbeat expiration")]
+
+
+def write_journal(directory: Path, total: int, groups: int = 200, seed: int = 7) -> int:
+    rng = random.Random(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    start = 1_790_000_000_000
+    state = [{"gen": 1, "members": [f"c{g}-{m}" for m in range(rng.randint(4, 6))],
+              "next": 0} for g in range(groups)]
+    lines: list[str] = []
+    files = 0
+    ts = start
+    written = 0
+
+    def event(payload: dict[str, object]) -> None:
+        lines.append(json.dumps(journal_record(payload, ts)) + "\n")
+
+    while written + len(lines) < total:
+        g = rng.randrange(groups)
+        group = f"group-{g:03d}"
+        s = state[g]
+        ts += rng.randint(0, 3)
+        if rng.random() < 0.012:  # a membership change and its rebalance
+            cause, reason = rng.choice(CAUSES)
+            if cause == "member_join" or len(s["members"]) < 3:
+                cause, reason = CAUSES[0]
+                member = f"c{g}-{s['next'] + 100}"
+                s["next"] += 1
+                s["members"].append(member)
+                event({"event": "member_added", "group_id": group, "generation_id": s["gen"],
+                       "member_id": member, "group_instance_id": None, "client_id": member,
+                       "client_host": f"/10.0.{g % 250}.{len(s['members'])}"})
+            else:
+                member = s["members"].pop(rng.randrange(len(s["members"])))
+                event({"event": "member_removed", "group_id": group,
+                       "generation_id": s["gen"], "member_id": member,
+                       "group_instance_id": None, "client_id": member,
+                       "client_host": f"/10.0.{g % 250}.9",
+                       "cause": "leave" if cause == "member_leave" else "session_expiry",
+                       "reason": None})
+            event({"event": "rebalance_started", "group_id": group, "generation_id": s["gen"],
+                   "partition": g % 50, "previous_state": "Stable", "reason": reason % member,
+                   "member_id": member, "client_id": member, "client_host": "/10.0.0.1"})
+            join_ms = rng.randint(5, 3000)
+            ts += join_ms
+            s["gen"] += 1
+            event({"event": "join_completed", "group_id": group, "generation_id": s["gen"],
+                   "protocol_name": "range", "leader_id": s["members"][0],
+                   "member_count": len(s["members"]), "duration_ms": join_ms})
+            ts += 2
+            event({"event": "assignment_received", "group_id": group, "generation_id": s["gen"],
+                   "member_id": s["members"][0], "member_count": len(s["members"]),
+                   "missing_assignments": 0})
+            event({"event": "group_stabilized", "group_id": group, "generation_id": s["gen"],
+                   "member_count": len(s["members"]), "duration_ms": join_ms + 2})
+        else:
+            member = rng.choice(s["members"])
+            lines.append(COMMIT_LINE % (ts, group, member, s["gen"], rng.randint(1, 4)))
+        if len(lines) >= 100_000:
+            files += 1
+            (directory / f"events-{ts:013d}-{files:06d}.jsonl").write_text("".join(lines))
+            written += len(lines)
+            lines = []
+    if lines:
+        files += 1
+        (directory / f"events-{ts:013d}-{files:06d}.jsonl").write_text("".join(lines))
+        written += len(lines)
+    return written
+
+
+def write_group_log(data_dir: Path, total: int, partitions: int = 4) -> int:
+    written = 0
+    per_partition = total // partitions
+    for p in range(partitions):
+        directory = data_dir / f"__consumer_offsets-{p}"
+        directory.mkdir(parents=True, exist_ok=True)
+        chunks = []
+        offset = 0
+        ts = 1_790_000_000_000
+        while offset < per_partition:
+            records: list[OffsetCommitRecord | GroupMetadataRecord] = []
+            for i in range(1000):
+                records.append(OffsetCommitRecord(
+                    key=OffsetCommitKey(group=f"group-{p}-{i % 20}", topic="orders",
+                                        partition=i % 12),
+                    value=OffsetCommitValue(offset=offset + i, commit_timestamp=ts + i)))
+            records[-1] = GroupMetadataRecord(
+                key=GroupMetadataKey(group=f"group-{p}-0"),
+                value=GroupMetadataValue(protocol_type="consumer", generation=offset // 1000,
+                                         protocol="range", leader="m-0",
+                                         current_state_timestamp=ts,
+                                         members=tuple(GroupMemberRecord(member_id=f"m-{k}",
+                                                                         client_id=f"c-{k}",
+                                                                         client_host="/h",
+                                                                         session_timeout=10000)
+                                                       for k in range(3))))
+            for start in range(0, len(records), 100):  # 100 records a batch, like group commit
+                chunk = records[start:start + 100]
+                chunks.append(encode_batch(encode_records(chunk), ts, offset))
+                offset += len(chunk)
+            ts += 1000
+        (directory / "00000000000000000000.log").write_bytes(b"".join(chunks))
+        written += offset
+    return written
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(allow_abbrev=False)
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--keep", type=Path, default=None)
+    args = parser.parse_args()
+    work = args.keep or Path(tempfile.mkdtemp(prefix="forensics-bench-"))
+    try:
+        journal_data = work / "journal-data"
+        events = write_journal(journal_data / "events", args.events)
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "forensics", "--data", str(journal_data),
+                        "--out", str(work / "journal-out"), "--timelines", "5"], check=True)
+        report_s = time.perf_counter() - started
+
+        log_data = work / "log-data"
+        records = write_group_log(log_data, args.records)
+        decode_rate = _decode_one_core(log_data)
+        spark_rate = _decode_in_spark(log_data, records)
+        print(json.dumps({
+            "journal_events": events, "report_wall_s": round(report_s, 1),
+            "group_log_records": records,
+            "decode_records_per_s_one_core": round(decode_rate),
+            "spark_decode_records_per_s_local2": round(spark_rate),
+            "spark_decode_records_per_s_per_core": round(spark_rate / 2),
+        }, indent=1))
+    finally:
+        if args.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def _decode_one_core(data_dir: Path) -> float:
+    from forensics.grouplog import decode_segment, find_segments
+
+    started = time.perf_counter()
+    count = 0
+    for path, partition in find_segments(data_dir):
+        for _ in decode_segment(path, partition):
+            count += 1
+    return count / (time.perf_counter() - started)
+
+
+def _decode_in_spark(data_dir: Path, expected: int) -> float:
+    from forensics.datasource import FORMAT_NAME, register
+    from forensics.session import get_session
+
+    spark = get_session("local[2]")
+    register(spark)
+    frame = spark.read.format(FORMAT_NAME).load(str(data_dir))
+    frame.select("offset").limit(1).collect()  # start the Python workers
+    started = time.perf_counter()
+    count = frame.select("offset", "group_id", "commit_timestamp").count()
+    elapsed = time.perf_counter() - started
+    spark.stop()
+    assert count == expected, (count, expected)
+    return count / elapsed
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
