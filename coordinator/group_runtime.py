@@ -26,6 +26,8 @@ from kio.schema.errors import ErrorCode
 
 from coordinator import offset_commands as oc
 from coordinator.api import (
+    consumer_group_describe,
+    consumer_group_heartbeat,
     delete_groups,
     describe_groups,
     find_coordinator,
@@ -41,12 +43,19 @@ from coordinator.api import (
 from coordinator.classic.state import GroupState
 from coordinator.clock import SystemClock
 from coordinator.config import GroupConfig
+from coordinator.consumer.config import ConsumerGroupConfig
+from coordinator.consumer.group import TopicImage, TopicInfo
 from coordinator.consumer_protocol import subscribed_topics
 from coordinator.context import RequestContext
 from coordinator.manager import GroupCoordinator
 from coordinator.offsets import GroupExpiryView, OffsetStore, expire_timestamp_ms
 from coordinator.outcomes import error_outcome
-from coordinator.records import CoordinatorRecord, GroupMetadataRecord, OffsetCommitRecord
+from coordinator.records import (
+    ConsumerGroupRecord,
+    CoordinatorRecord,
+    GroupMetadataRecord,
+    OffsetCommitRecord,
+)
 from coordinator.result import RequestRef, Result
 from storage.fs import REAL_FS, FileSystem
 from storage.log import LogConfig
@@ -61,6 +70,7 @@ events_log = structlog.get_logger("rebalanced.events")
 _MEMBER_APIS: dict[int, ModuleType] = {
     11: join_group, 14: sync_group, 12: heartbeat, 13: leave_group,
     15: describe_groups, 16: list_groups,
+    68: consumer_group_heartbeat, 69: consumer_group_describe,
 }
 
 
@@ -97,7 +107,14 @@ class GroupRuntime:
             offsets_retention_minutes=settings["offsets.retention.minutes"],
             offsets_retention_check_interval_ms=settings["offsets.retention.check.interval.ms"],
         )
-        self.manager = GroupCoordinator(self.config, new_member_id)
+        self.manager = GroupCoordinator(self.config, new_member_id, ConsumerGroupConfig(
+            session_timeout_ms=settings["group.consumer.session.timeout.ms"],
+            heartbeat_interval_ms=settings["group.consumer.heartbeat.interval.ms"],
+            max_size=settings["group.consumer.max.size"],
+            assignors=settings["group.consumer.assignors"],
+            migration_policy=settings["group.consumer.migration.policy"],
+        ))
+        self._topic_image_version = 0
         self.offsets = OffsetStore(self.config)
         self.group_log: GroupLog
         self.loading: set[int] = set(range(self.config.offsets_topic_num_partitions))
@@ -120,6 +137,7 @@ class GroupRuntime:
         self.group_log = GroupLog.open(data_dir, self.config.offsets_topic_num_partitions,
                                        config, settings["offsets.commit.fsync"], self.fs,
                                        repair=repair)
+        self.topics_changed()
         journal_path = settings["journal.path"] or str(data_dir / "events.jsonl")
         self._journal = open(journal_path, "a", encoding="utf-8", buffering=1 << 16)  # noqa: SIM115
         loop = asyncio.get_running_loop()
@@ -141,11 +159,14 @@ class GroupRuntime:
             for record in records:
                 if isinstance(record, GroupMetadataRecord):
                     self._apply_timers(self.manager.replay(record, self.clock.now_ms()))
+                elif isinstance(record, ConsumerGroupRecord):
+                    self._apply_timers(self.manager.consumer.replay(record, self.clock.now_ms()))
                 else:
                     self.offsets.apply(record)
                 count += 1
                 if count % 20_000 == 0:
                     await asyncio.sleep(0)  # keep serving other partitions' requests
+            self._apply_timers(self.manager.consumer.finish_replay(self.clock.now_ms()))
             self._restore_offset_only_groups(partition)
             self.loading.discard(partition)
             total += count
@@ -218,7 +239,7 @@ class GroupRuntime:
         group_known = self.manager.group(command.group_id) is not None
         error, result = self.manager.validate_offset_commit(
             command.group_id, command.member_id, command.generation_id,
-            command.group_instance_id, now)
+            command.group_instance_id, now, api_version=ctx.version)
         self.apply(result)
         if (error is ErrorCode.illegal_generation and not group_known
                 and ctx.version >= 9):
@@ -274,6 +295,11 @@ class GroupRuntime:
             if self._is_loading(group.group_id):
                 results.append(oc.OffsetFetchGroupResult.failed(
                     group, ErrorCode.coordinator_load_in_progress))
+                continue
+            error = self.manager.consumer.validate_offset_fetch(
+                group.group_id, group.member_id, group.member_epoch)
+            if error is not None:
+                results.append(oc.OffsetFetchGroupResult.failed(group, error))
                 continue
             fetched = self.offsets.fetch(group.group_id, group.topics,
                                          require_stable=command.require_stable)
@@ -355,6 +381,9 @@ class GroupRuntime:
         durable.add_done_callback(done)
 
     def _subscriptions(self, group_id: str) -> set[str] | None:
+        consumer_group = self.manager.consumer.group(group_id)
+        if consumer_group is not None:
+            return set(consumer_group.subscription_metadata) if consumer_group.members else None
         group = self.manager.group(group_id)
         if group is None or group.protocol_type != "consumer" or not group.members:
             return None
@@ -498,6 +527,14 @@ class GroupRuntime:
                 protocol_type=group.protocol_type or "",
                 state_is_stable=group.state is GroupState.STABLE,
             )
+        for group_id, consumer_group in self.manager.consumer.groups.items():
+            view[group_id] = GroupExpiryView(
+                state_is_empty=not consumer_group.members,
+                current_state_timestamp=None,
+                subscribed_topics=set(consumer_group.subscription_metadata),
+                protocol_type="consumer",
+                state_is_stable=consumer_group.state.value == "Stable",
+            )
         expired = self.offsets.expire(self.clock.wall_ms(), view)
         records: list[CoordinatorRecord] = list(expired.tombstones)
         now = self.clock.now_ms()
@@ -533,6 +570,16 @@ class GroupRuntime:
                                            retention_ms)
             except Exception:
                 log.exception("group log compaction failed")
+
+    # topics -----------------------------------------------------------------------------------
+
+    def topics_changed(self) -> None:
+        """Hand the consumer groups a new image of the topics (they check it on heartbeats)."""
+        self._topic_image_version += 1
+        self.manager.consumer.set_topic_image(TopicImage(
+            version=self._topic_image_version,
+            by_name={t.name: TopicInfo(t.topic_id, t.name, len(t.partitions))
+                     for t in self.broker.topics.topics()}))
 
     # registration -----------------------------------------------------------------------------
 
