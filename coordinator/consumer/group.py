@@ -88,6 +88,8 @@ class ConsumerGroup:
     session_deadlines: dict[str, int] = field(default_factory=dict)
     rebalance_deadlines: dict[str, tuple[int, int]] = field(default_factory=dict)  # epoch, ms
     exists: bool = False  # has a ConsumerGroupMetadata record (False: created by a request)
+    # Why the group epoch last moved: the journal's reason for the next target assignment.
+    epoch_reason: str = ""
 
     # -- reading ---------------------------------------------------------------------------
 

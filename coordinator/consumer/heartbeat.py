@@ -405,7 +405,7 @@ def heartbeat(env: ConsumerEnv, groups: dict[str, ConsumerGroup],
         client_host=cmd.client_host,
     )
     bump = False
-    reason = "metadata changed"
+    reason = ""
     is_new = member_id not in group.members
     if is_new or not updated.subscription_equals(member):
         apply(env, group, member_metadata_record(group.group_id, updated))
@@ -414,11 +414,13 @@ def heartbeat(env: ConsumerEnv, groups: dict[str, ConsumerGroup],
             bump = True
             reason = "member joined" if is_new else "subscription changed"
     if bump or group.metadata_version != env.image.version:
-        bump = refresh_metadata(env, group) or bump
+        if refresh_metadata(env, group) and not bump:
+            bump, reason = True, "subscribed topic metadata changed"
         if bump:
             apply(env, group, epoch_record(group.group_id, group.group_epoch + 1))
+            group.epoch_reason = reason
     if group.group_epoch > group.assignment_epoch:
-        compute_target(env, group, reason, member_id)
+        compute_target(env, group, group.epoch_reason or "group epoch ahead", member_id)
     before = group.members[member_id]
     after = maybe_reconcile(env, group, before, cmd.owned)
     touch_session(env, group, member_id)
@@ -537,6 +539,7 @@ def fence_member(env: ConsumerEnv, group: ConsumerGroup, member: ConsumerGroupMe
     _drop_timers(env, group, member.member_id)
     refresh_metadata(env, group)
     apply(env, group, epoch_record(group.group_id, group.group_epoch + 1))
+    group.epoch_reason = f"member removed ({cause.value})"
     env.result.events.append(ev.MemberRemoved(
         ts_ms=env.now_ms, group_id=group.group_id, generation_id=group.group_epoch,
         member_id=member.member_id, group_instance_id=member.instance_id,
