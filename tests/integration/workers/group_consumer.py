@@ -127,8 +127,8 @@ def run_confluent(args: argparse.Namespace, commands: queue.Queue[str]) -> None:
     def on_lost(c: Any, partitions: list[Any]) -> None:
         owned.revoked((p.partition for p in partitions), "lost")
 
-    topics = [args.topic] if not args.topic.startswith("^") else [args.topic]
-    consumer.subscribe(topics, on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
+    # A topic starting with "^" is a regex subscription (sent to the broker under KIP-848).
+    consumer.subscribe([args.topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
     emit("started")
     while True:
         command = next_command(commands)
