@@ -449,9 +449,32 @@ class GroupRuntime:
                         error_outcome(pending.command, ErrorCode.coordinator_not_available),
                         pending.ctx.version))
             groups = {r.key.group for r in records}
+            self._reload_consumer_groups({r.key.group for r in records
+                                          if isinstance(r, ConsumerGroupRecord)})
             self.apply(self.manager.append_failed(groups, self.clock.now_ms()))
 
         durable.add_done_callback(persisted)
+
+    def _reload_consumer_groups(self, group_ids: set[str]) -> None:
+        """A consumer group's records did not become durable: its in-memory state ran ahead of
+        the log, so it is rebuilt from the log (cut back to its last durable point). Members
+        whose changes were lost get FENCED_MEMBER_EPOCH or UNKNOWN_MEMBER_ID and rejoin."""
+        consumer = self.manager.consumer
+        now = self.clock.now_ms()
+        for partition in sorted({self.group_log.partition_of(g) for g in group_ids}):
+            wanted = {g for g in group_ids if self.group_log.partition_of(g) == partition}
+            for group_id in wanted:
+                self._apply_timers(consumer.forget(group_id))
+            try:
+                records = list(self.group_log.replay_partition(partition))
+            except Exception:
+                log.exception("group log reload failed", partition=partition)
+                continue
+            for record in records:
+                if isinstance(record, ConsumerGroupRecord) and record.key.group in wanted:
+                    self._apply_timers(consumer.replay(record, now))
+            self._apply_timers(consumer.finish_replay(now))
+            log.warning("consumer groups reloaded after a failed write", groups=sorted(wanted))
 
     def _apply_timers(self, result: Result) -> None:
         for op in result.timers:

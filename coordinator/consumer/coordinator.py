@@ -34,7 +34,6 @@ from coordinator.consumer.heartbeat import (
     epoch_record,
     fence_member,
     heartbeat,
-    member_tombstones,
     rebalance_key,
     session_key,
 )
@@ -259,14 +258,16 @@ class ConsumerGroupCoordinator:
                     env.result.schedule(rebalance_key(group_id, member.member_id), deadline)
         return env.result
 
-    def remove_all_members(self, group_id: str, now_ms: int) -> Result:
-        """Tombstones of every member (used before a group is deleted by an operator)."""
-        env = self._env(now_ms)
-        group = self._groups.get(group_id)
+    def forget(self, group_id: str) -> Result:
+        """Drop a group from memory (its timers too), before it is replayed again from the log:
+        what a failed append leaves behind is state the log does not have."""
+        result = Result()
+        group = self._groups.pop(group_id, None)
         if group is not None:
-            for member_id in list(group.members):
-                env.result.records.extend(member_tombstones(group_id, member_id))
-        return env.result
+            for member_id in group.members:
+                result.cancel(session_key(group_id, member_id))
+                result.cancel(rebalance_key(group_id, member_id))
+        return result
 
     def is_empty(self, group_id: str) -> bool:
         group = self._groups.get(group_id)
