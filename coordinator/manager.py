@@ -41,7 +41,11 @@ from coordinator.classic.state import GroupState
 from coordinator.classic.sync import sync_group
 from coordinator.commands import Protocol
 from coordinator.config import GroupConfig
-from coordinator.consumer.commands import ConsumerGroupDescribe, ConsumerGroupHeartbeat
+from coordinator.consumer.commands import (
+    ConsumerGroupDescribe,
+    ConsumerGroupHeartbeat,
+    ConsumerGroupHeartbeatOutcome,
+)
 from coordinator.consumer.config import ConsumerGroupConfig
 from coordinator.consumer.coordinator import TIMER_KINDS as CONSUMER_TIMER_KINDS
 from coordinator.consumer.coordinator import ConsumerGroupCoordinator
@@ -163,8 +167,6 @@ class GroupCoordinator:
         and `group.consumer.migration.policy` allows upgrades: then the classic group is deleted
         (its tombstone written first) and a consumer group takes its place (Kafka's
         `maybeDeleteEmptyClassicGroup`; committed offsets stay)."""
-        from coordinator.consumer.commands import ConsumerGroupHeartbeatOutcome
-
         classic = self._groups.get(cmd.group_id)
         if classic is None or classic.is_state(GroupState.DEAD):
             return self.consumer.heartbeat(cmd, now_ms)

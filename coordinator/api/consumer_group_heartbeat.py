@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import struct
 from datetime import timedelta
 from typing import Any
 
@@ -13,7 +14,7 @@ from coordinator.consumer.commands import ConsumerGroupHeartbeat, ConsumerGroupH
 from coordinator.consumer.heartbeat import owned_from_wire
 from coordinator.result import RequestRef
 from protocol.build import build
-from protocol.codec import response_type
+from protocol.codec import encode_response, response_type
 
 API_KEY = 68
 MIN_VERSION = 0
@@ -60,3 +61,32 @@ def to_response(outcome: ConsumerGroupHeartbeatOutcome, api_version: int) -> Any
         heartbeat_interval=outcome.heartbeat_interval_ms,
         assignment=assignment,
     )
+
+
+# size, correlation id, header tags, throttle, error, error message (null); then the member id
+_HEAD = struct.Struct(">iibihb")
+# member epoch, heartbeat interval, assignment (null: -1), body tags
+_TAIL = struct.Struct(">iibb")
+
+
+def encode(outcome: ConsumerGroupHeartbeatOutcome, api_version: int, correlation_id: int
+           ) -> bytes:
+    """The framed response. The steady-state answer (no error message, no assignment: the
+    member is reconciled) is packed by hand, as Heartbeat's: it is what every member sends
+    every heartbeat interval. `tests/unit/test_consumer_group_wire.py` checks these bytes
+    against kio's encoder."""
+    member_id = outcome.member_id
+    if (outcome.assignment is not None or outcome.error_message is not None
+            or member_id is None or len(member_id) > 126):
+        return encode_response(API_KEY, api_version, correlation_id,
+                               to_response(outcome, api_version))
+    raw_id = member_id.encode()
+    if len(raw_id) > 126:  # the compact length would take more than one byte
+        return encode_response(API_KEY, api_version, correlation_id,
+                               to_response(outcome, api_version))
+    size = _HEAD.size - 4 + 1 + len(raw_id) + _TAIL.size
+    return b"".join((
+        _HEAD.pack(size, correlation_id, 0, 0, outcome.error.value, 0),
+        bytes((len(raw_id) + 1,)), raw_id,
+        _TAIL.pack(outcome.member_epoch, outcome.heartbeat_interval_ms, -1, 0),
+    ))

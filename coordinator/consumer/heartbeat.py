@@ -387,7 +387,7 @@ def heartbeat(env: ConsumerEnv, groups: dict[str, ConsumerGroup],
             member_id=member_id, group_instance_id=cmd.instance_id, client_id=cmd.client_id,
             client_host=cmd.client_host))
 
-    updated = replace(
+    updated = member if _unchanged(member, cmd) else replace(
         member,
         instance_id=cmd.instance_id if cmd.instance_id is not None else member.instance_id,
         rack_id=cmd.rack_id if cmd.rack_id is not None else member.rack_id,
@@ -407,7 +407,7 @@ def heartbeat(env: ConsumerEnv, groups: dict[str, ConsumerGroup],
     bump = False
     reason = ""
     is_new = member_id not in group.members
-    if is_new or not updated.subscription_equals(member):
+    if is_new or (updated is not member and not updated.subscription_equals(member)):
         apply(env, group, member_metadata_record(group.group_id, updated))
         if (is_new or updated.subscribed_topic_names != member.subscribed_topic_names
                 or updated.subscribed_topic_regex != member.subscribed_topic_regex):
@@ -428,11 +428,33 @@ def heartbeat(env: ConsumerEnv, groups: dict[str, ConsumerGroup],
     full = cmd.member_epoch == 0 or (cmd.rebalance_timeout_ms != -1
                                      and cmd.subscribed_topic_names is not None
                                      and cmd.owned is not None)
-    changed = assignment_to_record(member.assigned) != assignment_to_record(after.assigned)
+    changed = after is not member and _nonempty(member.assigned) != _nonempty(after.assigned)
     return ConsumerGroupHeartbeatOutcome(
         member_id=member_id, member_epoch=after.member_epoch,
         heartbeat_interval_ms=env.config.heartbeat_interval_ms,
         assignment=after.assigned if (full or changed or replaced is not None) else None)
+
+
+def _nonempty(assignment: Assignment) -> dict[uuid.UUID, frozenset[int]]:
+    return {t: p for t, p in assignment.items() if p}
+
+
+def _unchanged(member: ConsumerGroupMember, cmd: ConsumerGroupHeartbeat) -> bool:
+    """The steady-state heartbeat: nothing in it changes the member (no copy needed)."""
+    return (
+        (cmd.instance_id is None or cmd.instance_id == member.instance_id)
+        and (cmd.rack_id is None or cmd.rack_id == member.rack_id)
+        and (cmd.rebalance_timeout_ms == -1
+             or cmd.rebalance_timeout_ms == member.rebalance_timeout_ms)
+        and (cmd.server_assignor is None or cmd.server_assignor == member.server_assignor)
+        and (cmd.subscribed_topic_names is None
+             or tuple(sorted(set(cmd.subscribed_topic_names)))
+             == member.subscribed_topic_names)
+        and (cmd.subscribed_topic_regex is None
+             or (cmd.subscribed_topic_regex or None) == member.subscribed_topic_regex)
+        and cmd.client_id == member.client_id
+        and cmd.client_host == member.client_host
+    )
 
 
 def _find_member(group: ConsumerGroup, member_id: str, cmd: ConsumerGroupHeartbeat
