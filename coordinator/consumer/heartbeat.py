@@ -105,6 +105,11 @@ def validate(config: ConsumerGroupConfig, cmd: ConsumerGroupHeartbeat) -> None:
 
     if cmd.group_id == "":
         raise invalid("GroupId can't be empty.")
+    texts = [cmd.group_id, cmd.member_id, cmd.instance_id, cmd.rack_id, cmd.client_id,
+             cmd.client_host, cmd.subscribed_topic_regex, cmd.server_assignor,
+             *(cmd.subscribed_topic_names or ())]
+    if any(t is not None and len(t.encode()) > _MAX_STORED_STRING for t in texts):
+        raise invalid("A string of the request is too long to be stored in the group log.")
     if cmd.instance_id == "":
         raise invalid("InstanceId can't be empty.")
     if cmd.rack_id == "":
@@ -141,6 +146,9 @@ def validate(config: ConsumerGroupConfig, cmd: ConsumerGroupHeartbeat) -> None:
                 f"SubscribedTopicRegex `{cmd.subscribed_topic_regex}` is not a valid regular "
                 f"expression: {exc}.") from None
 
+
+# The group log stores strings with an int16 length, as Kafka's records.
+_MAX_STORED_STRING = 0x7FFF
 
 _REGEX_CACHE: dict[str, re.Pattern[str]] = {}
 

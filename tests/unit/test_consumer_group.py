@@ -135,12 +135,13 @@ def test_error_paths_leave_the_group_intact() -> None:
         ctx.send(join("x", owned=None)).error,
         ctx.send(join("x", rebalance_timeout_ms=-1)).error,
         ctx.send(beat("a", 1, {"t": [0]}, group="missing")).error,
+        ctx.send(join("x", topics=("t" * 40_000,))).error,
     ]
     assert errors == [
         ErrorCode.invalid_request, ErrorCode.unsupported_assignor,
         ErrorCode.invalid_regular_expression, ErrorCode.fenced_member_epoch,
         ErrorCode.unknown_member_id, ErrorCode.invalid_request, ErrorCode.invalid_request,
-        ErrorCode.group_id_not_found,
+        ErrorCode.group_id_not_found, ErrorCode.invalid_request,
     ]
     ok = ctx.send(beat("a", 1, {"t": [0, 1, 2]}))
     assert ok.error is ErrorCode.none and ok.member_epoch == 1
