@@ -108,7 +108,9 @@ def validate(config: ConsumerGroupConfig, cmd: ConsumerGroupHeartbeat) -> None:
     texts = [cmd.group_id, cmd.member_id, cmd.instance_id, cmd.rack_id, cmd.client_id,
              cmd.client_host, cmd.subscribed_topic_regex, cmd.server_assignor,
              *(cmd.subscribed_topic_names or ())]
-    if any(t is not None and len(t.encode()) > _MAX_STORED_STRING for t in texts):
+    # At most 4 bytes a character: only long strings need encoding to be checked.
+    if any(t is not None and len(t) > _MAX_STORED_STRING // 4
+           and len(t.encode()) > _MAX_STORED_STRING for t in texts):
         raise invalid("A string of the request is too long to be stored in the group log.")
     if cmd.instance_id == "":
         raise invalid("InstanceId can't be empty.")
