@@ -24,6 +24,7 @@ Result's replies (answer them with `outcomes.error_outcome` instead) and should 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 
@@ -138,12 +139,23 @@ class GroupCoordinator:
     def _other_type_answered(self, env: rb.Env, cmd: c.Command) -> bool:
         """A classic API naming a consumer group: answered as Kafka does when the group cannot
         take classic members (JoinGroup INCONSISTENT_GROUP_PROTOCOL, the others
-        UNKNOWN_MEMBER_ID). True when answered here."""
+        UNKNOWN_MEMBER_ID), except a JoinGroup to an empty consumer group, which replaces it.
+        True when answered here."""
         group_id = getattr(cmd, "group_id", None)
         if not group_id or self.consumer.group(group_id) is None:
             return False
         outcome: object
         match cmd:
+            case c.JoinGroup() if self.consumer.is_empty(group_id):
+                # Kafka's `maybeDeleteEmptyConsumerGroup`: an empty consumer group gives way
+                # to the classic group this JoinGroup creates (tombstones first).
+                _, removed = self.consumer.delete_group(group_id, env.now_ms)
+                for event in removed.events:
+                    if isinstance(event, ev.GroupDead):
+                        removed.events[removed.events.index(event)] = dataclasses.replace(
+                            event, reason="converted to a classic group")
+                env.result.merge(removed)
+                return False
             case c.JoinGroup():
                 outcome = JoinGroupOutcome(error=ErrorCode.inconsistent_group_protocol,
                                            member_id=cmd.member_id)

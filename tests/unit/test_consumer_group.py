@@ -237,3 +237,25 @@ def test_replaying_the_records_rebuilds_the_same_groups() -> None:
         live.group_epoch, live.assignment_epoch)
     assert any(m.state is MemberState.UNREVOKED_PARTITIONS for m in rebuilt.members.values())
     assert owned({"t": [0]})  # helper sanity
+
+
+def test_an_empty_consumer_group_gives_way_to_a_classic_join() -> None:
+    ctx = context()
+    ctx.send(join("a", group="cg"))
+    ctx.send(beat("a", -1, group="cg"))
+    member = ctx.join_dynamic(JoinGroupBuilder(group="cg"))
+    assert member
+    assert ctx.manager.consumer.group("cg") is None
+    assert ctx.manager.group("cg") is not None
+    assert any(e.event == "group_dead" and e.reason == "converted to a classic group"
+               for e in ctx.events)
+
+
+def test_a_deleted_topic_is_revoked() -> None:
+    ctx = context()
+    ctx.manager.consumer.set_topic_image(image({"t": 3, "u": 2}, version=2))
+    reply = ctx.send(join("a", topics=("t", "u")))
+    assert parts(reply.assignment, "u") == {0, 1}
+    ctx.manager.consumer.set_topic_image(image({"t": 3}, version=3))
+    reply = ctx.send(beat("a", 1, {"t": [0, 1, 2], "u": [0, 1]}))
+    assert parts(reply.assignment, "u") == set() and parts(reply.assignment) == {0, 1, 2}
