@@ -259,3 +259,18 @@ def test_a_deleted_topic_is_revoked() -> None:
     ctx.manager.consumer.set_topic_image(image({"t": 3}, version=3))
     reply = ctx.send(beat("a", 1, {"t": [0, 1, 2], "u": [0, 1]}))
     assert parts(reply.assignment, "u") == set() and parts(reply.assignment) == {0, 1, 2}
+
+
+def test_claiming_partitions_of_another_member_changes_nothing() -> None:
+    ctx = context(partitions=4)
+    ctx.send(join("a"))
+    ctx.send(join("b"))
+    ctx.send(beat("a", 1, {"t": [0, 1, 2, 3]}))
+    a = ctx.send(beat("a", 1, {"t": [0, 1]}))
+    b = ctx.send(beat("b", 2, {}))
+    assert a.member_epoch == b.member_epoch == 2
+    before = owners(ctx)
+    # a claims b's partitions too: Kafka ignores what a member says it owns beyond its own.
+    again = ctx.send(beat("a", 2, {"t": [0, 1, 2, 3]}))
+    assert again.error is ErrorCode.none and again.assignment is None
+    assert owners(ctx) == before
