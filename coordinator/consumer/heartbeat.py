@@ -488,9 +488,8 @@ def _find_member(group: ConsumerGroup, member_id: str, cmd: ConsumerGroupHeartbe
                 check_epoch(member, 0, cmd.owned)
                 return member, None
             return ConsumerGroupMember(member_id=member_id), None
-        if existing.member_id == member_id:
-            check_epoch(existing, 0, cmd.owned)
-            return existing, None
+        # Even under its own member id: a static member rejoins only after releasing its
+        # instance id with epoch -2 (Kafka's `throwIfInstanceIdIsUnreleased`).
         if existing.member_epoch != LEAVE_GROUP_STATIC_EPOCH:
             raise HeartbeatError(
                 ErrorCode.unreleased_instance_id,
