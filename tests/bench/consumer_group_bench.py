@@ -68,7 +68,8 @@ class ModernMember:
             "instance_id": None, "rack_id": None,
             "rebalance_timeout": 60_000 if joining else -1,
             "subscribed_topic_names": [TOPIC] if joining else None,
-            "subscribed_topic_regex": None, "server_assignor": None,
+            # As librdkafka: a topic list comes with an empty regex (the mock insists on both).
+            "subscribed_topic_regex": "" if joining else None, "server_assignor": None,
             "topic_partitions": [{"topic_id": t, "partitions": sorted(p)}
                                  for t, p in self.owned.items()],
         }
@@ -270,8 +271,8 @@ def main() -> int:
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="kip848-bench-") as tmp:
         subjects: list[tuple[str, Broker]] = [
-            ("rebalanced", Rebalanced(Path(tmp) / "rebalanced", settings=SETTINGS)),
-            ("librdkafka mock", LibrdkafkaMock(Path(tmp) / "mock")),
+            ("rebalanced", Rebalanced(Path(tmp), settings=SETTINGS)),
+            ("librdkafka mock", LibrdkafkaMock(Path(tmp))),
         ]
         for name, broker in subjects:
             results[name] = asyncio.run(run_subject(broker, count))
