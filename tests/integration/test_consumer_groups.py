@@ -131,8 +131,13 @@ def test_commits_and_the_group_survive_a_broker_restart(
         def seen() -> set[str]:
             return {v for w in workers for v in w.values()}
 
-        wait_until(lambda: len(seen()) == 30, TIMEOUT_S, "every record consumed", workers,
-                   broker)
+        def read_own_partitions() -> bool:
+            # A commit needs a position: each member must have read from what it now owns.
+            return all(w.assignment is not None and w.assignment <= {
+                m["partition"] for m in w.of("message")} for w in workers)
+
+        wait_until(lambda: len(seen()) == 30 and read_own_partitions(), TIMEOUT_S,
+                   "every record consumed", workers, broker)
         for w in workers:
             w.commit()
         shares = [w.assignment for w in workers]
