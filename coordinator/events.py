@@ -26,10 +26,12 @@ __all__ = [
     "GroupStabilized",
     "JoinCompleted",
     "MemberAdded",
+    "MemberReconciled",
     "MemberRemoved",
     "RebalanceStarted",
     "RemovalCause",
     "StaticMemberReplaced",
+    "TargetAssignmentComputed",
 ]
 
 
@@ -144,6 +146,41 @@ class GroupDead(_EventBase):
     reason: str
 
 
+# -- consumer groups (KIP-848) -----------------------------------------------------------------
+#
+# Consumer groups reuse `member_added`, `member_removed` (causes `leave`, `session_expiry`,
+# `rebalance_timeout`, `fenced`), `static_member_replaced` (always without a rebalance),
+# `group_empty` and `group_dead`, with `generation_id` holding the group epoch. Two events are
+# their own: a new target assignment, and each step of a member towards it.
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TargetAssignmentComputed(_EventBase):
+    event: ClassVar[str] = "target_assignment_computed"
+    group_type: str
+    generation_id: int  # the group epoch the target assignment is for
+    assignor: str
+    member_count: int
+    partition_count: int
+    moved_partitions: int  # partitions whose target owner changed
+    reason: str
+    member_id: str | None = None  # the member whose heartbeat caused it
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemberReconciled(_EventBase):
+    event: ClassVar[str] = "member_reconciled"
+    group_type: str
+    generation_id: int  # the member epoch after this step
+    previous_generation_id: int
+    member_id: str
+    member_state: str  # stable | unrevoked_partitions | unreleased_partitions
+    assigned_partitions: int  # owned after this step (usable now)
+    partitions_assigned: int  # newly given in this step
+    partitions_revoked: int  # given back since the previous step
+    partitions_pending_revocation: int  # asked to give back
+
+
 Event = (
     RebalanceStarted
     | JoinCompleted
@@ -154,6 +191,8 @@ Event = (
     | StaticMemberReplaced
     | GroupEmpty
     | GroupDead
+    | TargetAssignmentComputed
+    | MemberReconciled
 )
 
 

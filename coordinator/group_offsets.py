@@ -70,6 +70,7 @@ class GroupOffsets:
         error, result = self.groups.validate_offset_commit(
             cmd.group_id, cmd.member_id, cmd.generation_id, cmd.group_instance_id, now_ms,
             cmd.ref.connection_id,
+            api_version=api_version,
         )
         if error is ErrorCode.illegal_generation and not group_known and api_version >= 9:
             error = ErrorCode.group_id_not_found  # KIP-848 changed this answer from v9 on
@@ -138,6 +139,14 @@ class GroupOffsets:
                 protocol_type=group.protocol_type or "",
                 state_is_stable=group.state is GroupState.STABLE,
             )
+        for group_id, consumer_group in self.groups.consumer.groups.items():
+            view[group_id] = GroupExpiryView(
+                state_is_empty=not consumer_group.members,
+                current_state_timestamp=None,
+                subscribed_topics=set(consumer_group.subscription_metadata),
+                protocol_type="consumer",
+                state_is_stable=consumer_group.state.value == "Stable",
+            )
         expired = self.offsets.expire(now_ms, view)
         removed = Result(records=list(expired.tombstones))
         for group_id in expired.groups_without_offsets:
@@ -151,6 +160,9 @@ class GroupOffsets:
     def subscriptions(self, group_id: str) -> set[str] | None:
         """The topics a live consumer group's members subscribe to; None when unknown (no
         members, not the consumer protocol, or a subscription that does not parse)."""
+        consumer_group = self.groups.consumer.group(group_id)
+        if consumer_group is not None:
+            return set(consumer_group.subscription_metadata) if consumer_group.members else None
         group = self.groups.group(group_id)
         if group is None or group.protocol_type != "consumer" or not group.members:
             return None

@@ -28,6 +28,8 @@ from kio.schema.errors import ErrorCode
 
 from coordinator import offset_commands as oc
 from coordinator.api import (
+    consumer_group_describe,
+    consumer_group_heartbeat,
     delete_groups,
     describe_groups,
     find_coordinator,
@@ -42,6 +44,8 @@ from coordinator.api import (
 )
 from coordinator.clock import SystemClock
 from coordinator.config import GroupConfig
+from coordinator.consumer.config import ConsumerGroupConfig
+from coordinator.consumer.group import TopicImage, TopicInfo
 from coordinator.context import RequestContext
 from coordinator.events import JOURNAL_SCHEMA_VERSION, RebalanceStarted, journal_record
 from coordinator.group_offsets import GroupOffsets
@@ -49,7 +53,7 @@ from coordinator.journal import Journal
 from coordinator.manager import GroupCoordinator
 from coordinator.offsets import OffsetStore
 from coordinator.outcomes import error_outcome
-from coordinator.records import GroupMetadataRecord, OffsetCommitRecord
+from coordinator.records import ConsumerGroupRecord, GroupMetadataRecord, OffsetCommitRecord
 from coordinator.result import RequestRef, Result
 from storage.fs import REAL_FS, FileSystem
 from storage.log import LogConfig
@@ -64,6 +68,7 @@ events_log = structlog.get_logger("rebalanced.events")
 _MEMBER_APIS: dict[int, ModuleType] = {
     11: join_group, 14: sync_group, 12: heartbeat, 13: leave_group,
     15: describe_groups, 16: list_groups,
+    68: consumer_group_heartbeat, 69: consumer_group_describe,
 }
 
 
@@ -111,7 +116,14 @@ class GroupRuntime:
             offsets_retention_minutes=settings["offsets.retention.minutes"],
             offsets_retention_check_interval_ms=settings["offsets.retention.check.interval.ms"],
         )
-        self.manager = GroupCoordinator(self.config, new_member_id)
+        self.manager = GroupCoordinator(self.config, new_member_id, ConsumerGroupConfig(
+            session_timeout_ms=settings["group.consumer.session.timeout.ms"],
+            heartbeat_interval_ms=settings["group.consumer.heartbeat.interval.ms"],
+            max_size=settings["group.consumer.max.size"],
+            assignors=settings["group.consumer.assignors"],
+            migration_policy=settings["group.consumer.migration.policy"],
+        ))
+        self._topic_image_version = 0
         self.offsets = OffsetStore(self.config)
         self.core = GroupOffsets(self.manager, self.offsets)  # the offset APIs' decisions
         self.group_log: GroupLog
@@ -141,6 +153,7 @@ class GroupRuntime:
         self.group_log = GroupLog.open(data_dir, self.config.offsets_topic_num_partitions,
                                        config, settings["offsets.commit.fsync"], self.fs,
                                        repair=repair)
+        self.topics_changed()
         self.journal = Journal(Path(settings["journal.dir"] or data_dir / "events"),
                                segment_bytes=settings["journal.segment.bytes"],
                                segment_ms=settings["journal.segment.ms"],
@@ -178,6 +191,8 @@ class GroupRuntime:
             try:
                 if isinstance(record, GroupMetadataRecord):
                     self._apply_timers(self.manager.replay(record, self.clock.now_ms()))
+                elif isinstance(record, ConsumerGroupRecord):
+                    self._apply_timers(self.manager.consumer.replay(record, self.clock.now_ms()))
                 else:
                     self.offsets.apply(record)
             except Exception as exc:
@@ -186,6 +201,7 @@ class GroupRuntime:
             count += 1
             if count % 20_000 == 0:
                 await asyncio.sleep(0)  # keep serving other partitions' requests
+        self._apply_timers(self.manager.consumer.finish_replay(self.clock.now_ms()))
         self._restore_offset_only_groups(partition)
         return count
 
@@ -337,6 +353,11 @@ class GroupRuntime:
                 results.append(oc.OffsetFetchGroupResult.failed(
                     group, self._unavailable(group.group_id)))
                 continue
+            error = self.manager.consumer.validate_offset_fetch(
+                group.group_id, group.member_id, group.member_epoch)
+            if error is not None:
+                results.append(oc.OffsetFetchGroupResult.failed(group, error))
+                continue
             fetched = self.offsets.fetch(group.group_id, group.topics,
                                          require_stable=command.require_stable)
             results.append(oc.OffsetFetchGroupResult(group_id=group.group_id,
@@ -412,7 +433,8 @@ class GroupRuntime:
         them), apply its offset records, hand the Result back to the core to finish or undo
         what waited for the write, then call `then(durable)`."""
         records = result.records
-        groups = [r.key.group for r in records if type(r) is GroupMetadataRecord]
+        groups = [r.key.group for r in records
+                  if type(r) is GroupMetadataRecord or type(r) is ConsumerGroupRecord]
         for group_id in groups:
             self._group_writes[group_id] = self._group_writes.get(group_id, 0) + 1
         try:
@@ -437,6 +459,8 @@ class GroupRuntime:
                 follow = self.manager.records_durable(result, self.clock.now_ms())
             else:
                 self._fail(result)
+                self._reload_consumer_groups({r.key.group for r in records
+                                              if isinstance(r, ConsumerGroupRecord)})
                 follow = self.manager.records_failed(result, self.clock.now_ms())
                 self._event({"event": "group_write_failed",
                              "group_ids": sorted({r.key.group for r in records}),
@@ -446,6 +470,27 @@ class GroupRuntime:
                 then(ok)
 
         durable.add_done_callback(persisted)
+
+    def _reload_consumer_groups(self, group_ids: set[str]) -> None:
+        """A consumer group's records did not become durable: its in-memory state ran ahead of
+        the log, so it is rebuilt from the log (cut back to its last durable point). Members
+        whose changes were lost get FENCED_MEMBER_EPOCH or UNKNOWN_MEMBER_ID and rejoin."""
+        consumer = self.manager.consumer
+        now = self.clock.now_ms()
+        for partition in sorted({self.group_log.partition_of(g) for g in group_ids}):
+            wanted = {g for g in group_ids if self.group_log.partition_of(g) == partition}
+            for group_id in wanted:
+                self._apply_timers(consumer.forget(group_id))
+            try:
+                records = list(self.group_log.replay_partition(partition))
+            except Exception:
+                log.exception("group log reload failed", partition=partition)
+                continue
+            for record in records:
+                if isinstance(record, ConsumerGroupRecord) and record.key.group in wanted:
+                    self._apply_timers(consumer.replay(record, now))
+            self._apply_timers(consumer.finish_replay(now))
+            log.warning("consumer groups reloaded after a failed write", groups=sorted(wanted))
 
     def _fail(self, result: Result) -> None:
         """Answer every reply of `result` with the error of a failed group-log write."""
@@ -573,6 +618,16 @@ class GroupRuntime:
                                            retention_ms)
             except Exception:
                 log.exception("group log compaction failed")
+
+    # topics -----------------------------------------------------------------------------------
+
+    def topics_changed(self) -> None:
+        """Hand the consumer groups a new image of the topics (they check it on heartbeats)."""
+        self._topic_image_version += 1
+        self.manager.consumer.set_topic_image(TopicImage(
+            version=self._topic_image_version,
+            by_name={t.name: TopicInfo(t.topic_id, t.name, len(t.partitions))
+                     for t in self.broker.topics.topics()}))
 
     # registration -----------------------------------------------------------------------------
 

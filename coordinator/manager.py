@@ -27,6 +27,7 @@ deliver a failed Result's replies (it answers them with `outcomes.error_outcome`
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 
@@ -45,6 +46,15 @@ from coordinator.classic.sync import sync_group
 from coordinator.classic.writes import GroupDeletionWrite, finish, undo
 from coordinator.commands import Protocol
 from coordinator.config import GroupConfig
+from coordinator.consumer.commands import (
+    ConsumerGroupDescribe,
+    ConsumerGroupHeartbeat,
+    ConsumerGroupHeartbeatOutcome,
+)
+from coordinator.consumer.config import ConsumerGroupConfig
+from coordinator.consumer.coordinator import TIMER_KINDS as CONSUMER_TIMER_KINDS
+from coordinator.consumer.coordinator import ConsumerGroupCoordinator
+from coordinator.consumer.heartbeat import GROUP_TYPE as CONSUMER_GROUP_TYPE
 from coordinator.outcomes import (
     DescribedGroup,
     DescribedMember,
@@ -74,9 +84,13 @@ _GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 class GroupCoordinator:
     """All classic groups of this node. Methods raise nothing but AssertionError (a bug)."""
 
-    def __init__(self, config: GroupConfig, new_member_id: Callable[[str], str]) -> None:
+    def __init__(self, config: GroupConfig, new_member_id: Callable[[str], str],
+                 consumer_config: ConsumerGroupConfig | None = None) -> None:
         self.config = config
         self._new_member_id = new_member_id
+        # The consumer (KIP-848) groups; a group id names a group of one type only.
+        self.consumer = ConsumerGroupCoordinator(consumer_config or ConsumerGroupConfig(),
+                                                 new_member_id)
         self._groups: dict[str, ClassicGroup] = {}
         self._durable: dict[str, GroupMetadataValue] = {}
         # connection id -> groups where a request of that connection may be parked: the group
@@ -103,8 +117,15 @@ class GroupCoordinator:
 
     # -- commands --------------------------------------------------------------------------
 
-    def handle(self, cmd: c.Command, now_ms: int) -> Result:
+    def handle(self, cmd: c.Command | ConsumerGroupHeartbeat | ConsumerGroupDescribe,
+               now_ms: int) -> Result:
+        if isinstance(cmd, ConsumerGroupHeartbeat):
+            return self._consumer_group_heartbeat(cmd, now_ms)
+        if isinstance(cmd, ConsumerGroupDescribe):
+            return self.consumer.describe(cmd)
         env = self._env(now_ms)
+        if self._other_type_answered(env, cmd):
+            return env.result
         match cmd:
             case c.JoinGroup():
                 self._join_group(env, cmd)
@@ -119,6 +140,71 @@ class GroupCoordinator:
             case c.ListGroups():
                 env.result.replies.append(Reply(cmd.ref, self._list_groups(cmd)))
         return self._finish(env, cmd)
+
+    # -- the two group types side by side ---------------------------------------------------
+
+    def _other_type_answered(self, env: rb.Env, cmd: c.Command) -> bool:
+        """A classic API naming a consumer group: answered as Kafka does when the group cannot
+        take classic members (JoinGroup INCONSISTENT_GROUP_PROTOCOL, the others
+        UNKNOWN_MEMBER_ID), except a JoinGroup to an empty consumer group, which replaces it.
+        True when answered here."""
+        group_id = getattr(cmd, "group_id", None)
+        if not group_id or self.consumer.group(group_id) is None:
+            return False
+        outcome: object
+        match cmd:
+            case c.JoinGroup() if self.consumer.is_empty(group_id):
+                # Kafka's `maybeDeleteEmptyConsumerGroup`: an empty consumer group gives way
+                # to the classic group this JoinGroup creates (tombstones first).
+                _, removed = self.consumer.delete_group(group_id, env.now_ms)
+                for event in removed.events:
+                    if isinstance(event, ev.GroupDead):
+                        removed.events[removed.events.index(event)] = dataclasses.replace(
+                            event, reason="converted to a classic group")
+                env.result.merge(removed)
+                return False
+            case c.JoinGroup():
+                outcome = JoinGroupOutcome(error=ErrorCode.inconsistent_group_protocol,
+                                           member_id=cmd.member_id)
+            case c.SyncGroup():
+                outcome = SyncGroupOutcome(error=ErrorCode.unknown_member_id)
+            case c.Heartbeat():
+                outcome = HeartbeatOutcome(error=ErrorCode.unknown_member_id)
+            case c.LeaveGroup():
+                outcome = LeaveGroupOutcome(members=tuple(
+                    LeaveMemberOutcome(member_id=m.member_id,
+                                       group_instance_id=m.group_instance_id,
+                                       error=ErrorCode.unknown_member_id)
+                    for m in cmd.members))
+            case _:
+                return False
+        env.result.replies.append(Reply(cmd.ref, outcome))
+        return True
+
+    def _consumer_group_heartbeat(self, cmd: ConsumerGroupHeartbeat, now_ms: int) -> Result:
+        """A classic group of that id: GROUP_ID_NOT_FOUND, unless it is Empty, the member joins
+        and `group.consumer.migration.policy` allows upgrades: then the classic group is deleted
+        (its tombstone written first) and a consumer group takes its place (Kafka's
+        `maybeDeleteEmptyClassicGroup`; committed offsets stay)."""
+        classic = self._groups.get(cmd.group_id)
+        if classic is None or classic.is_state(GroupState.DEAD):
+            return self.consumer.heartbeat(cmd, now_ms)
+        if (cmd.member_epoch != 0 or not classic.is_state(GroupState.EMPTY)
+                or not self.consumer.config.upgrade_allowed):
+            return Result.reply(cmd.ref, ConsumerGroupHeartbeatOutcome(
+                error=ErrorCode.group_id_not_found, member_id=cmd.member_id or None,
+                member_epoch=cmd.member_epoch,
+                error_message=f"Group {cmd.group_id} is not a consumer group."))
+        error, converted = self.delete_group(cmd.group_id, now_ms)
+        if error is not None:  # pragma: no cover - Empty was checked above
+            raise AssertionError(error)
+        converted.events.append(ev.GroupDead(ts_ms=now_ms, group_id=cmd.group_id,
+                                             generation_id=classic.generation_id,
+                                             reason="converted to a consumer group"))
+        converted.events[:] = [e for e in converted.events
+                               if not (isinstance(e, ev.GroupDead) and e.reason == "group deleted")]
+        self._groups.pop(cmd.group_id, None)
+        return converted.merge(self.consumer.heartbeat(cmd, now_ms))
 
     def _join_group(self, env: rb.Env, cmd: c.JoinGroup) -> None:
         def fail(error: ErrorCode) -> None:
@@ -238,7 +324,9 @@ class GroupCoordinator:
                 return DescribedGroup(
                     group_id=group_id,
                     error=ErrorCode.group_id_not_found,
-                    error_message=f"Group {group_id} not found.",
+                    error_message=(f"Group {group_id} is not a classic group."
+                                   if self.consumer.group(group_id) is not None
+                                   else f"Group {group_id} not found."),
                     state=GroupState.DEAD.value,
                 )
             return DescribedGroup(group_id=group_id, state=GroupState.DEAD.value)
@@ -268,10 +356,9 @@ class GroupCoordinator:
     def _list_groups(self, cmd: c.ListGroups) -> ListGroupsOutcome:
         states = {s.lower() for s in cmd.states_filter}
         types = {t.lower() for t in cmd.types_filter}
-        if types and "classic" not in types:
-            return ListGroupsOutcome()
-        return ListGroupsOutcome(
-            groups=tuple(
+        classic: tuple[ListedGroup, ...] = ()
+        if not types or "classic" in types:
+            classic = tuple(
                 ListedGroup(
                     group_id=g.group_id,
                     protocol_type=g.protocol_type or "",
@@ -280,12 +367,22 @@ class GroupCoordinator:
                 for g in self._groups.values()
                 if not states or g.state.value.lower() in states
             )
-        )
+        consumer: tuple[ListedGroup, ...] = ()
+        if not types or CONSUMER_GROUP_TYPE in types:
+            consumer = tuple(
+                ListedGroup(group_id=g.group_id, protocol_type=CONSUMER_GROUP_TYPE,
+                            state=g.state.value, group_type=CONSUMER_GROUP_TYPE)
+                for g in self.consumer
+                if not states or g.state.value.lower() in states
+            )
+        return ListGroupsOutcome(groups=classic + consumer)
 
     # -- timers and connections ------------------------------------------------------------
 
     def expire(self, key: TimerKey, now_ms: int) -> Result:
         """The wheel fired `key`; stale or early wake-ups are ignored or re-armed."""
+        if key[0] in CONSUMER_TIMER_KINDS:
+            return self.consumer.expire(key, now_ms)
         env = self._env(now_ms)
         kind, group_id = key[0], key[1]
         group = self._groups.get(str(group_id))
@@ -338,14 +435,21 @@ class GroupCoordinator:
         group_instance_id: str | None,
         now_ms: int,
         connection_id: int | None = None,
+        api_version: int = 9,
     ) -> tuple[ErrorCode | None, Result]:
         """The group-side checks of an OffsetCommit (SPEC §10, Kafka `validateOffsetCommit`).
+
+        For a consumer group `generation_id` is the member epoch (see
+        `ConsumerGroupCoordinator.validate_offset_commit`).
 
         Returns None when the offsets may be stored. A commit by a current member resets its
         session deadline, also during PreparingRebalance (KIP-429 members commit while they
         revoke). A commit with generation -1 to an unknown group creates it Empty (a
         standalone consumer using Kafka only for offsets).
         """
+        if self.consumer.group(group_id) is not None:
+            return self.consumer.validate_offset_commit(
+                group_id, member_id, generation_id, api_version), Result()
         env = self._env(now_ms)
         error = self._validate_offset_commit(
             env, group_id, member_id, generation_id, group_instance_id
@@ -399,6 +503,8 @@ class GroupCoordinator:
         Errors: GROUP_ID_NOT_FOUND when absent, NON_EMPTY_GROUP while it has members. The
         caller deletes the group's offsets (with their own tombstones).
         """
+        if self.consumer.group(group_id) is not None:
+            return self.consumer.delete_group(group_id, now_ms)
         env = self._env(now_ms)
         group = self._groups.get(group_id)
         if group is None or group.is_state(GroupState.DEAD):

@@ -9,10 +9,12 @@ the core (COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR) and for failed appends.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from coordinator import commands as c
+from coordinator.consumer import commands as cc
 
 __all__ = [
     "DescribeGroupsOutcome",
@@ -128,7 +130,8 @@ Outcome = (
 )
 
 
-def error_outcome(cmd: c.Command, error: ErrorCode) -> Outcome:
+def error_outcome(cmd: c.Command | cc.ConsumerGroupHeartbeat | cc.ConsumerGroupDescribe,
+                  error: ErrorCode) -> Outcome | Any:
     """The whole-request error answer for `cmd`, shaped like Kafka's for that API.
 
     Kafka softens COORDINATOR_LOAD_IN_PROGRESS for two APIs: a Heartbeat is answered NONE (the
@@ -152,3 +155,9 @@ def error_outcome(cmd: c.Command, error: ErrorCode) -> Outcome:
             )
         case c.ListGroups():
             return ListGroupsOutcome(error=error)
+        case cc.ConsumerGroupHeartbeat():
+            return cc.ConsumerGroupHeartbeatOutcome(error=error, member_id=cmd.member_id or None,
+                                                    member_epoch=cmd.member_epoch)
+        case cc.ConsumerGroupDescribe():
+            return cc.ConsumerGroupDescribeOutcome(groups=tuple(
+                cc.DescribedConsumerGroup(group_id=g, error=error) for g in cmd.group_ids))

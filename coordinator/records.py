@@ -1,12 +1,14 @@
 """Typed `__consumer_offsets` records, as Kafka's group-coordinator schemas declare them.
 
 The coordinator core emits these; `storage/records.py` turns them into the exact key/value bytes
-Kafka writes (OffsetCommitKey v1, OffsetCommitValue v3, GroupMetadataKey v2, GroupMetadataValue v3)
-and back. A record whose `value` is None is a tombstone: it deletes the key on replay.
+Kafka writes (OffsetCommitKey v1, OffsetCommitValue v3, GroupMetadataKey v2, GroupMetadataValue v3,
+and the consumer group records of KIP-848, key versions 3-8 with value version 0) and back.
+A record whose `value` is None is a tombstone: it deletes the key on replay.
 """
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,7 +69,123 @@ class GroupMetadataRecord:
     value: GroupMetadataValue | None  # None: tombstone
 
 
-CoordinatorRecord = OffsetCommitRecord | GroupMetadataRecord
+# ----------------------------------------------------------------------------- KIP-848
+#
+# The consumer group (KIP-848) records, one key type per record kind as in Kafka's schemas
+# (ConsumerGroup*Key/Value). Every key carries `group`, so the log places it like the others.
+# Assignments are tuples of (topic id, sorted partitions), sorted by topic id.
+
+TopicAssignment = tuple[tuple[uuid.UUID, tuple[int, ...]], ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupMetadataKey:
+    group: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupMetadataValue:
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubscribedTopicMetadata:
+    topic_id: uuid.UUID
+    topic_name: str
+    num_partitions: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupPartitionMetadataKey:
+    group: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupPartitionMetadataValue:
+    topics: tuple[SubscribedTopicMetadata, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupMemberMetadataKey:
+    group: str
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupMemberMetadataValue:
+    instance_id: str | None = None
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    subscribed_topic_names: tuple[str, ...] = ()
+    subscribed_topic_regex: str | None = None
+    rebalance_timeout_ms: int = -1
+    server_assignor: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupTargetAssignmentMetadataKey:
+    group: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupTargetAssignmentMetadataValue:
+    assignment_epoch: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupTargetAssignmentMemberKey:
+    group: str
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupTargetAssignmentMemberValue:
+    topic_partitions: TopicAssignment = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupCurrentMemberAssignmentKey:
+    group: str
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupCurrentMemberAssignmentValue:
+    member_epoch: int
+    previous_member_epoch: int
+    state: int  # MemberState: 0 stable, 1 unrevoked partitions, 2 unreleased partitions
+    assigned_partitions: TopicAssignment = ()
+    partitions_pending_revocation: TopicAssignment = ()
+
+
+ConsumerGroupKey = (
+    ConsumerGroupMetadataKey
+    | ConsumerGroupPartitionMetadataKey
+    | ConsumerGroupMemberMetadataKey
+    | ConsumerGroupTargetAssignmentMetadataKey
+    | ConsumerGroupTargetAssignmentMemberKey
+    | ConsumerGroupCurrentMemberAssignmentKey
+)
+ConsumerGroupValue = (
+    ConsumerGroupMetadataValue
+    | ConsumerGroupPartitionMetadataValue
+    | ConsumerGroupMemberMetadataValue
+    | ConsumerGroupTargetAssignmentMetadataValue
+    | ConsumerGroupTargetAssignmentMemberValue
+    | ConsumerGroupCurrentMemberAssignmentValue
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupRecord:
+    """One KIP-848 record; the key's type says which (its value must be the matching type)."""
+
+    key: ConsumerGroupKey
+    value: ConsumerGroupValue | None  # None: tombstone
+
+
+CoordinatorRecord = OffsetCommitRecord | GroupMetadataRecord | ConsumerGroupRecord
 
 
 # ----------------------------------------------------------------------------- builders

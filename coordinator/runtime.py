@@ -183,16 +183,19 @@ class Broker:
     def create_topic(self, name: str, partitions: int, configs: dict[str, str], *,
                      reason: str) -> Topic:
         topic = self.topics.create(name, partitions, configs)
+        self.groups.topics_changed()
         log.info("topic created", topic=name, partitions=partitions, topic_id=str(topic.topic_id),
                  reason=reason)
         return topic
 
     def delete_topic(self, name: str) -> None:
         self.topics.delete(name)
+        self.groups.topics_changed()
         log.info("topic deleted", topic=name)
 
     def add_partitions(self, name: str, total: int) -> None:
         self.topics.add_partitions(name, total)
+        self.groups.topics_changed()
         log.info("partitions added", topic=name, partitions=total)
 
     def partition_appended(self, topic: str, partition: int) -> None:

@@ -84,6 +84,22 @@ def _fsync_policy(text: str) -> str:
     raise ValueError("must be 'always' or an interval in milliseconds")
 
 
+def _assignors(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in ("uniform", "range")]
+    if unknown or not names:
+        raise ValueError(f"unknown assignor(s) {', '.join(unknown) or '(none)'}; "
+                         "known: uniform, range")
+    return names
+
+
+def _migration_policy(text: str) -> str:
+    value = text.strip().lower()
+    if value not in ("bidirectional", "upgrade", "downgrade", "disabled"):
+        raise ValueError("must be bidirectional, upgrade, downgrade or disabled")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class Setting:
     key: str
@@ -152,6 +168,28 @@ SETTINGS: tuple[Setting, ...] = (
             "'json' lines, 'console' (readable), or 'auto': console when stderr is a terminal"),
     Setting("metrics.max.groups", _int(1), "200",
             "groups with their own per-group metric series; later ones share group=__other__"),
+)
+# The consumer group protocol (KIP-848): Kafka's group.consumer.* broker configs.
+SETTINGS += (
+    Setting("group.consumer.session.timeout.ms", _int(1), "45000",
+            "consumer-protocol members are fenced after this long without a heartbeat"),
+    Setting("group.consumer.min.session.timeout.ms", _int(1), "45000",
+            "lower bound of group.consumer.session.timeout.ms"),
+    Setting("group.consumer.max.session.timeout.ms", _int(1), "60000",
+            "upper bound of group.consumer.session.timeout.ms"),
+    Setting("group.consumer.heartbeat.interval.ms", _int(1), "5000",
+            "heartbeat interval the broker gives consumer-protocol members"),
+    Setting("group.consumer.min.heartbeat.interval.ms", _int(1), "5000",
+            "lower bound of group.consumer.heartbeat.interval.ms"),
+    Setting("group.consumer.max.heartbeat.interval.ms", _int(1), "15000",
+            "upper bound of group.consumer.heartbeat.interval.ms"),
+    Setting("group.consumer.max.size", _int(1), "2147483647",
+            "members allowed in one consumer group"),
+    Setting("group.consumer.assignors", _assignors, "uniform,range",
+            "server-side assignors (uniform, range); the first is the default"),
+    Setting("group.consumer.migration.policy", _migration_policy, "bidirectional",
+            "upgrade an empty classic group to a consumer group: "
+            "bidirectional, upgrade, downgrade or disabled"),
 )
 _BY_KEY = {s.key: s for s in SETTINGS}
 
@@ -267,4 +305,21 @@ def load(argv: Sequence[str] | None = None,
     if budget != -1 and budget < settings["socket.request.max.bytes"]:
         raise ConfigError("queued.max.request.bytes is smaller than socket.request.max.bytes "
                           "(a largest request could never be read)")
+    _check_consumer_group_bounds(settings)
     return settings, args
+
+
+def _check_consumer_group_bounds(settings: BrokerSettings) -> None:
+    """Kafka's bounds: each timing within its min/max, the interval below the session."""
+    for name in ("session.timeout.ms", "heartbeat.interval.ms"):
+        value = settings[f"group.consumer.{name}"]
+        low = settings[f"group.consumer.min.{name}"]
+        high = settings[f"group.consumer.max.{name}"]
+        if not low <= value <= high:
+            raise ConfigError(f"group.consumer.{name}={value} must be between "
+                              f"group.consumer.min.{name}={low} and "
+                              f"group.consumer.max.{name}={high}")
+    if settings["group.consumer.heartbeat.interval.ms"] >= settings[
+            "group.consumer.session.timeout.ms"]:
+        raise ConfigError("group.consumer.heartbeat.interval.ms must be below "
+                          "group.consumer.session.timeout.ms")

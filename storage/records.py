@@ -7,7 +7,9 @@ reading back every version Kafka ever wrote. Framing, checksums and batches belo
 Layout (Kafka's `CoordinatorRecordSerde`, schemas in `group-coordinator/.../common/message/`):
 
 * key   = int16 version, then the key body. The key version picks the record type:
-  0/1 OffsetCommitKey, 2 GroupMetadataKey, 3+ KIP-848/share-group records we do not model
+  0/1 OffsetCommitKey, 2 GroupMetadataKey, 3-8 the KIP-848 consumer group records
+  (ConsumerGroupMetadata, PartitionMetadata, MemberMetadata, TargetAssignmentMetadata,
+  TargetAssignmentMember, CurrentMemberAssignment); 9+ share-group records we do not model
   (decoded as `UnknownRecord` so replay can skip them).
 * value = int16 version, then the value body; no value at all is a tombstone.
 * Non-flexible versions: big-endian ints, int16-length strings (-1 = null), int32-length bytes,
@@ -36,11 +38,27 @@ from __future__ import annotations
 
 import functools
 import struct
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Any, TypeAlias, cast
 
 from coordinator.records import (
+    ConsumerGroupCurrentMemberAssignmentKey,
+    ConsumerGroupCurrentMemberAssignmentValue,
+    ConsumerGroupKey,
+    ConsumerGroupMemberMetadataKey,
+    ConsumerGroupMemberMetadataValue,
+    ConsumerGroupMetadataKey,
+    ConsumerGroupMetadataValue,
+    ConsumerGroupPartitionMetadataKey,
+    ConsumerGroupPartitionMetadataValue,
+    ConsumerGroupRecord,
+    ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupTargetAssignmentMemberValue,
+    ConsumerGroupTargetAssignmentMetadataKey,
+    ConsumerGroupTargetAssignmentMetadataValue,
+    ConsumerGroupValue,
     CoordinatorRecord,
     GroupMemberRecord,
     GroupMetadataKey,
@@ -49,6 +67,8 @@ from coordinator.records import (
     OffsetCommitKey,
     OffsetCommitRecord,
     OffsetCommitValue,
+    SubscribedTopicMetadata,
+    TopicAssignment,
 )
 
 FieldValue: TypeAlias = int | str | bytes | list[dict[str, "FieldValue"]] | None
@@ -78,7 +98,7 @@ class UnknownRecord:
 @dataclass(frozen=True, slots=True)
 class _Field:
     name: str
-    type: str  # int16 | int32 | int64 | string | bytes | array
+    type: str  # int8 | int16 | int32 | int64 | uuid | string | bytes | array | []int32 | []string
     min_version: int
     max_version: int | None = None  # inclusive; None = open-ended
     nullable_from: int | None = None  # first version in which null is allowed
@@ -161,6 +181,82 @@ SCHEMAS: Mapping[str, _Schema] = {
     ),
 }
 
+# KIP-848 consumer group records: keys are non-flexible with a single version (the record
+# type), values are flexible version 0.
+_TOPIC_PARTITIONS = (
+    _Field("TopicId", "uuid", 0),
+    _Field("Partitions", "[]int32", 0),
+)
+
+
+def _key_schema(name: str, version: int, with_member: bool) -> _Schema:
+    fields = [_Field("GroupId", "string", version)]
+    if with_member:
+        fields.append(_Field("MemberId", "string", version))
+    return _Schema(name, version, version, None, tuple(fields))
+
+
+CONSUMER_GROUP_SCHEMAS: Mapping[str, _Schema] = {
+    "ConsumerGroupMetadataKey": _key_schema("ConsumerGroupMetadataKey", 3, False),
+    "ConsumerGroupMetadataValue": _Schema(
+        "ConsumerGroupMetadataValue", 0, 0, 0, (_Field("Epoch", "int32", 0),)
+    ),
+    "ConsumerGroupPartitionMetadataKey": _key_schema(
+        "ConsumerGroupPartitionMetadataKey", 4, False),
+    "ConsumerGroupPartitionMetadataValue": _Schema(
+        "ConsumerGroupPartitionMetadataValue", 0, 0, 0,
+        (_Field("Topics", "array", 0, struct=(
+            _Field("TopicId", "uuid", 0),
+            _Field("TopicName", "string", 0),
+            _Field("NumPartitions", "int32", 0),
+            _Field("PartitionMetadata", "array", 0, default=[], struct=(
+                _Field("Partition", "int32", 0),
+                _Field("Racks", "[]string", 0),
+            )),
+        )),),
+    ),
+    "ConsumerGroupMemberMetadataKey": _key_schema("ConsumerGroupMemberMetadataKey", 5, True),
+    "ConsumerGroupMemberMetadataValue": _Schema(
+        "ConsumerGroupMemberMetadataValue", 0, 0, 0,
+        (
+            _Field("InstanceId", "string", 0, nullable_from=0),
+            _Field("RackId", "string", 0, nullable_from=0),
+            _Field("ClientId", "string", 0),
+            _Field("ClientHost", "string", 0),
+            _Field("SubscribedTopicNames", "[]string", 0),
+            _Field("SubscribedTopicRegex", "string", 0, nullable_from=0),
+            _Field("RebalanceTimeoutMs", "int32", 0, default=-1),
+            _Field("ServerAssignor", "string", 0, nullable_from=0),
+            # ClassicMemberMetadata (tag 0) is only written for classic-protocol members.
+        ),
+    ),
+    "ConsumerGroupTargetAssignmentMetadataKey": _key_schema(
+        "ConsumerGroupTargetAssignmentMetadataKey", 6, False),
+    "ConsumerGroupTargetAssignmentMetadataValue": _Schema(
+        "ConsumerGroupTargetAssignmentMetadataValue", 0, 0, 0,
+        (_Field("AssignmentEpoch", "int32", 0),),
+    ),
+    "ConsumerGroupTargetAssignmentMemberKey": _key_schema(
+        "ConsumerGroupTargetAssignmentMemberKey", 7, True),
+    "ConsumerGroupTargetAssignmentMemberValue": _Schema(
+        "ConsumerGroupTargetAssignmentMemberValue", 0, 0, 0,
+        (_Field("TopicPartitions", "array", 0, struct=_TOPIC_PARTITIONS),),
+    ),
+    "ConsumerGroupCurrentMemberAssignmentKey": _key_schema(
+        "ConsumerGroupCurrentMemberAssignmentKey", 8, True),
+    "ConsumerGroupCurrentMemberAssignmentValue": _Schema(
+        "ConsumerGroupCurrentMemberAssignmentValue", 0, 0, 0,
+        (
+            _Field("MemberEpoch", "int32", 0),
+            _Field("PreviousMemberEpoch", "int32", 0),
+            _Field("State", "int8", 0),
+            _Field("AssignedPartitions", "array", 0, struct=_TOPIC_PARTITIONS),
+            _Field("PartitionsPendingRevocation", "array", 0, struct=_TOPIC_PARTITIONS),
+        ),
+    ),
+}
+SCHEMAS = {**SCHEMAS, **CONSUMER_GROUP_SCHEMAS}
+
 OFFSET_COMMIT_KEY_VERSION = 1
 OFFSET_COMMIT_VALUE_VERSION = 3
 OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY = 1
@@ -168,6 +264,7 @@ GROUP_METADATA_KEY_VERSION = 2
 GROUP_METADATA_VALUE_VERSION = 3
 
 _INT_RANGES = {
+    "int8": (-(1 << 7), (1 << 7) - 1),
     "int16": (-(1 << 15), (1 << 15) - 1),
     "int32": (-(1 << 31), (1 << 31) - 1),
     "int64": (-(1 << 63), (1 << 63) - 1),
@@ -176,7 +273,8 @@ _INT_RANGES = {
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
-_INT_STRUCTS = {"int16": _I16, "int32": _I32, "int64": _I64}
+_I8 = struct.Struct(">b")
+_INT_STRUCTS = {"int8": _I8, "int16": _I16, "int32": _I32, "int64": _I64}
 
 # --------------------------------------------------------------------------------------------
 # Reading
@@ -263,6 +361,24 @@ def _read_struct(r: _Reader, fields: Sequence[_Field], version: int, flexible: b
         nullable = f.nullable(version)
         if f.type in _INT_STRUCTS:
             out[f.name] = r.read_int(f.type)
+        elif f.type == "uuid":
+            out[f.name] = bytes(r._take(16))
+        elif f.type in ("[]int32", "[]string"):
+            count = r.length(flexible, wide=True)
+            if count < 0:
+                if not nullable:
+                    raise RecordDecodeError(f"null array {f.name}")
+                out[f.name] = None
+                continue
+            if count > len(r.buf) - r.pos:
+                raise RecordDecodeError(f"array {f.name} of {count} cannot fit")
+            items: list[int | str | None] = []
+            for _ in range(count):
+                if f.type == "[]int32":
+                    items.append(r.read_int("int32"))
+                else:
+                    items.append(r.string(flexible, nullable=False))
+            out[f.name] = items  # type: ignore[assignment]  # list[int] or list[str]
         elif f.type == "string":
             s = r.string(flexible, nullable)
             if s is None and not nullable:
@@ -343,6 +459,24 @@ def _write_struct(
             if not lo <= v <= hi:
                 raise ValueError(f"{f.name}={v} out of {f.type} range")
             out.append(_INT_STRUCTS[f.type].pack(v))
+        elif f.type == "uuid":
+            if not isinstance(v, bytes) or len(v) != 16:
+                raise ValueError(f"{f.name} must be 16 bytes, got {v!r}")
+            out.append(v)
+        elif f.type in ("[]int32", "[]string"):
+            if v is None:
+                _write_length(out, -1, flexible, wide=True)
+                continue
+            if not isinstance(v, list | tuple):
+                raise ValueError(f"{f.name} must be a list")
+            _write_length(out, len(v), flexible, wide=True)
+            for item in v:
+                if f.type == "[]int32":
+                    out.append(_I32.pack(item))
+                else:
+                    data = str(item).encode("utf-8")
+                    _write_length(out, len(data), flexible, wide=False)
+                    out.append(data)
         elif f.type == "string":
             if v is None:
                 _write_length(out, -1, flexible, wide=False)
@@ -472,6 +606,8 @@ def _encode_value(value: OffsetCommitValue | GroupMetadataValue, version: int | 
 
 def encode_record(record: CoordinatorRecord) -> tuple[bytes, bytes | None]:
     """(key bytes, value bytes or None for a tombstone)."""
+    if isinstance(record, ConsumerGroupRecord):
+        return _encode_consumer_group_record(record)
     key = encode_key(record.key)
     return key, None if record.value is None else encode_value(record.value)
 
@@ -619,7 +755,8 @@ def _decode_group_metadata_value(raw: bytes) -> GroupMetadataValue:
 def decode_record(key: bytes, value: bytes | None) -> CoordinatorRecord | UnknownRecord:
     """Decode one `__consumer_offsets` record; `value` None is a tombstone.
 
-    The key version alone picks the type. Key versions >= 3 give an `UnknownRecord`.
+    The key version alone picks the type: 0-1 offsets, 2 classic group, 3-8 consumer group
+    (KIP-848). Higher key versions (share groups, ...) give an `UnknownRecord`.
     Raises `RecordDecodeError` for bytes we cannot read.
     """
     if len(key) < 2:
@@ -636,6 +773,8 @@ def decode_record(key: bytes, value: bytes | None) -> CoordinatorRecord | Unknow
             key=GroupMetadataKey(group=_str(kf["group"])),
             value=None if value is None else _decode_group_metadata_value(value),
         )
+    if key_version in _CONSUMER_GROUP_KEY_NAMES:
+        return _decode_consumer_group_record(key_version, key, value)
     if key_version >= 3:
         return UnknownRecord(key_version=key_version, key=bytes(key), value=value)
     raise RecordDecodeError(f"negative key version {key_version}")
@@ -662,3 +801,158 @@ def _bytes(v: FieldValue) -> bytes:
         return b""
     assert isinstance(v, bytes)
     return v
+
+
+# --------------------------------------------------------------------------------------------
+# KIP-848 consumer group records (generic layer; they are written on membership changes only)
+
+_CONSUMER_GROUP_KEY_NAMES: Mapping[int, str] = {
+    3: "ConsumerGroupMetadata",
+    4: "ConsumerGroupPartitionMetadata",
+    5: "ConsumerGroupMemberMetadata",
+    6: "ConsumerGroupTargetAssignmentMetadata",
+    7: "ConsumerGroupTargetAssignmentMember",
+    8: "ConsumerGroupCurrentMemberAssignment",
+}
+_CONSUMER_GROUP_KEY_VERSIONS: Mapping[type, int] = {
+    ConsumerGroupMetadataKey: 3,
+    ConsumerGroupPartitionMetadataKey: 4,
+    ConsumerGroupMemberMetadataKey: 5,
+    ConsumerGroupTargetAssignmentMetadataKey: 6,
+    ConsumerGroupTargetAssignmentMemberKey: 7,
+    ConsumerGroupCurrentMemberAssignmentKey: 8,
+}
+
+
+def _assignment_fields(assignment: TopicAssignment) -> FieldValue:
+    # `[]int32` fields hold plain lists of ints, outside the FieldValue alias.
+    out: list[dict[str, Any]] = [
+        {"TopicId": topic_id.bytes, "Partitions": list(partitions)}
+        for topic_id, partitions in assignment]
+    return out
+
+
+def _assignment(v: FieldValue) -> TopicAssignment:
+    assert isinstance(v, list)
+    out = []
+    for entry in v:
+        raw_id = entry["TopicId"]
+        partitions = entry["Partitions"]
+        assert isinstance(raw_id, bytes) and isinstance(partitions, list)
+        out.append((uuid.UUID(bytes=raw_id), tuple(sorted(_int(p) for p in partitions))))  # type: ignore[arg-type]
+    return tuple(sorted(out))
+
+
+def _consumer_value_fields(value: ConsumerGroupValue) -> Fields:
+    match value:
+        case ConsumerGroupMetadataValue():
+            return {"Epoch": value.epoch}
+        case ConsumerGroupPartitionMetadataValue():
+            return {"Topics": [  # type: ignore[dict-item]
+                {"TopicId": t.topic_id.bytes, "TopicName": t.topic_name,
+                 "NumPartitions": t.num_partitions, "PartitionMetadata": []}
+                for t in value.topics]}
+        case ConsumerGroupMemberMetadataValue():
+            return {
+                "InstanceId": value.instance_id,
+                "RackId": value.rack_id,
+                "ClientId": value.client_id,
+                "ClientHost": value.client_host,
+                "SubscribedTopicNames": cast(FieldValue, list(value.subscribed_topic_names)),
+                "SubscribedTopicRegex": value.subscribed_topic_regex,
+                "RebalanceTimeoutMs": value.rebalance_timeout_ms,
+                "ServerAssignor": value.server_assignor,
+            }
+        case ConsumerGroupTargetAssignmentMetadataValue():
+            return {"AssignmentEpoch": value.assignment_epoch}
+        case ConsumerGroupTargetAssignmentMemberValue():
+            return {"TopicPartitions": _assignment_fields(value.topic_partitions)}
+        case ConsumerGroupCurrentMemberAssignmentValue():
+            return {
+                "MemberEpoch": value.member_epoch,
+                "PreviousMemberEpoch": value.previous_member_epoch,
+                "State": value.state,
+                "AssignedPartitions": _assignment_fields(value.assigned_partitions),
+                "PartitionsPendingRevocation": _assignment_fields(
+                    value.partitions_pending_revocation),
+            }
+    raise AssertionError(f"not a consumer group value: {value!r}")
+
+
+def _encode_consumer_group_record(record: ConsumerGroupRecord) -> tuple[bytes, bytes | None]:
+    key = record.key
+    version = _CONSUMER_GROUP_KEY_VERSIONS[type(key)]
+    name = _CONSUMER_GROUP_KEY_NAMES[version]
+    key_fields: Fields = {"GroupId": key.group}
+    member_id = getattr(key, "member_id", None)
+    if member_id is not None:
+        key_fields["MemberId"] = member_id
+    key_bytes = encode(name + "Key", version, key_fields)
+    if record.value is None:
+        return key_bytes, None
+    return key_bytes, encode(name + "Value", 0, _consumer_value_fields(record.value))
+
+
+def _decode_consumer_group_record(key_version: int, key: bytes,
+                                  value: bytes | None) -> ConsumerGroupRecord:
+    name = _CONSUMER_GROUP_KEY_NAMES[key_version]
+    _, kf = decode(name + "Key", key)
+    group = _str(kf["GroupId"])
+    member_id = _str(kf["MemberId"]) if "MemberId" in kf else ""
+    typed_key: ConsumerGroupKey
+    match key_version:
+        case 3:
+            typed_key = ConsumerGroupMetadataKey(group=group)
+        case 4:
+            typed_key = ConsumerGroupPartitionMetadataKey(group=group)
+        case 5:
+            typed_key = ConsumerGroupMemberMetadataKey(group=group, member_id=member_id)
+        case 6:
+            typed_key = ConsumerGroupTargetAssignmentMetadataKey(group=group)
+        case 7:
+            typed_key = ConsumerGroupTargetAssignmentMemberKey(group=group, member_id=member_id)
+        case _:
+            typed_key = ConsumerGroupCurrentMemberAssignmentKey(group=group, member_id=member_id)
+    if value is None:
+        return ConsumerGroupRecord(key=typed_key, value=None)
+    _, f = decode(name + "Value", value)
+    typed_value: ConsumerGroupValue
+    match key_version:
+        case 3:
+            typed_value = ConsumerGroupMetadataValue(epoch=_int(f["Epoch"]))
+        case 4:
+            topics = f["Topics"]
+            assert isinstance(topics, list)
+            typed_value = ConsumerGroupPartitionMetadataValue(topics=tuple(
+                SubscribedTopicMetadata(topic_id=uuid.UUID(bytes=t["TopicId"]),  # type: ignore[arg-type]
+                                        topic_name=_str(t["TopicName"]),
+                                        num_partitions=_int(t["NumPartitions"]))
+                for t in topics))
+        case 5:
+            names = f["SubscribedTopicNames"]
+            assert isinstance(names, list)
+            typed_value = ConsumerGroupMemberMetadataValue(
+                instance_id=_opt_str(f["InstanceId"]),
+                rack_id=_opt_str(f["RackId"]),
+                client_id=_str(f["ClientId"]),
+                client_host=_str(f["ClientHost"]),
+                subscribed_topic_names=tuple(str(n) for n in names),
+                subscribed_topic_regex=_opt_str(f["SubscribedTopicRegex"]),
+                rebalance_timeout_ms=_int(f["RebalanceTimeoutMs"]),
+                server_assignor=_opt_str(f["ServerAssignor"]),
+            )
+        case 6:
+            typed_value = ConsumerGroupTargetAssignmentMetadataValue(
+                assignment_epoch=_int(f["AssignmentEpoch"]))
+        case 7:
+            typed_value = ConsumerGroupTargetAssignmentMemberValue(
+                topic_partitions=_assignment(f["TopicPartitions"]))
+        case _:
+            typed_value = ConsumerGroupCurrentMemberAssignmentValue(
+                member_epoch=_int(f["MemberEpoch"]),
+                previous_member_epoch=_int(f["PreviousMemberEpoch"]),
+                state=_int(f["State"]),
+                assigned_partitions=_assignment(f["AssignedPartitions"]),
+                partitions_pending_revocation=_assignment(f["PartitionsPendingRevocation"]),
+            )
+    return ConsumerGroupRecord(key=typed_key, value=typed_value)

@@ -19,6 +19,8 @@ from coordinator import commands as c
 from coordinator.classic.group import ClassicGroup
 from coordinator.clock import ManualClock
 from coordinator.config import GroupConfig
+from coordinator.consumer.commands import ConsumerGroupDescribe, ConsumerGroupHeartbeat
+from coordinator.consumer.config import ConsumerGroupConfig
 from coordinator.manager import GroupCoordinator
 from coordinator.outcomes import error_outcome
 from coordinator.records import CoordinatorRecord
@@ -29,11 +31,12 @@ DEFAULT_CONFIG = GroupConfig(group_initial_rebalance_delay_ms=0)
 
 
 class GroupTestContext:
-    def __init__(self, config: GroupConfig = DEFAULT_CONFIG, *, start_ms: int = 0) -> None:
+    def __init__(self, config: GroupConfig = DEFAULT_CONFIG, *, start_ms: int = 0,
+                 consumer_config: ConsumerGroupConfig | None = None) -> None:
         self.clock = ManualClock(start_ms)
         self.wheel = TimerWheel(tick_ms=10, wheel_size=64, start_ms=start_ms)
         self._ids = itertools.count(1)
-        self.manager = GroupCoordinator(config, self._new_member_id)
+        self.manager = GroupCoordinator(config, self._new_member_id, consumer_config)
         self._sequence = itertools.count(1)
         self.sent: dict[RequestRef, c.Command] = {}
         self.replies: dict[RequestRef, Any] = {}
@@ -61,7 +64,9 @@ class GroupTestContext:
             | c.Heartbeat
             | c.LeaveGroup
             | c.DescribeGroups
-            | c.ListGroups,
+            | c.ListGroups
+            | ConsumerGroupHeartbeat
+            | ConsumerGroupDescribe,
         ):
             cmd = cmd.build()
         ref = RequestRef(connection, next(self._sequence))

@@ -34,6 +34,9 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     37: (0, 3),   # CreatePartitions
     42: (0, 2),   # DeleteGroups
     47: (0, 0),   # OffsetDelete
+    # The consumer group protocol (KIP-848)
+    68: (0, 1),   # ConsumerGroupHeartbeat
+    69: (0, 1),   # ConsumerGroupDescribe
 }
 
 

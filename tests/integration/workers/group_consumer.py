@@ -102,13 +102,21 @@ def run_confluent(args: argparse.Namespace, commands: queue.Queue[str]) -> None:
         "auto.offset.reset": "earliest",
         "error_cb": lambda error: emit("error", error=str(error)),
     }
+    if args.group_protocol == "consumer":
+        # KIP-848: the broker sets the session timeout and heartbeat interval and assigns.
+        for classic_only in ("session.timeout.ms", "heartbeat.interval.ms",
+                             "partition.assignment.strategy"):
+            del config[classic_only]
+        config["group.protocol"] = "consumer"
+        if args.remote_assignor:
+            config["group.remote.assignor"] = args.remote_assignor
     if args.instance_id:
         config["group.instance.id"] = args.instance_id
     if args.debug:
         config["debug"] = "cgrp,protocol"
     consumer = Consumer(config)
     owned = Ownership()
-    incremental = args.strategy == "cooperative-sticky"
+    incremental = args.strategy == "cooperative-sticky" or args.group_protocol == "consumer"
 
     def on_assign(c: Any, partitions: list[Any]) -> None:
         owned.assigned((p.partition for p in partitions), incremental)
@@ -119,6 +127,7 @@ def run_confluent(args: argparse.Namespace, commands: queue.Queue[str]) -> None:
     def on_lost(c: Any, partitions: list[Any]) -> None:
         owned.revoked((p.partition for p in partitions), "lost")
 
+    # A topic starting with "^" is a regex subscription (sent to the broker under KIP-848).
     consumer.subscribe([args.topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
     emit("started")
     while True:
@@ -141,7 +150,7 @@ def run_confluent(args: argparse.Namespace, commands: queue.Queue[str]) -> None:
             emit("error", error=str(message.error()))
             continue
         emit("message", partition=message.partition(), offset=message.offset(),
-             value=(message.value() or b"").decode())
+             value=(message.value() or b"").decode(), topic=message.topic())
 
 
 # -- kafka-python --------------------------------------------------------------------------------
@@ -281,6 +290,10 @@ def main() -> None:
     parser.add_argument("--cold-metadata", action="store_true",
                         help="kafka-python: subscribe without fetching the topic's metadata first")
     parser.add_argument("--debug", action="store_true", help="client debug logs on stderr")
+    parser.add_argument("--group-protocol", choices=("classic", "consumer"), default="classic",
+                        help="confluent: the KIP-848 consumer protocol with `consumer`")
+    parser.add_argument("--remote-assignor", default="",
+                        help="confluent, consumer protocol: group.remote.assignor")
     args = parser.parse_args()
     if args.debug:
         import logging

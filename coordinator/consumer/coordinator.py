@@ -1,0 +1,274 @@
+"""Every consumer group of this node: dispatch, timers, replay, describe and the offset checks.
+
+`GroupCoordinator` (the classic side, `coordinator/manager.py`) owns one of these and routes the
+consumer group APIs to it; the two group types share one id space (a group id names either a
+classic or a consumer group, see the manager for the conflict rules).
+
+The broker's topics reach the core as a `TopicImage` value set by the runtime
+(`set_topic_image`) whenever topics are created, deleted or grow; a group notices a new image
+on its next heartbeat (Kafka's metadata refresh), recomputes the subscribed topics' metadata
+and bumps its epoch when it changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from types import MappingProxyType
+
+from kio.schema.errors import ErrorCode
+
+from coordinator import events as ev
+from coordinator.consumer.commands import (
+    ConsumerGroupDescribe,
+    ConsumerGroupDescribeOutcome,
+    ConsumerGroupHeartbeat,
+    ConsumerGroupHeartbeatOutcome,
+    DescribedConsumerGroup,
+    DescribedConsumerMember,
+)
+from coordinator.consumer.config import ConsumerGroupConfig
+from coordinator.consumer.group import ConsumerGroup, ConsumerGroupState, TopicImage
+from coordinator.consumer.heartbeat import (
+    ConsumerEnv,
+    HeartbeatError,
+    epoch_record,
+    fence_member,
+    heartbeat,
+    rebalance_key,
+    session_key,
+)
+from coordinator.consumer.member import Assignment
+from coordinator.records import (
+    ConsumerGroupPartitionMetadataKey,
+    ConsumerGroupRecord,
+    ConsumerGroupTargetAssignmentMetadataKey,
+)
+from coordinator.result import Reply, Result, TimerKey
+
+__all__ = ["ConsumerGroupCoordinator"]
+
+TIMER_KINDS = frozenset({"consumer-session", "consumer-rebalance"})
+
+# READ, DELETE, DESCRIBE as a bit field (no authorizer: everything allowed), as the classic side.
+_GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+
+
+class ConsumerGroupCoordinator:
+    def __init__(self, config: ConsumerGroupConfig, new_member_id: Callable[[str], str]) -> None:
+        self.config = config
+        self.image = TopicImage()
+        self._new_member_id = new_member_id
+        self._groups: dict[str, ConsumerGroup] = {}
+
+    # -- reading ---------------------------------------------------------------------------
+
+    @property
+    def groups(self) -> Mapping[str, ConsumerGroup]:
+        return MappingProxyType(self._groups)
+
+    def group(self, group_id: str) -> ConsumerGroup | None:
+        return self._groups.get(group_id)
+
+    def __iter__(self) -> Iterator[ConsumerGroup]:
+        return iter(self._groups.values())
+
+    def set_topic_image(self, image: TopicImage) -> None:
+        self.image = image
+
+    def _env(self, now_ms: int) -> ConsumerEnv:
+        return ConsumerEnv(config=self.config, image=self.image, now_ms=now_ms,
+                           new_member_id=self._new_member_id, result=Result())
+
+    # -- commands --------------------------------------------------------------------------
+
+    def heartbeat(self, cmd: ConsumerGroupHeartbeat, now_ms: int) -> Result:
+        env = self._env(now_ms)
+        try:
+            outcome = heartbeat(env, self._groups, cmd)
+        except HeartbeatError as exc:
+            outcome = ConsumerGroupHeartbeatOutcome(error=exc.error, error_message=exc.message,
+                                                    member_id=cmd.member_id or None,
+                                                    member_epoch=cmd.member_epoch)
+        env.result.replies.append(Reply(cmd.ref, outcome))
+        return env.result
+
+    def describe(self, cmd: ConsumerGroupDescribe) -> Result:
+        return Result.reply(cmd.ref, ConsumerGroupDescribeOutcome(
+            groups=tuple(self._describe(group_id, cmd) for group_id in cmd.group_ids)))
+
+    def _describe(self, group_id: str, cmd: ConsumerGroupDescribe) -> DescribedConsumerGroup:
+        group = self._groups.get(group_id)
+        if group_id == "":
+            return DescribedConsumerGroup(group_id=group_id, error=ErrorCode.invalid_group_id)
+        if group is None:
+            return DescribedConsumerGroup(group_id=group_id,
+                                          error=ErrorCode.group_id_not_found,
+                                          error_message=f"Group {group_id} not found.")
+
+        def named(assignment: Assignment) -> tuple[tuple, ...]:
+            names = {m.topic_id: m.topic_name for m in group.subscription_metadata.values()}
+            return tuple(sorted(
+                (t, names.get(t) or self.image.name_of(t), tuple(sorted(p)))
+                for t, p in assignment.items() if p))
+
+        return DescribedConsumerGroup(
+            group_id=group_id,
+            state=group.state.value,
+            group_epoch=group.group_epoch,
+            assignment_epoch=group.assignment_epoch,
+            assignor_name=group.preferred_assignor(self.config.assignors[0]),
+            members=tuple(
+                DescribedConsumerMember(
+                    member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id,
+                    member_epoch=m.member_epoch, client_id=m.client_id,
+                    client_host=m.client_host, subscribed_topic_names=m.subscribed_topic_names,
+                    subscribed_topic_regex=m.subscribed_topic_regex,
+                    assignment=named(m.assigned),
+                    target_assignment=named(group.target.get(m.member_id, {})))
+                for m in group.members.values()),
+            authorized_operations=(_GROUP_AUTHORIZED_OPERATIONS
+                                   if cmd.include_authorized_operations else -(2**31)),
+        )
+
+    # -- timers ----------------------------------------------------------------------------
+
+    def expire(self, key: TimerKey, now_ms: int) -> Result:
+        env = self._env(now_ms)
+        kind, group_id, member_id = str(key[0]), str(key[1]), str(key[2])
+        group = self._groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if group is None or member is None:
+            return env.result
+        if kind == "consumer-session":
+            deadline = group.session_deadlines.get(member_id)
+            if deadline is None:
+                return env.result
+            if deadline > now_ms:
+                env.result.schedule(session_key(group_id, member_id), deadline)
+                return env.result
+            fence_member(env, group, member, ev.RemovalCause.SESSION_EXPIRY,
+                         "the member session expired")
+        elif kind == "consumer-rebalance":
+            pending = group.rebalance_deadlines.get(member_id)
+            if pending is None:
+                return env.result
+            epoch, deadline = pending
+            if deadline > now_ms:
+                env.result.schedule(rebalance_key(group_id, member_id), deadline)
+                return env.result
+            if member.member_epoch == epoch:
+                fence_member(env, group, member, ev.RemovalCause.REBALANCE_TIMEOUT,
+                             f"the member failed to revoke its partitions of epoch {epoch} "
+                             f"within {member.rebalance_timeout_ms}ms")
+            else:
+                group.rebalance_deadlines.pop(member_id, None)
+        return env.result
+
+    # -- offsets ---------------------------------------------------------------------------
+
+    def validate_offset_commit(self, group_id: str, member_id: str, member_epoch: int,
+                               api_version: int) -> ErrorCode | None:
+        """Kafka's `ConsumerGroup.validateOffsetCommit` (the group exists)."""
+        group = self._groups[group_id]
+        if member_epoch < 0 and not group.members:
+            return None
+        member = group.members.get(member_id)
+        if member is None:
+            return ErrorCode.unknown_member_id
+        if api_version < 9:
+            return ErrorCode.unsupported_version
+        if member_epoch != member.member_epoch:
+            return ErrorCode.stale_member_epoch
+        return None
+
+    def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int
+                              ) -> ErrorCode | None:
+        """Kafka's `ConsumerGroup.validateOffsetFetch`."""
+        group = self._groups.get(group_id)
+        if group is None or (member_id is None and member_epoch < 0):
+            return None
+        member = group.members.get(member_id or "")
+        if member is None:
+            return ErrorCode.unknown_member_id
+        if member_epoch != member.member_epoch:
+            return ErrorCode.stale_member_epoch
+        return None
+
+    def delete_group(self, group_id: str, now_ms: int) -> tuple[ErrorCode | None, Result]:
+        """DeleteGroups / expiry of an Empty consumer group: every record's tombstone."""
+        env = self._env(now_ms)
+        group = self._groups.get(group_id)
+        if group is None:
+            return ErrorCode.group_id_not_found, env.result
+        if group.members:
+            return ErrorCode.non_empty_group, env.result
+        env.result.records.extend([
+            ConsumerGroupRecord(key=ConsumerGroupTargetAssignmentMetadataKey(group=group_id),
+                                value=None),
+            ConsumerGroupRecord(key=ConsumerGroupPartitionMetadataKey(group=group_id),
+                                value=None),
+            ConsumerGroupRecord(key=epoch_record(group_id, 0).key, value=None),
+        ])
+        del self._groups[group_id]
+        env.result.events.append(ev.GroupDead(ts_ms=now_ms, group_id=group_id,
+                                              generation_id=group.group_epoch,
+                                              reason="group deleted"))
+        return None, env.result
+
+    # -- recovery --------------------------------------------------------------------------
+
+    def replay(self, record: ConsumerGroupRecord, now_ms: int) -> Result:
+        """Apply one record read back from the log (latest value per key).
+
+        Members come back with their epochs and assignments and a fresh session; a member
+        still revoking gets a fresh rebalance timeout. A group epoch tombstone deletes the group.
+        """
+        env = self._env(now_ms)
+        group_id = record.key.group
+        group = self._groups.get(group_id)
+        if record.value is None and record.key == epoch_record(group_id, 0).key:
+            if group is not None:
+                for member_id in list(group.members):
+                    env.result.cancel(session_key(group_id, member_id))
+                del self._groups[group_id]
+            return env.result
+        if group is None:
+            group = self._groups[group_id] = ConsumerGroup(group_id=group_id)
+        had = set(group.members)
+        group.apply(record)
+        for member_id in set(group.members) - had:
+            deadline = now_ms + self.config.session_timeout_ms
+            group.session_deadlines[member_id] = deadline
+            env.result.schedule(session_key(group_id, member_id), deadline)
+        return env.result
+
+    def finish_replay(self, now_ms: int) -> Result:
+        """After a partition's replay: drop member-less leftovers of deleted groups and arm
+        the rebalance timeouts of members that were revoking."""
+        env = self._env(now_ms)
+        for group_id, group in list(self._groups.items()):
+            if not group.exists and not group.members:
+                del self._groups[group_id]
+                continue
+            for member in group.members.values():
+                if (member.state.name == "UNREVOKED_PARTITIONS"
+                        and member.member_id not in group.rebalance_deadlines):
+                    deadline = now_ms + max(member.rebalance_timeout_ms, 0)
+                    group.rebalance_deadlines[member.member_id] = (member.member_epoch, deadline)
+                    env.result.schedule(rebalance_key(group_id, member.member_id), deadline)
+        return env.result
+
+    def forget(self, group_id: str) -> Result:
+        """Drop a group from memory (its timers too), before it is replayed again from the log:
+        what a failed append leaves behind is state the log does not have."""
+        result = Result()
+        group = self._groups.pop(group_id, None)
+        if group is not None:
+            for member_id in group.members:
+                result.cancel(session_key(group_id, member_id))
+                result.cancel(rebalance_key(group_id, member_id))
+        return result
+
+    def is_empty(self, group_id: str) -> bool:
+        group = self._groups.get(group_id)
+        return group is not None and group.state is ConsumerGroupState.EMPTY
