@@ -18,6 +18,7 @@ from kio.serial.errors import SerialError
 from kio.static.primitive import i16, i32
 
 from protocol.errors import MalformedRequest, UnsupportedApi
+from protocol.legacy_versions import legacy_request, legacy_response
 
 _FIXED_HEADER = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
@@ -68,8 +69,13 @@ def _request_codec(api_key: int, api_version: int) -> _RequestCodec:
         try:
             cls = load_request_schema(api_key, api_version)
         except KioIndexError as exc:
-            raise UnsupportedApi(api_key, api_version) from exc
-        codec = _RequestCodec(cls, entity_reader(cls.__header_schema__), entity_reader(cls))
+            legacy = legacy_request(api_key, api_version)  # versions kio no longer carries
+            if legacy is None:
+                raise UnsupportedApi(api_key, api_version) from exc
+            legacy_type, body_reader, header_type = legacy
+            codec = _RequestCodec(legacy_type, entity_reader(header_type), body_reader)
+        else:
+            codec = _RequestCodec(cls, entity_reader(cls.__header_schema__), entity_reader(cls))
         _request_codecs[(api_key, api_version)] = codec
     return codec
 
@@ -77,9 +83,15 @@ def _request_codec(api_key: int, api_version: int) -> _RequestCodec:
 def response_codec(api_key: int, api_version: int) -> _ResponseCodec:
     codec = _response_codecs.get((api_key, api_version))
     if codec is None:
-        cls = load_response_schema(api_key, api_version)
-        header_cls = cls.__header_schema__
-        codec = _ResponseCodec(cls, header_cls, entity_writer(header_cls), entity_writer(cls))
+        legacy = legacy_response(api_key, api_version)
+        if legacy is not None:
+            legacy_type, body_writer, header_type = legacy
+            codec = _ResponseCodec(legacy_type, header_type, entity_writer(header_type),
+                                   body_writer)
+        else:
+            cls = load_response_schema(api_key, api_version)
+            header_cls = cls.__header_schema__
+            codec = _ResponseCodec(cls, header_cls, entity_writer(header_cls), entity_writer(cls))
         _response_codecs[(api_key, api_version)] = codec
     return codec
 
