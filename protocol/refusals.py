@@ -76,7 +76,7 @@ class RefusalLog:
 
     def refuse_version(self, *, client_id: str, api_key: int, api_version: int,
                        **fields: object) -> bool:
-        return self.refused("request version refused; connection closed", client_id=client_id,
+        return self.refused("connection closed on bad input", client_id=client_id,
                             api_key=api_key, api_version=api_version,
                             problem="unsupported version",
                             advice=self.version_advice(api_key, api_version), **fields)
