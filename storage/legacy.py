@@ -70,6 +70,8 @@ _MIN_SIZE = {0: 4 + 2 + 4 + 4, 1: 4 + 2 + 8 + 4 + 4}  # crc .. value length, no 
 _NULL = b"\xff\xff\xff\xff"
 # Kafka writes gzip with the JDK's default level; the exact bytes are not part of the format.
 GZIP_LEVEL = 6
+# A down-converted wrapper lives for one response: the fastest level, not the smallest output.
+GZIP_LEVEL_FAST = 1
 
 
 class UnsupportedCompressionError(CorruptRecordError):
@@ -182,9 +184,9 @@ def _read_bytes(mv: memoryview, cursor: int, stop: int, entry: int) -> tuple[byt
     return bytes(mv[cursor:cursor + length]), cursor + length
 
 
-def compress(codec: int, data: bytes) -> bytes:
+def compress(codec: int, data: bytes, *, level: int = GZIP_LEVEL) -> bytes:
     if codec == CODEC_GZIP:
-        return gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
+        return gzip.compress(data, compresslevel=level, mtime=0)
     raise UnsupportedCompressionError(codec)
 
 

@@ -36,6 +36,7 @@ from storage.batch import (
 from storage.legacy import (
     CODEC_MASK,
     CODEC_NONE,
+    GZIP_LEVEL_FAST,
     LOG_APPEND_TIME,
     NO_TIMESTAMP,
     UnsupportedCompressionError,
@@ -45,6 +46,11 @@ from storage.legacy import (
     inner_messages,
     read_message_set,
 )
+
+try:
+    from storage import _legacy_speedups as _speedups  # type: ignore[attr-defined]
+except ImportError:  # no C compiler at install time: the Python loop below does the same
+    _speedups = None
 
 __all__ = ["down_convert", "encode_v2_batch", "up_convert"]
 
@@ -174,7 +180,7 @@ def down_convert(data: bytes, magic: int, fetch_offset: int, max_bytes: int, *,
         message_attributes = LOG_APPEND_TIME if magic and append_time is not None else 0
         payload = data[pos + _BATCH_HEADER_SIZE:batch_end]
         if codec == CODEC_NONE:
-            budget = max_bytes - total
+            budget = max(max_bytes - total, 0)
             converted, used, full = _convert_records(
                 payload, count, base_offset, base_timestamp, append_time, magic,
                 message_attributes, fetch_offset,
@@ -197,25 +203,18 @@ def down_convert(data: bytes, magic: int, fetch_offset: int, max_bytes: int, *,
             if not inner:
                 pos = batch_end
                 continue
-            last_offset = base_offset + last_delta
-            wrapper_timestamp = (append_time if append_time is not None
-                                 else _max_inner_timestamp(inner, magic))
+            # The wrapper's timestamp is its messages' largest, which the batch header holds
+            # (and with LogAppendTime the append time, which it holds too).
             wrapper = encode_message(
-                last_offset, magic, codec | message_attributes,
-                wrapper_timestamp if magic else NO_TIMESTAMP, None,
-                compress(codec, b"".join(inner)))
+                base_offset + last_delta, magic, codec | message_attributes,
+                max_timestamp if magic else NO_TIMESTAMP, None,
+                compress(codec, b"".join(inner), level=GZIP_LEVEL_FAST))
             if total + len(wrapper) > max_bytes and not (at_least_one and not out):
                 break
             out.append(wrapper)
             total += len(wrapper)
         pos = batch_end
     return b"".join(out)
-
-
-def _max_inner_timestamp(inner: list[bytes], magic: int) -> int:
-    if not magic:
-        return NO_TIMESTAMP
-    return max(struct.unpack_from(">q", message, 18)[0] for message in inner)
 
 
 def _convert_records(payload: bytes, count: int, base_offset: int, base_timestamp: int,
@@ -226,7 +225,27 @@ def _convert_records(payload: bytes, count: int, base_offset: int, base_timestam
 
     Returns (messages, their total size, whether the budget stopped the walk). The first
     message may use `first_budget` bytes, all of them together `budget`; None is no limit.
+    The C loop (`storage/_legacy_speedups.c`) does the same when it was built.
     """
+    if _speedups is None:
+        return _convert_records_py(payload, count, base_offset, base_timestamp, append_time,
+                                   magic, attributes, fetch_offset, first_budget, budget,
+                                   relative_to=relative_to)
+    try:
+        chunk, used, full = _speedups.convert_records(
+            payload, count, base_offset, base_timestamp, append_time is not None,
+            append_time or 0, magic, attributes, fetch_offset,
+            -1 if first_budget is None else first_budget, -1 if budget is None else budget,
+            relative_to is not None, relative_to or 0)
+    except ValueError as exc:
+        raise CorruptRecordError(f"records of a batch do not parse: {exc}") from None
+    return ([chunk] if chunk else []), used, full
+
+
+def _convert_records_py(payload: bytes, count: int, base_offset: int, base_timestamp: int,
+                     append_time: int | None, magic: int, attributes: int, fetch_offset: int,
+                     first_budget: int | None, budget: int | None, *,
+                     relative_to: int | None = None) -> tuple[list[bytes], int, bool]:
     out: list[bytes] = []
     used = 0
     limit = first_budget
@@ -247,6 +266,8 @@ def _convert_records(payload: bytes, count: int, base_offset: int, base_timestam
             else:
                 length, pos = _varint(payload, pos)
             record_end = pos + length
+            if length < 1 or record_end > size:
+                raise CorruptRecordError(f"record length {length} out of range at byte {pos}")
             pos += 1  # record attributes (unused)
             b = payload[pos]
             if b < 0x80:
@@ -273,6 +294,8 @@ def _convert_records(payload: bytes, count: int, base_offset: int, base_timestam
             if key_length < 0:
                 key = b""
             else:
+                if pos + key_length > record_end:
+                    raise CorruptRecordError(f"key runs past its record at byte {pos}")
                 key = payload[pos:pos + key_length]
                 pos += key_length
             b = payload[pos]
@@ -285,8 +308,8 @@ def _convert_records(payload: bytes, count: int, base_offset: int, base_timestam
                 value_part = _NULL_LENGTH
             else:
                 value_part = i32(value_length) + payload[pos:pos + value_length]
-            if record_end > size:
-                raise CorruptRecordError(f"record runs past its batch at byte {pos}")
+            if pos + max(value_length, 0) > record_end:
+                raise CorruptRecordError(f"value runs past its record at byte {pos}")
             pos = record_end  # headers: dropped, they have no legacy form
             if relative_to is not None:
                 offset -= relative_to

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import struct
 import zlib
+from typing import Any
 
 import pytest
 from crc32c import crc32c
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
+from storage import legacy_convert
 from storage.batch import CorruptRecordError, InvalidRecordError
 from storage.legacy import (
     LOG_APPEND_TIME,
@@ -186,3 +188,44 @@ def test_snappy_wrapper_is_unsupported_compression() -> None:
 def test_legacy_crc_is_zlibs_crc32_of_magic_onwards() -> None:
     message = encode_message(7, 1, 0, TS, b"k", b"v")
     assert struct.unpack_from(">I", message, 12)[0] == zlib.crc32(message[16:])
+
+
+# ------------------------------------------------------------------------------ C and Python
+
+
+def _python_loop(fn: Any) -> Any:
+    saved = legacy_convert._speedups
+    legacy_convert._speedups = None
+    try:
+        return fn()
+    except CorruptRecordError as exc:
+        return type(exc)
+    finally:
+        legacy_convert._speedups = saved
+
+
+def _either(fn: Any) -> Any:
+    try:
+        return fn()
+    except CorruptRecordError as exc:
+        return type(exc)
+
+
+@pytest.mark.skipif(legacy_convert._speedups is None, reason="the C loop was not built")
+@settings(max_examples=80, deadline=None)
+@given(values=st.lists(st.binary(max_size=200), min_size=1, max_size=15),
+       fetch_at=st.integers(0, 16), max_bytes=st.integers(0, 3000),
+       magic=st.sampled_from([0, 1]), attributes=st.sampled_from([0, 0x08]),
+       headers=st.booleans(), cut=st.integers(0, 5))
+def test_c_and_python_loops_give_the_same_bytes(
+        values: list[bytes], fetch_at: int, max_bytes: int, magic: int, attributes: int,
+        headers: bool, cut: int) -> None:
+    data = v2_batch(values, base_offset=3, headers=headers, attributes=attributes)
+    if cut:  # a batch whose records are cut short (the header still claims them all)
+        data = data[:-cut]
+        data = data[:8] + struct.pack(">i", len(data) - 12) + data[12:]
+
+    def convert() -> Any:
+        return down_convert(data, magic, 3 + fetch_at, max_bytes)
+
+    assert _either(convert) == _python_loop(convert)
