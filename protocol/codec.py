@@ -1,7 +1,8 @@
-"""The one place that imports `kio.serial`: cached request decoders and response encoders.
+"""Cached request decoders and response encoders over `kio.serial`.
 
 Readers are native (fast); writers are pure Python, so hot fixed-shape responses may bypass
-`encode_response` with hand-packed bytes (see `protocol.fastpath`).
+`encode_response` with hand-packed bytes (see `protocol.fastpath`). Versions older than kio's
+schemas come from `protocol.legacy_versions` (which builds on kio's readers and writers).
 """
 
 from __future__ import annotations
