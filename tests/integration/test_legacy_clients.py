@@ -215,3 +215,31 @@ def test_a_refused_version_is_logged_once_per_client_and_version(broker: BrokerP
     assert len(lines) == 1, lines
     assert '"api": "Fetch"' in lines[0] and '"api_version": 99' in lines[0]
     assert "v0-v16" in lines[0]
+
+
+@pytest.mark.parametrize("fallback", ["0.9.0", "0.10.0"])
+def test_librdkafka_configured_for_an_old_broker(broker: BrokerProcess, fallback: str) -> None:
+    # No ApiVersions: librdkafka uses the versions of `broker.version.fallback` (0.9.0: Produce
+    # and Fetch v1, magic 0; 0.10.0: v2, magic 1), here with gzip.
+    from confluent_kafka import Consumer, Producer
+
+    topic = "rdk-" + fallback.replace(".", "-")
+    conf = {"bootstrap.servers": broker.bootstrap, "api.version.request": False,
+            "broker.version.fallback": fallback, "log_level": 3}
+    producer = Producer({**conf, "compression.type": "gzip", "linger.ms": 5})
+    for i in range(100):
+        producer.produce(topic, key=b"k", value=b"value-%d" % i)
+    assert producer.flush(30) == 0
+    consumer = Consumer({**conf, "group.id": topic, "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    values: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(values) < 100 and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            values.append(message.value())
+    committed = consumer.commit(asynchronous=False)
+    consumer.close()
+    assert values == [b"value-%d" % i for i in range(100)]
+    assert committed is not None and committed[0].offset == 100
