@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-unit test-integration lint bench forensics clean
+.PHONY: install run test test-unit test-integration lint bench forensics clean docker-test
 
 $(STAMP): pyproject.toml setup.py storage/_legacy_speedups.c
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[test,bench]'
 	$(BIN)/python -m tests.bench.run
+
+# The stock-client scenario against the Docker image (skipped where there is no Docker engine).
+docker-test:
+	docker/test.sh
 
 clean:
 	rm -rf $(VENV) data

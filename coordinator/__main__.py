@@ -65,7 +65,11 @@ async def serve(broker: Broker, server_factory: type[KafkaServer] = KafkaServer)
     _tune_gc()
     server = server_factory(broker, host=host, port=port,
                             max_frame_bytes=settings["socket.request.max.bytes"],
-                            max_in_flight=settings["queued.max.requests"])
+                            max_in_flight=settings["queued.max.requests"],
+                            idle_ms=settings["connections.max.idle.ms"],
+                            max_connections=settings["max.connections"],
+                            max_connections_per_ip=settings["max.connections.per.ip"],
+                            max_buffered_bytes=settings["queued.max.request.bytes"])
     bound = await server.start()
     log = structlog.get_logger("rebalanced")
     log.info("broker started", host=host, port=bound, node_id=broker.node_id,

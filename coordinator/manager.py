@@ -129,6 +129,8 @@ class GroupCoordinator:
             return fail(ErrorCode.invalid_session_timeout)
         if cmd.protocol_type == "" or not cmd.protocols:
             return fail(ErrorCode.inconsistent_group_protocol)
+        if unstorable_join_field(cmd) is not None:
+            return fail(ErrorCode.invalid_request)
         group = self._groups.get(cmd.group_id)
         if group is None:
             if cmd.member_id != c.UNKNOWN_MEMBER_ID:
@@ -458,3 +460,35 @@ class GroupCoordinator:
 
     def __iter__(self) -> Iterator[ClassicGroup]:
         return iter(self._groups.values())
+
+
+# The group log stores these strings with int16 lengths (Kafka's record versions): a member
+# whose ids or protocol names do not fit could never be written, and its group's persistence
+# would fail on every rebalance. A client or instance id also becomes the prefix of a member id,
+# to which "-" and a UUID are appended.
+MAX_STORED_STRING_BYTES = 32767
+_MEMBER_ID_SUFFIX_BYTES = 37
+
+
+def _too_long(value: str | None, reserve: int = 0) -> bool:
+    if value is None or len(value) * 4 + reserve <= MAX_STORED_STRING_BYTES:
+        return False  # no string of this many characters can be too long (the usual case)
+    return len(value.encode()) + reserve > MAX_STORED_STRING_BYTES
+
+
+def unstorable_join_field(cmd: c.JoinGroup) -> str | None:
+    """The first JoinGroup field the group log could not store, if any."""
+    if _too_long(cmd.group_id):
+        return "group_id"
+    if _too_long(cmd.member_id):
+        return "member_id"
+    if _too_long(cmd.client_id, _MEMBER_ID_SUFFIX_BYTES):
+        return "client_id"
+    if _too_long(cmd.group_instance_id, _MEMBER_ID_SUFFIX_BYTES):
+        return "group_instance_id"
+    if _too_long(cmd.protocol_type):
+        return "protocol_type"
+    for protocol in cmd.protocols:
+        if _too_long(protocol.name):
+            return "protocol name"
+    return None

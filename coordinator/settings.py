@@ -111,6 +111,16 @@ SETTINGS: tuple[Setting, ...] = (
             "how long group-log tombstones survive compaction"),
     Setting("log.cleaner.backoff.ms", _int(1), "15000", "how often the group log is compacted"),
     Setting("journal.path", str, "", "JSON-lines event journal (default: <log.dirs>/events.jsonl)"),
+    # The edge against hostile or broken clients.
+    Setting("connections.max.idle.ms", _int(-1), "600000",
+            "close a connection with no request or response for this long, including one "
+            "that stopped inside a frame (-1: never)"),
+    Setting("max.connections", _int(1), "2147483647", "connections accepted at once"),
+    Setting("max.connections.per.ip", _int(1), "2147483647",
+            "connections accepted at once from one client address"),
+    Setting("queued.max.request.bytes", _int(-1), "536870912",
+            "request bytes buffered broker-wide (partial frames, frames waiting) before reading "
+            "pauses (-1: no limit)"),
 )
 _BY_KEY = {s.key: s for s in SETTINGS}
 
@@ -220,4 +230,8 @@ def load(argv: Sequence[str] | None = None,
             "settings not used by this broker ignored", file=str(args.config), keys=ignored)
     if settings["group.min.session.timeout.ms"] > settings["group.max.session.timeout.ms"]:
         raise ConfigError("group.min.session.timeout.ms exceeds group.max.session.timeout.ms")
+    budget = settings["queued.max.request.bytes"]
+    if budget != -1 and budget < settings["socket.request.max.bytes"]:
+        raise ConfigError("queued.max.request.bytes is smaller than socket.request.max.bytes "
+                          "(a largest request could never be read)")
     return settings, args

@@ -19,6 +19,7 @@ from kio.serial.errors import SerialError
 from kio.static.primitive import i16, i32
 
 from protocol.errors import MalformedRequest, UnsupportedApi
+from protocol.guard import Guard, compile_guard
 from protocol.legacy_versions import legacy_request, legacy_response
 
 _FIXED_HEADER = struct.Struct(">hhi")
@@ -38,6 +39,8 @@ class _RequestCodec:
     request_type: type
     header_reader: Callable[[Any, int], tuple[Any, int]]
     body_reader: Callable[[Any, int], tuple[Any, int]]
+    # Checks array counts before kio sees the body; None when the schema has no array.
+    guard: Guard | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,10 +76,14 @@ def _request_codec(api_key: int, api_version: int) -> _RequestCodec:
             legacy = legacy_request(api_key, api_version)  # versions kio no longer carries
             if legacy is None:
                 raise UnsupportedApi(api_key, api_version) from exc
-            legacy_type, body_reader, header_type = legacy
-            codec = _RequestCodec(legacy_type, entity_reader(header_type), body_reader)
+            legacy_type, body_reader, header_type, kio_schema = legacy
+            # Hand-written readers bound their own counts; kio-read old versions get the
+            # guard of the kio schema that reads them.
+            codec = _RequestCodec(legacy_type, entity_reader(header_type), body_reader,
+                                  compile_guard(kio_schema) if kio_schema is not None else None)
         else:
-            codec = _RequestCodec(cls, entity_reader(cls.__header_schema__), entity_reader(cls))
+            codec = _RequestCodec(cls, entity_reader(cls.__header_schema__), entity_reader(cls),
+                                  compile_guard(cls))
         _request_codecs[(api_key, api_version)] = codec
     return codec
 
@@ -105,13 +112,19 @@ def decode_request(frame: bytes) -> tuple[RequestHeader, Any]:
     """Decode header and body.
 
     Bytes left after the body are ignored, as Kafka's request parser ignores them: librdkafka's
-    admin Metadata v13 request carries a field that version no longer has.
+    admin Metadata v13 request carries a field that version no longer has. The body goes to
+    kio's native reader only after `protocol.guard` has checked its array counts (a count
+    larger than the frame would make kio abort the process) and non-nullable arrays.
     """
     api_key, api_version, _ = peek_header(frame)
     codec = _request_codec(api_key, api_version)
     try:
         header, offset = codec.header_reader(frame, 0)
+        if codec.guard is not None:
+            codec.guard(frame, offset, len(frame))
         body, _ = codec.body_reader(frame, offset)
+    except MalformedRequest:
+        raise
     except (SerialError, KeyError, ValueError, TypeError, IndexError, OverflowError) as exc:
         # kio raises KeyError on tagged fields it does not know; see _skip_unknown_tags below.
         if isinstance(exc, KeyError) and "tagged field" in str(exc):
@@ -209,8 +222,11 @@ def _strip_trailing_tags(body: bytes, codec: _RequestCodec) -> bytes | None:
             continue
         candidate = body[:cut] + b"\x00"
         try:
+            if codec.guard is not None:
+                codec.guard(candidate, 0, len(candidate))
             _, size = codec.body_reader(candidate, 0)
-        except (SerialError, KeyError, ValueError, TypeError, IndexError, OverflowError):
+        except (SerialError, KeyError, ValueError, TypeError, IndexError, OverflowError,
+                MalformedRequest):
             continue
         if size == len(candidate):
             return candidate

@@ -37,6 +37,40 @@ class ResponseSlot:
         self.done = False
 
 
+class ReadBudget:
+    """Request bytes held broker-wide: partial frames and frames read but not yet handled.
+
+    Above `limit`, connections stop being read as soon as they are between two frames (one in
+    the middle of a frame keeps reading, so that the frame can complete and be released); they
+    resume when the total falls back to the limit. A limit below zero means no limit.
+    """
+
+    __slots__ = ("exhausted", "limit", "used", "waiting")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self.exhausted = False
+        self.waiting: set[Connection] = set()
+
+    def change(self, delta: int) -> None:
+        self.used += delta
+        if self.limit < 0:
+            return
+        if not self.exhausted:
+            if self.used > self.limit:
+                self.exhausted = True
+                log.warning("request buffer budget exhausted: reading paused",
+                            buffered_bytes=self.used, queued_max_request_bytes=self.limit)
+        elif self.used <= self.limit:
+            self.exhausted = False
+            waiting, self.waiting = self.waiting, set()
+            log.info("request buffer budget available: reading resumed",
+                     buffered_bytes=self.used, connections=len(waiting))
+            for connection in waiting:
+                connection._update_reading()
+
+
 class RequestHandler(Protocol):
     def handle(self, connection: Connection, slot: ResponseSlot, header: RequestHeader,
                request: Any) -> None:
@@ -58,13 +92,13 @@ class Connection(asyncio.Protocol):
     """
 
     __slots__ = (
-        "_backlog", "_decoder", "_drained", "_handler", "_max_in_flight", "_out", "_processing",
-        "_queue", "_reading_paused", "_transport", "_write_scheduled", "_writing_paused",
-        "client_host", "closed", "closing", "id",
+        "_backlog", "_budget", "_decoder", "_drained", "_handler", "_held", "_max_in_flight",
+        "_out", "_processing", "_queue", "_reading_paused", "_transport", "_write_scheduled",
+        "_writing_paused", "active", "client_host", "closed", "closing", "id", "last_active",
     )
 
     def __init__(self, handler: RequestHandler, *, max_frame_bytes: int,
-                 max_in_flight: int = 1000) -> None:
+                 max_in_flight: int = 1000, budget: ReadBudget | None = None) -> None:
         self.id = next(_connection_ids)
         self._handler = handler
         self._decoder = FrameDecoder(max_frame_bytes)
@@ -84,6 +118,12 @@ class Connection(asyncio.Protocol):
         self.closing = False
         self.client_host = ""
         self._drained: asyncio.Event | None = None
+        self._budget = budget
+        self._held = 0  # bytes counted against the budget
+        # Set by a whole request read or a response written; the server's idle sweep clears
+        # it and notes the time (a flag, so that the hot path reads no clock).
+        self.active = False
+        self.last_active = 0.0
 
     # asyncio.Protocol -------------------------------------------------------------------------
 
@@ -105,13 +145,18 @@ class Connection(asyncio.Protocol):
         return event
 
     def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
         try:
             frames = self._decoder.feed(data)
         except FrameError as exc:
             self._reject(str(exc))
             return
         if not frames:
+            if self._budget is not None:
+                self._update_reading()
             return
+        self.active = True
         if self._backlog:
             self._backlog.extend(frames)
         else:
@@ -147,6 +192,11 @@ class Connection(asyncio.Protocol):
         self.closed = True
         self._queue.clear()
         self._backlog = []
+        if self._budget is not None:
+            self._budget.waiting.discard(self)
+            if self._held:
+                self._budget.change(-self._held)
+                self._held = 0
         if self._drained is not None:
             self._drained.set()
         self._handler.connection_closed(self)
@@ -236,6 +286,7 @@ class Connection(asyncio.Protocol):
         out = self._out
         if out and self._transport is not None and not self.closed:
             self._transport.write(b"".join(out) if len(out) > 1 else out[0])
+            self.active = True
         out.clear()
 
     def _update_reading(self) -> None:
@@ -244,6 +295,17 @@ class Connection(asyncio.Protocol):
             return
         should_pause = (self._writing_paused or bool(self._backlog)
                         or len(self._queue) >= self._max_in_flight)
+        budget = self._budget
+        if budget is not None:
+            held = self._decoder.buffered
+            if self._backlog:
+                held += sum(map(len, self._backlog))
+            if held != self._held:
+                budget.change(held - self._held)
+                self._held = held
+            if budget.exhausted and not self._decoder.buffered:
+                should_pause = True
+                budget.waiting.add(self)
         if should_pause and not self._reading_paused:
             self._reading_paused = True
             transport.pause_reading()
@@ -254,6 +316,16 @@ class Connection(asyncio.Protocol):
     @property
     def in_flight(self) -> int:
         return len(self._queue)
+
+    @property
+    def partial_frame_bytes(self) -> int:
+        return self._decoder.buffered
+
+    def close_idle(self, idle_ms: int) -> None:
+        """Closed by the server's idle sweep: nothing read or written for `idle_ms`."""
+        log.info("idle connection closed", connection=self.id, client_host=self.client_host,
+                 idle_ms=idle_ms, partial_frame_bytes=self._decoder.buffered)
+        self.close()
 
     def _reject(self, reason: str, frame: bytes | None = None, api_key: int | None = None,
                 api_version: int | None = None) -> None:

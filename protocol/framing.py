@@ -27,29 +27,48 @@ class FrameDecoder:
 
     def feed(self, data: bytes) -> list[bytes]:
         buffer = self._buffer
-        buffer += data
+        if not buffer and len(data) > 4:
+            # Most reads hold exactly one request (a heartbeat, a commit).
+            (size,) = _SIZE.unpack_from(data, 0)
+            if size == len(data) - 4 and size <= self._max_frame_bytes:
+                return [data[4:]]
+        if buffer:
+            buffer += data
+            source: bytes | bytearray = buffer
+        else:
+            # The common case: nothing pending, so frames are sliced out of `data` itself,
+            # one copy each, and only an incomplete tail is buffered.
+            source = data
         frames: list[bytes] = []
         start = 0
-        end = len(buffer)
-        while end - start >= 4:
-            (size,) = _SIZE.unpack_from(buffer, start)
-            if size < 0:
-                raise FrameError(f"negative frame size {size}")
-            if size > self._max_frame_bytes:
-                raise FrameError(
-                    f"frame size {size} exceeds socket.request.max.bytes {self._max_frame_bytes}"
-                )
-            if end - start - 4 < size:
-                break
-            frames.append(bytes(buffer[start + 4 : start + 4 + size]))
-            start += 4 + size
-        if start:
-            del buffer[:start]
+        end = len(source)
+        with memoryview(source) as view:
+            while end - start >= 4:
+                (size,) = _SIZE.unpack_from(source, start)
+                if size < 0:
+                    raise FrameError(f"negative frame size {size}")
+                if size > self._max_frame_bytes:
+                    raise FrameError(f"frame size {size} exceeds socket.request.max.bytes "
+                                     f"{self._max_frame_bytes}")
+                if end - start - 4 < size:
+                    break
+                frames.append(bytes(view[start + 4 : start + 4 + size]))
+                start += 4 + size
+        if source is buffer:
+            if start:
+                del buffer[:start]
+        elif start < end:
+            buffer += _tail(data, start)
         return frames
 
     @property
     def buffered(self) -> int:
         return len(self._buffer)
+
+
+def _tail(data: bytes, start: int) -> memoryview | bytes:
+    """`data[start:]` without copying it first (it is copied once, into the buffer)."""
+    return memoryview(data)[start:] if start else data
 
 
 def frame(payload: bytes) -> bytes:

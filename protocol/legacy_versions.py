@@ -316,12 +316,20 @@ _REQUEST_HEADER = load_request_schema(0, 3).__header_schema__  # header v1
 _RESPONSE_HEADER = load_response_schema(0, 3).__header_schema__  # header v0
 
 
-def legacy_request(api_key: int, api_version: int) -> tuple[type, BodyReader, type] | None:
-    """(request type, body reader, request header type) of an old version, else None."""
+# Old versions read by a kio reader: the kio schema (for the codec's array-count guard).
+_KIO_READ = {(9, 0): (9, 1), (19, 0): (19, 2), (19, 1): (19, 2), (20, 0): (20, 1)}
+
+
+def legacy_request(api_key: int, api_version: int
+                   ) -> tuple[type, BodyReader, type, type | None] | None:
+    """(request type, body reader, request header type, kio schema that reads the body or None
+    for a hand-written reader) of an old version, else None."""
     reader = LEGACY_REQUESTS.get((api_key, api_version))
     if reader is None:
         return None
-    return _REQUEST_TYPES[(api_key, api_version)], reader, _REQUEST_HEADER
+    kio = _KIO_READ.get((api_key, api_version))
+    return (_REQUEST_TYPES[(api_key, api_version)], reader, _REQUEST_HEADER,
+            load_request_schema(*kio) if kio is not None else None)
 
 
 # ------------------------------------------------------------------------------ responses

@@ -18,8 +18,12 @@ def free_port() -> int:
 
 
 class BrokerProcess:
-    def __init__(self, data_dir: Path, port: int | None = None, **settings: str) -> None:
+    def __init__(self, data_dir: Path, port: int | None = None,
+                 command: list[str] | None = None, **settings: str) -> None:
+        """`command` starts another build of the broker (an installed `rebalanced` script);
+        by default the source tree's `python -m coordinator` runs."""
         self.data_dir = data_dir
+        self.command = command
         self.port = port or free_port()
         self.settings = {"group.initial.rebalance.delay.ms": "0", **settings}
         self.flags: list[str] = []  # extra command-line flags, e.g. ["--repair"]
@@ -32,14 +36,17 @@ class BrokerProcess:
 
     def start(self, timeout: float = 15.0) -> BrokerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        args = [sys.executable, "-m", "coordinator", "--log.dirs", str(self.data_dir),
+        args = [*(self.command or [sys.executable, "-m", "coordinator"]),
+                "--log.dirs", str(self.data_dir),
                 "--listeners", f"PLAINTEXT://127.0.0.1:{self.port}"]
         for key, value in self.settings.items():
             args += [f"--{key}", str(value)]
         args += self.flags
         log_file = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child process
-        self.proc = subprocess.Popen(args, stdout=log_file, stderr=log_file,
-                                     cwd=Path(__file__).resolve().parent.parent)
+        # An installed broker runs outside the source tree, so that only the wheel's modules
+        # can be imported.
+        cwd = self.data_dir if self.command else Path(__file__).resolve().parent.parent
+        self.proc = subprocess.Popen(args, stdout=log_file, stderr=log_file, cwd=cwd)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

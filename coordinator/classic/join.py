@@ -31,6 +31,11 @@ def join_group(env: rb.Env, group: ClassicGroup, cmd: c.JoinGroup) -> None:
         if member is not None:
             # Kafka kicks out the latest rejoining members when the group is over capacity.
             rb.drop_member(env, group, member, ev.RemovalCause.MAX_SIZE, "group.max.size reached")
+        elif cmd.member_id in group.pending_members:
+            # A KIP-394 id handed out before the group filled up: forgotten too, or the join
+            # phase would wait for it until its session timeout.
+            group.pending_members.pop(cmd.member_id)
+            env.result.cancel(rb.heartbeat_key(group.group_id, cmd.member_id))
         reply(env, cmd, JoinGroupOutcome(error=ErrorCode.group_max_size_reached))
     elif cmd.member_id == c.UNKNOWN_MEMBER_ID:
         join_new_member(env, group, cmd)

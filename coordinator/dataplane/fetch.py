@@ -132,24 +132,35 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> None:
 
 
 class FetchPurgatory:
-    """Parked fetches by partition, released by appends, deadlines or a closed connection."""
+    """Parked fetches by partition, released by appends, deadlines or a closed connection.
+
+    They are also indexed by connection: when thousands of connections close at once, each
+    close forgets its own fetches without scanning everyone else's.
+    """
 
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
         self._by_partition: dict[tuple[str, int], set[ParkedFetch]] = {}
         self._by_key: dict[tuple[Any, ...], ParkedFetch] = {}
+        self._by_connection: dict[int, set[ParkedFetch]] = {}
 
     def __len__(self) -> int:
         return len(self._by_key)
 
     def park(self, parked: ParkedFetch, deadline_ms: int) -> None:
         self._by_key[parked.key] = parked
+        self._by_connection.setdefault(parked.ctx.connection.id, set()).add(parked)
         for tp in parked.partitions:
             self._by_partition.setdefault(tp, set()).add(parked)
         self._broker.schedule(parked.key, deadline_ms)
 
     def _release(self, parked: ParkedFetch) -> None:
         self._by_key.pop(parked.key, None)
+        mine = self._by_connection.get(parked.ctx.connection.id)
+        if mine is not None:
+            mine.discard(parked)
+            if not mine:
+                del self._by_connection[parked.ctx.connection.id]
         for tp in parked.partitions:
             waiting = self._by_partition.get(tp)
             if waiting is not None:
@@ -186,5 +197,5 @@ class FetchPurgatory:
             self.expire(parked.key)
 
     def connection_closed(self, connection_id: int) -> None:
-        for parked in [p for p in self._by_key.values() if p.ctx.connection.id == connection_id]:
+        for parked in list(self._by_connection.get(connection_id, ())):
             self._release(parked)

@@ -252,3 +252,36 @@ def test_closing_a_connection_forgets_its_parked_joins_in_every_group() -> None:
         assert not {5, 7} & set(ctx.group(group)._parked_by_connection)
     ctx.sleep(9_000)  # past every (extended) initial delay
     assert ctx.reply(other) is not None and ctx.reply(other).error is ErrorCode.none
+
+
+def test_group_max_size_also_forgets_the_refused_pending_member() -> None:
+    ctx = GroupTestContext(GroupConfig(group_initial_rebalance_delay_ms=0, group_max_size=2))
+    (a,) = ctx.stable_group(1)
+    b = ctx.send(JoinGroupBuilder(client_id="b").api_version(4), connection=2).member_id
+    c = ctx.send(JoinGroupBuilder(client_id="c").api_version(4), connection=3).member_id
+    assert set(ctx.group().pending_members) == {b, c}
+    ctx.send(JoinGroupBuilder(client_id="b").api_version(4).member_id(b), connection=2)
+    ctx.send(JoinGroupBuilder(client_id="c0").api_version(4).member_id(a), connection=100)
+    refused = ctx.send(JoinGroupBuilder(client_id="c").api_version(4).member_id(c), connection=3)
+    assert refused.error is ErrorCode.group_max_size_reached
+    assert ctx.group().pending_members == {}
+    # Nobody is left to wait for: the join phase completes now, not at c's session timeout.
+    ctx.sleep(0)
+    assert ctx.group().state is GroupState.COMPLETING_REBALANCE
+    assert set(ctx.group().members) == {a, b}
+
+
+def test_join_fields_the_group_log_cannot_store_are_invalid() -> None:
+    ctx = GroupTestContext()
+    long_name = "p" * 32_768
+    cases = [
+        JoinGroupBuilder(client_id="c" * 32_740),  # + "-" and a UUID for the member id
+        JoinGroupBuilder().group_instance_id("i" * 32_740),
+        JoinGroupBuilder().with_protocols(*protocols(long_name)),
+        JoinGroupBuilder(client_id="é" * 16_384),  # 32,768 bytes in UTF-8
+    ]
+    for builder in cases:
+        assert ctx.send(builder).error is ErrorCode.invalid_request
+    assert ctx.manager.group("g") is None
+    assert ctx.send(JoinGroupBuilder(client_id="c" * 32_730)).error is not (
+        ErrorCode.invalid_request)

@@ -1,0 +1,130 @@
+"""No request body reaches kio's native reader with an array count it could over-allocate for.
+
+kio sizes an array from the declared count before checking the bytes exist, and a failed
+allocation aborts the process: these frames used to kill the broker. Each is decoded in a child
+process, so that a regression shows as that process dying (SIGABRT), not as this run dying.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from kio.index import KioIndexError, load_request_schema
+from kio.serial import entity_writer
+
+from protocol.codec import decode_request
+from protocol.errors import MalformedRequest
+from protocol.guard import body_length, compile_guard
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+
+def header(key: int, version: int, flexible: bool, correlation_id: int = 1) -> bytes:
+    return struct.pack(">hhih", key, version, correlation_id, 1) + b"c" + (
+        b"\x00" if flexible else b"")
+
+
+HOSTILE_FRAMES = {
+    # LeaveGroup v4: group "g", members compact array declaring 2**32 - 2 elements.
+    "compact array count": header(13, 4, True) + b"\x02g" + b"\xff\xff\xff\xff\x0f",
+    # LeaveGroup v3: members legacy array declaring 2**31 - 1 elements.
+    "legacy array count": header(13, 3, False) + b"\x00\x01g" + b"\x7f\xff\xff\xff",
+    # OffsetCommit v8: one topic whose partitions array declares 2**32 - 2 elements.
+    "nested array count": header(8, 8, True) + b"\x02g" + b"\x00\x00\x00\x01" + b"\x02m"
+    + b"\x00" + b"\x02" + b"\x02t" + b"\xff\xff\xff\xff\x0f",
+    # ListOffsets v1: topics with a primitive int32 array far larger than the frame.
+    "primitive array count": header(2, 1, False) + b"\x00\x00\x00\x01" + b"\x00\x00\x00\x01"
+    + b"\x00\x01t" + b"\x7f\xff\xff\xff",
+    # BrokerHeartbeat v1: tagged field 0 (offline_log_dirs, an array of uuids), huge count.
+    "array in a tagged field": header(63, 1, True) + struct.pack(">iqqbb", 1, 1, 1, 0, 0)
+    + b"\x01" + b"\x00" + b"\x05" + b"\xff\xff\xff\xff\x0f",
+}
+
+
+def test_hostile_counts_are_refused_without_aborting_the_process() -> None:
+    script = (
+        "import json, sys\n"
+        "from protocol.codec import decode_request\n"
+        "from protocol.errors import MalformedRequest\n"
+        "out = {}\n"
+        "for name, frame in json.loads(sys.stdin.read()).items():\n"
+        "    try:\n"
+        "        decode_request(bytes.fromhex(frame))\n"
+        "        out[name] = 'decoded'\n"
+        "    except MalformedRequest as exc:\n"
+        "        out[name] = str(exc)\n"
+        "print(json.dumps(out))\n"
+    )
+    frames = {name: frame.hex() for name, frame in HOSTILE_FRAMES.items()}
+    result = subprocess.run([sys.executable, "-c", script], input=json.dumps(frames),
+                            capture_output=True, text=True, cwd=PROJECT, timeout=60)
+    assert result.returncode == 0, result.stderr[-2000:]
+    outcomes = json.loads(result.stdout)
+    assert set(outcomes) == set(HOSTILE_FRAMES)
+    for name, outcome in outcomes.items():
+        assert "elements declared" in outcome, (name, outcome)
+
+
+@pytest.mark.parametrize(("name", "frame"), [
+    ("LeaveGroup v3 members", header(13, 3, False) + b"\x00\x01g" + b"\xff\xff\xff\xff"),
+    ("LeaveGroup v5 members", header(13, 5, True) + b"\x02g" + b"\x00" + b"\x00"),
+    ("SyncGroup v3 assignments", header(14, 3, False) + b"\x00\x01g" + b"\x00\x00\x00\x01"
+     + b"\x00\x01m" + b"\xff\xff" + b"\xff\xff\xff\xff"),
+    ("ListOffsets v1 topics", header(2, 1, False) + b"\x00\x00\x00\x01" + b"\xff\xff\xff\xff"),
+    ("OffsetCommit v8 partitions", header(8, 8, True) + b"\x02g" + b"\x00\x00\x00\x01"
+     + b"\x02m" + b"\x00" + b"\x02" + b"\x02t" + b"\x00"),
+])
+def test_null_where_the_schema_forbids_it_is_malformed(name: str, frame: bytes) -> None:
+    with pytest.raises(MalformedRequest, match="null"):
+        decode_request(frame)
+
+
+def test_null_where_the_schema_allows_it_still_decodes() -> None:
+    # Metadata v12: topics null means "all topics".
+    frame = header(3, 12, True) + b"\x00" + b"\x01" + b"\x00" + b"\x00"
+    _, request = decode_request(frame)
+    assert request.topics is None
+
+
+def test_every_request_schema_compiles() -> None:
+    compiled = 0
+    for key in range(100):
+        for version in range(20):
+            try:
+                cls = load_request_schema(key, version)
+            except KioIndexError:
+                continue
+            compile_guard(cls)
+            body_length(cls)
+            compiled += 1
+    assert compiled > 250
+
+
+def test_heartbeat_has_no_guard_to_run() -> None:
+    for version in range(5):
+        assert compile_guard(load_request_schema(12, version)) is None
+
+
+def test_walk_ends_where_kio_ends_for_a_real_commit() -> None:
+    cls = load_request_schema(8, 8)
+    from kio.schema.offset_commit.v8.request import (
+        OffsetCommitRequestPartition,
+        OffsetCommitRequestTopic,
+    )
+    request = cls(group_id="g", generation_id_or_member_epoch=1, member_id="m",
+                  group_instance_id=None, topics=(OffsetCommitRequestTopic(
+                      name="t", partitions=tuple(OffsetCommitRequestPartition(
+                          partition_index=i, committed_offset=i, committed_leader_epoch=-1,
+                          committed_metadata=None) for i in range(3))),))
+    buffer = io.BytesIO()
+    entity_writer(cls)(buffer, request)
+    body = buffer.getvalue()
+    assert body_length(cls)(body, 0, len(body)) == len(body)
+    _, decoded = decode_request(header(8, 8, True) + body)
+    assert decoded == request
