@@ -74,14 +74,15 @@ async def serve(broker: Broker, server_factory: type[KafkaServer] = KafkaServer)
     log = structlog.get_logger("rebalanced")
     log.info("broker started", host=host, port=bound, node_id=broker.node_id,
              data_dir=str(broker.data_dir), startup_ms=round((time.monotonic() - started) * 1000))
-    stopping = asyncio.Event()
-    install_signal_handlers(stopping.set)
-    await stopping.wait()
+    install_signal_handlers(broker.stop_requested.set)
+    await broker.stop_requested.wait()
     log.info("broker stopping")
     await server.stop()
     await broker.stop()
     log.info("broker stopped")
     flusher.cancel()
+    if broker.failure is not None:
+        raise broker.failure
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,7 +1,8 @@
 """Time sources. Only the runtime reads a clock; the core receives `now_ms` as a parameter.
 
-The core uses one time value for timer deadlines *and* for persisted timestamps (the group's
-`current_state_timestamp`, which offset expiry compares across restarts). So `now_ms()` is
+The core uses one time value for timer deadlines *and* for every persisted timestamp (the
+group's `current_state_timestamp`, commit and expire timestamps of offsets, the group log's batch
+timestamps; offset expiry and compaction compare them across restarts). So `now_ms()` is
 epoch-aligned but monotonic: the wall clock read once at start plus monotonic elapsed time.
 It drifts from NTP-corrected wall time over a long uptime; that is acceptable for retention
 measured in minutes and it never jumps backwards under a deadline.
@@ -25,7 +26,8 @@ class Clock(Protocol):
         ...
 
     def wall_ms(self) -> int:
-        """Milliseconds since the Unix epoch, for commit and state timestamps."""
+        """Milliseconds since the Unix epoch as the system tells it now: for log lines only;
+        persisted timestamps use `now_ms`."""
         ...
 
 

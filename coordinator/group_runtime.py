@@ -5,7 +5,9 @@ For every group request: kio request -> command (`coordinator/api/*`), `now_ms` 
 log, and - only once those records are durable - the replies. A reply may answer a request
 parked earlier (the last JoinGroup of a rebalance completes them all). If the append or its
 fsync fails, no reply of that Result is delivered as success: each gets
-COORDINATOR_NOT_AVAILABLE, the offsets stay unacknowledged, and affected groups rebalance.
+COORDINATOR_NOT_AVAILABLE, the offsets stay unacknowledged, the core undoes what waited for the
+write (`coordinator/classic/writes.py`) and other affected groups rebalance; the journal gets a
+`group_write_failed` line.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import asyncio
 import itertools
 import json
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii
 from pathlib import Path
@@ -38,25 +40,19 @@ from coordinator.api import (
     offset_fetch,
     sync_group,
 )
-from coordinator.classic.state import GroupState
 from coordinator.clock import SystemClock
 from coordinator.config import GroupConfig
-from coordinator.consumer_protocol import subscribed_topics
 from coordinator.context import RequestContext
+from coordinator.group_offsets import GroupOffsets
 from coordinator.manager import GroupCoordinator
-from coordinator.offsets import (
-    FetchedOffset,
-    GroupExpiryView,
-    OffsetStore,
-    expire_timestamp_ms,
-)
+from coordinator.offsets import FetchedOffset, OffsetStore
 from coordinator.outcomes import error_outcome
-from coordinator.records import CoordinatorRecord, GroupMetadataRecord, OffsetCommitRecord
+from coordinator.records import GroupMetadataRecord, OffsetCommitRecord
 from coordinator.result import RequestRef, Result
 from protocol.refusals import REFUSALS
 from storage.fs import REAL_FS, FileSystem
 from storage.log import LogConfig
-from storage.offsets_topic import GroupLog
+from storage.offsets_topic import GroupLog, GroupLogLoadError
 
 if TYPE_CHECKING:
     from coordinator.runtime import Broker
@@ -83,6 +79,14 @@ class _Pending:
     command: Any
 
 
+def _succeeded(done: asyncio.Future[None]) -> bool:
+    return not done.cancelled() and done.exception() is None
+
+
+def _error_of(done: asyncio.Future[None]) -> str:
+    return "cancelled" if done.cancelled() else str(done.exception())
+
+
 def new_member_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4()}"
 
@@ -105,14 +109,21 @@ class GroupRuntime:
         )
         self.manager = GroupCoordinator(self.config, new_member_id)
         self.offsets = OffsetStore(self.config)
+        self.core = GroupOffsets(self.manager, self.offsets)  # the offset APIs' decisions
         self.group_log: GroupLog
+        # Partitions not served yet: being replayed, or (also in `failed`) failed to replay.
         self.loading: set[int] = set(range(self.config.offsets_topic_num_partitions))
+        self.failed: set[int] = set()
         self._pending: dict[RequestRef, _Pending] = {}
+        # Refs of `_pending` by connection, so that a closed connection finds its own without
+        # scanning everyone's (thousands of connections may close at once). Answered refs are
+        # left in place and pruned when a connection's list grows.
+        self._pending_by_connection: dict[int, list[RequestRef]] = {}
         self._sequence = itertools.count()
         self._journal: Any = None
-        self._writes_in_flight: dict[int, int] = {}  # group-log partition -> pending writes
-        self._held: dict[int, list[Result]] = {}  # group-log partition -> replies held back
         self._journal_flush_pending = False
+        # Groups with a metadata write not yet completed -> how many (see `apply`).
+        self._group_writes: dict[str, int] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self.fs: FileSystem = REAL_FS  # the group log's filesystem; tests inject faults here
 
@@ -139,24 +150,49 @@ class GroupRuntime:
         total = 0
         loop = asyncio.get_running_loop()
         for partition in range(self.config.offsets_topic_num_partitions):
-            count = 0
-            # Reading and decoding a partition runs in a worker thread so the loop keeps
-            # accepting and serving loaded partitions; applying the records stays on the loop.
-            records = await loop.run_in_executor(
-                None, lambda p=partition: list(self.group_log.replay_partition(p)))  # type: ignore[misc]
-            for record in records:
+            try:
+                total += await self._load_partition(loop, partition)
+            except Exception as exc:
+                self._load_failed(partition, exc)
+                continue
+            self.loading.discard(partition)
+        if self.failed:
+            return
+        log.info("group log loaded", records=total, groups=len(self.manager.groups),
+                 duration_ms=self.clock.monotonic_ms() - started)
+
+    async def _load_partition(self, loop: asyncio.AbstractEventLoop, partition: int) -> int:
+        count = 0
+        # Reading and decoding a partition runs in a worker thread so the loop keeps
+        # accepting and serving loaded partitions; applying the records stays on the loop.
+        records = await loop.run_in_executor(
+            None, lambda: list(self.group_log.replay_partition_at(partition)))
+        for offset, record in records:
+            try:
                 if isinstance(record, GroupMetadataRecord):
                     self._apply_timers(self.manager.replay(record, self.clock.now_ms()))
                 else:
                     self.offsets.apply(record)
-                count += 1
-                if count % 20_000 == 0:
-                    await asyncio.sleep(0)  # keep serving other partitions' requests
-            self._restore_offset_only_groups(partition)
-            self.loading.discard(partition)
-            total += count
-        log.info("group log loaded", records=total, groups=len(self.manager.groups),
-                 duration_ms=self.clock.monotonic_ms() - started)
+            except Exception as exc:
+                raise self.group_log.load_error(
+                    partition, offset, f"replaying {type(record).__name__}: {exc!r}") from exc
+            count += 1
+            if count % 20_000 == 0:
+                await asyncio.sleep(0)  # keep serving other partitions' requests
+        self._restore_offset_only_groups(partition)
+        return count
+
+    def _load_failed(self, partition: int, exc: Exception) -> None:
+        """A partition that cannot be replayed is not served (NOT_COORDINATOR for its groups)
+        and stops the broker: serving it without some of its groups and offsets would answer
+        wrongly, and waiting would leave its clients told "loading" forever."""
+        where: dict[str, Any] = {}
+        if isinstance(exc, GroupLogLoadError):
+            where = {"file": str(exc.path), "position": exc.position, "offset": exc.offset}
+        log.error("group log load failed", partition=partition, error=str(exc), **where,
+                  exc_info=not isinstance(exc, GroupLogLoadError))
+        self.failed.add(partition)
+        self.broker.fail(exc)
 
     def _restore_offset_only_groups(self, partition: int) -> None:
         """A group known only by its offsets (a standalone consumer's) comes back Empty, as
@@ -183,10 +219,22 @@ class GroupRuntime:
     def _is_loading(self, group_id: str) -> bool:
         return bool(self.loading) and self.group_log.partition_of(group_id) in self.loading
 
+    def _is_still_loading(self, group_id: str) -> bool:
+        return self._is_loading(group_id) and (
+            not self.failed or self.group_log.partition_of(group_id) not in self.failed)
+
+    def _unavailable(self, group_id: str | None) -> ErrorCode:
+        """The answer for a group whose partition is not served (`_is_loading`)."""
+        if self.failed and (group_id is None
+                            or self.group_log.partition_of(group_id) in self.failed):
+            return ErrorCode.not_coordinator
+        return ErrorCode.coordinator_load_in_progress
+
     def find_coordinator(self, ctx: RequestContext, request: Any) -> None:
         host, port = self.broker.advertised
         ctx.respond(find_coordinator.handle(request, ctx.version,
-                                            (self.broker.node_id, host, port), self._is_loading))
+                                            (self.broker.node_id, host, port),
+                                            self._is_still_loading))
 
     def member_request(self, ctx: RequestContext, request: Any) -> None:
         module = _MEMBER_APIS[ctx.header.api_key]
@@ -195,14 +243,21 @@ class GroupRuntime:
         group_id = getattr(command, "group_id", None)
         if self.loading and self._waits_for_loading(ctx, command, group_id):
             ctx.respond(module.to_response(
-                error_outcome(command, ErrorCode.coordinator_load_in_progress), ctx.version))
+                error_outcome(command, self._unavailable(group_id)), ctx.version))
             return
         self._pending[ref] = _Pending(ctx, module, command)
+        refs = self._pending_by_connection.get(ref.connection_id)
+        if refs is None:
+            self._pending_by_connection[ref.connection_id] = [ref]
+        else:
+            if len(refs) >= 8:
+                refs[:] = [r for r in refs if r in self._pending]
+            refs.append(ref)
         result = self.manager.handle(command, self.clock.now_ms())
-        # The group's log partition matters to `apply` only while a group write is in flight;
-        # a heartbeat to an idle group should not hash the group id.
+        # The group's log partition matters to `apply` only while a write of the group's
+        # metadata is pending; a heartbeat while none is should not hash the group id.
         self.apply(result, self.group_log.partition_of(group_id)
-                   if group_id is not None and self._writes_in_flight else None)
+                   if self._group_writes and group_id in self._group_writes else None)
 
     def _waits_for_loading(self, ctx: RequestContext, command: Any, group_id: str | None
                            ) -> bool:
@@ -223,29 +278,20 @@ class GroupRuntime:
             return
         if self._is_loading(command.group_id):
             self._answer_commit(ctx, oc.OffsetCommitOutcome.failed(
-                command, ErrorCode.coordinator_load_in_progress))
+                command, self._unavailable(command.group_id)))
             return
         now = self.clock.now_ms()
-        group_known = self.manager.group(command.group_id) is not None
-        error, result = self.manager.validate_offset_commit(
-            command.group_id, command.member_id, command.generation_id,
-            command.group_instance_id, now)
-        self.apply(result)
-        if (error is ErrorCode.illegal_generation and not group_known
-                and ctx.version >= 9):
-            error = ErrorCode.group_id_not_found  # KIP-848 changed this answer from v9 on
-        if error is not None:
-            self._answer_commit(ctx, oc.OffsetCommitOutcome.failed(command, error))
+        decision = self.core.commit(command, ctx.version, now, self._partition_exists)
+        self._apply_timers(decision.result)
+        self._emit(decision.result)
+        if decision.error is not None:
+            self._answer_commit(ctx, oc.OffsetCommitOutcome.failed(command, decision.error))
             return
-        expire = expire_timestamp_ms(command.retention_time_ms, now)
-        errors, records = self.offsets.commit(
-            command.group_id, command.topics, self.clock.wall_ms(),
-            topic_exists=self._partition_exists, expire_timestamp=expire,
-            commit_timestamps=command.commit_timestamps)
+        errors, records = decision.errors, decision.records
         if not records:
             self._answer_commit(ctx, oc.OffsetCommitOutcome.from_errors(errors))
             return
-        durable = self.group_log.append(list(records), self.clock.wall_ms())
+        durable = self.group_log.append(list(records), now)
 
         def committed(done: asyncio.Future[None]) -> None:
             if done.exception() is not None:
@@ -304,7 +350,7 @@ class GroupRuntime:
         for group in command.groups:
             if self._is_loading(group.group_id):
                 results.append(oc.OffsetFetchGroupResult.failed(
-                    group, ErrorCode.coordinator_load_in_progress))
+                    group, self._unavailable(group.group_id)))
                 continue
             fetched = self.offsets.fetch(group.group_id, group.topics,
                                          require_stable=command.require_stable)
@@ -315,114 +361,75 @@ class GroupRuntime:
 
     def offset_delete(self, ctx: RequestContext, request: Any) -> None:
         command = offset_delete.to_command(request, ctx.version, self._ref(ctx))
-        group = self.manager.group(command.group_id)
         if self._is_loading(command.group_id):
-            outcome = oc.OffsetDeleteOutcome(error=ErrorCode.coordinator_load_in_progress)
-        elif (group is None and not self.offsets.has_offsets(command.group_id)) or (
-                group is not None and group.state is GroupState.DEAD):
-            outcome = oc.OffsetDeleteOutcome(error=ErrorCode.group_id_not_found)
-        elif (group is not None and group.members
-                and self._subscriptions(command.group_id) is None):
-            # A live group whose subscriptions we cannot read (not the consumer protocol):
-            # Kafka refuses to delete its offsets.
-            outcome = oc.OffsetDeleteOutcome(error=ErrorCode.non_empty_group)
-        else:
-            subscribed = self._subscriptions(command.group_id) or set()
-            errors, tombstones = self.offsets.delete(command.group_id, command.topics,
-                                                     subscribed)
-            outcome = oc.OffsetDeleteOutcome.from_errors(errors)
-            if tombstones:
-                self._persist_then(tombstones, ctx, lambda: offset_delete.to_response(
-                    outcome, ctx.version), lambda: offset_delete.to_response(
-                    oc.OffsetDeleteOutcome(error=ErrorCode.coordinator_not_available),
-                    ctx.version))
-                return
-        ctx.respond(offset_delete.to_response(outcome, ctx.version))
+            outcome = oc.OffsetDeleteOutcome(error=self._unavailable(command.group_id))
+            ctx.respond(offset_delete.to_response(outcome, ctx.version))
+            return
+        outcome, result = self.core.delete_offsets(command)
+        if not result.records:
+            ctx.respond(offset_delete.to_response(outcome, ctx.version))
+            return
+        failed = oc.OffsetDeleteOutcome(error=ErrorCode.coordinator_not_available)
+        self.write(result, lambda durable: ctx.respond(
+            offset_delete.to_response(outcome if durable else failed, ctx.version)))
 
     def delete_groups(self, ctx: RequestContext, request: Any) -> None:
         command = delete_groups.to_command(request, ctx.version, self._ref(ctx))
-        now = self.clock.now_ms()
-        results: list[tuple[str, ErrorCode]] = []
-        records: list[CoordinatorRecord] = []
-        for group_id in command.group_ids:
-            if self._is_loading(group_id):
-                results.append((group_id, ErrorCode.coordinator_load_in_progress))
-                continue
-            had_offsets = self.offsets.has_offsets(group_id)
-            error, result = self.manager.delete_group(group_id, now)
-            if error is ErrorCode.group_id_not_found and had_offsets:
-                error = None  # offsets without a group record: a standalone consumer's
-            if error is not None:
-                results.append((group_id, error))
-                continue
-            self._apply_timers(result)
-            self._emit(result)
-            records.extend(result.records)
-            records.extend(self.offsets.delete_group(group_id))
-            results.append((group_id, ErrorCode.none))
-        outcome = oc.DeleteGroupsOutcome(results=tuple(results))
-        if not records:
+        outcome, deleted = self.core.delete_groups(
+            command.group_ids, self.clock.now_ms(),
+            lambda g: self._unavailable(g) if self._is_loading(g) else None)
+        if not deleted.records:
             ctx.respond(delete_groups.to_response(outcome, ctx.version))
             return
+        self._apply_timers(deleted)
         failed = oc.DeleteGroupsOutcome(results=tuple(
             (g, ErrorCode.coordinator_not_available if e is ErrorCode.none else e)
-            for g, e in results))
-        self._persist_then(records, ctx, lambda: delete_groups.to_response(outcome, ctx.version),
-                           lambda: delete_groups.to_response(failed, ctx.version))
+            for g, e in outcome.results))
 
-    def _persist_then(self, records: Sequence[CoordinatorRecord], ctx: RequestContext,
-                      ok: Callable[[], Any], failed: Callable[[], Any]) -> None:
-        durable = self.group_log.append(list(records), self.clock.wall_ms())
+        def written(durable: bool) -> None:
+            if durable:
+                self._emit(deleted)
+            ctx.respond(delete_groups.to_response(outcome if durable else failed, ctx.version))
 
-        def done(future: asyncio.Future[None]) -> None:
-            if future.exception() is not None:
-                ctx.respond(failed())
-                return
-            for record in records:
-                if isinstance(record, OffsetCommitRecord):
-                    self.offsets.apply(record)
-            ctx.respond(ok())
-
-        durable.add_done_callback(done)
-
-    def _subscriptions(self, group_id: str) -> set[str] | None:
-        group = self.manager.group(group_id)
-        if group is None or group.protocol_type != "consumer" or not group.members:
-            return None
-        topics: set[str] = set()
-        for member in group.members.values():
-            for protocol in member.protocols:
-                if protocol.name == group.protocol_name:
-                    parsed = subscribed_topics(protocol.metadata)
-                    if parsed is None:
-                        return None
-                    topics |= parsed
-        return topics
+        # The groups are gone from memory already; a failed write brings them back.
+        self.write(deleted, written)
 
     # applying results -------------------------------------------------------------------------
 
     def apply(self, result: Result, log_partition: int | None = None) -> None:
-        """Apply a Result; `log_partition` is the group-log partition of the request's group.
+        """Apply a Result; `log_partition` is the group-log partition of the request's group,
+        given while a write of that group's metadata is pending.
 
-        A Result without records may still depend on one that is not yet durable (a follower's
-        SyncGroup answered from the assignment the leader's pending write carries), so while a
-        group-metadata write is in flight on that partition its replies are held back until the
-        write completes, as Kafka's coordinator runtime holds them.
+        A Result without records may then depend on that write (a heartbeat of a member whose
+        new id is being written), so its replies wait until the group log has acknowledged
+        everything written to the partition so far, as Kafka's coordinator runtime defers a
+        read behind the last written offset. They wait for that offset only, not for the
+        partition to fall quiet (other groups may keep writing), and fail if a write up to it
+        fails.
         """
         self._apply_timers(result)
         self._emit(result)
         if not result.records:
-            if log_partition is not None and self._writes_in_flight.get(log_partition):
-                self._held.setdefault(log_partition, []).append(result)
-            else:
+            waiting = (self.group_log.acknowledged(log_partition)
+                       if log_partition is not None else None)
+            if waiting is None:
                 self._deliver(result)
+            else:
+                waiting.add_done_callback(lambda done: self._deliver(result)
+                                          if _succeeded(done) else self._fail(result))
             return
-        records = list(result.records)
-        partitions = {self.group_log.partition_of(r.key.group) for r in records}
-        for partition in partitions:
-            self._writes_in_flight[partition] = self._writes_in_flight.get(partition, 0) + 1
+        self.write(result)
+
+    def write(self, result: Result, then: Callable[[bool], None] | None = None) -> None:
+        """Append `result.records`; once the append completed, deliver the replies (or fail
+        them), apply its offset records, hand the Result back to the core to finish or undo
+        what waited for the write, then call `then(durable)`."""
+        records = result.records
+        groups = [r.key.group for r in records if type(r) is GroupMetadataRecord]
+        for group_id in groups:
+            self._group_writes[group_id] = self._group_writes.get(group_id, 0) + 1
         try:
-            durable = self.group_log.append(records, self.clock.wall_ms())
+            durable = self.group_log.append(records, self.clock.now_ms())
         except Exception as exc:
             # Whatever went wrong, the parked requests of this Result must still be answered.
             log.exception("group log append failed")
@@ -430,30 +437,37 @@ class GroupRuntime:
             durable.set_exception(exc)
 
         def persisted(done: asyncio.Future[None]) -> None:
-            try:
-                settle(done)
-            finally:
-                for partition in partitions:
-                    self._writes_in_flight[partition] -= 1
-                    if not self._writes_in_flight[partition]:
-                        del self._writes_in_flight[partition]
-                        for held in self._held.pop(partition, ()):
-                            self._deliver(held)
-
-        def settle(done: asyncio.Future[None]) -> None:
-            if done.exception() is None:
+            for group_id in groups:
+                left = self._group_writes[group_id] - 1
+                if left:
+                    self._group_writes[group_id] = left
+                else:
+                    del self._group_writes[group_id]
+            ok = _succeeded(done)
+            if ok:
                 self._deliver(result)
-                return
-            for reply in result.replies:
-                pending = self._pending.pop(reply.ref, None)
-                if pending is not None:
-                    pending.ctx.respond(pending.module.to_response(
-                        error_outcome(pending.command, ErrorCode.coordinator_not_available),
-                        pending.ctx.version))
-            groups = {r.key.group for r in records}
-            self.apply(self.manager.append_failed(groups, self.clock.now_ms()))
+                self.offsets.apply_all(r for r in records if isinstance(r, OffsetCommitRecord))
+                follow = self.manager.records_durable(result, self.clock.now_ms())
+            else:
+                self._fail(result)
+                follow = self.manager.records_failed(result, self.clock.now_ms())
+                self._event({"event": "group_write_failed",
+                             "group_ids": sorted({r.key.group for r in records}),
+                             "records": len(records), "error": _error_of(done)})
+            self.apply(follow)  # it depends on this write only, durable or failed by now
+            if then is not None:
+                then(ok)
 
         durable.add_done_callback(persisted)
+
+    def _fail(self, result: Result) -> None:
+        """Answer every reply of `result` with the error of a failed group-log write."""
+        for reply in result.replies:
+            pending = self._pending.pop(reply.ref, None)
+            if pending is not None:
+                pending.ctx.respond(pending.module.to_response(
+                    error_outcome(pending.command, ErrorCode.coordinator_not_available),
+                    pending.ctx.version))
 
     def _apply_timers(self, result: Result) -> None:
         for op in result.timers:
@@ -502,8 +516,8 @@ class GroupRuntime:
         self.apply(self.manager.expire(key, self.clock.now_ms()))
 
     def connection_closed(self, connection_id: int) -> None:
-        for ref in [r for r in self._pending if r.connection_id == connection_id]:
-            del self._pending[ref]
+        for ref in self._pending_by_connection.pop(connection_id, ()):
+            self._pending.pop(ref, None)
         self.apply(self.manager.connection_closed(connection_id, self.clock.now_ms()))
 
     # offset expiry ----------------------------------------------------------------------------
@@ -520,32 +534,19 @@ class GroupRuntime:
     async def expire_offsets(self) -> None:
         if self.loading:
             return
-        view: dict[str, GroupExpiryView] = {}
-        for group_id, group in self.manager.groups.items():
-            view[group_id] = GroupExpiryView(
-                state_is_empty=group.state is GroupState.EMPTY,
-                current_state_timestamp=group.state_timestamp_ms,
-                subscribed_topics=self._subscriptions(group_id),
-                protocol_type=group.protocol_type or "",
-                state_is_stable=group.state is GroupState.STABLE,
-            )
-        expired = self.offsets.expire(self.clock.wall_ms(), view)
-        records: list[CoordinatorRecord] = list(expired.tombstones)
-        now = self.clock.now_ms()
-        for group_id in expired.groups_without_offsets:
-            error, result = self.manager.delete_group(group_id, now)
-            if error is None:
-                self._apply_timers(result)
-                self._emit(result)
-                records.extend(result.records)
-        if not records:
+        expired = self.core.expire(self.clock.now_ms())
+        removed = expired.result
+        if not removed.records:
             return
-        await self.group_log.append(records, self.clock.wall_ms())
-        for record in records:
-            if isinstance(record, OffsetCommitRecord):
-                self.offsets.apply(record)
-        self._event({"event": "offsets_expired", "partitions": len(expired.tombstones),
-                     "groups_deleted": len(expired.groups_without_offsets)})
+        self._apply_timers(removed)
+        written: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        # Tombstones are applied and deleted groups stay gone only once durable (`write`).
+        self.write(removed, written.set_result)
+        if not await written:
+            raise OSError("the group log did not take the expired offsets")
+        self._emit(removed)
+        self._event({"event": "offsets_expired", "partitions": expired.expired_offsets,
+                     "groups_deleted": expired.groups_deleted})
 
     # compaction -------------------------------------------------------------------------------
 
@@ -560,7 +561,7 @@ class GroupRuntime:
             if self.loading:
                 continue  # replay reads the segments the cleaner would swap
             try:
-                await loop.run_in_executor(None, self.group_log.compact, self.clock.wall_ms(),
+                await loop.run_in_executor(None, self.group_log.compact, self.clock.now_ms(),
                                            retention_ms)
             except Exception:
                 log.exception("group log compaction failed")

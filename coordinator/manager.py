@@ -16,10 +16,12 @@ What it leaves to others:
   the group-side checks of SPEC §10 and `delete_group` when an Empty group loses its last
   offset.
 
-Failed appends: if the runtime cannot make a Result's records durable it must not deliver that
-Result's replies (answer them with `outcomes.error_outcome` instead) and should call
-`append_failed`, which sends the affected groups through a new rebalance (Kafka
-`resetAndPropagateAssignmentError` + `maybePrepareRebalance`).
+State follows the log: every Result with records goes back to the core once the append has
+completed. `records_durable` finishes the changes that waited for the write (the leader's
+assignment makes the group Stable and answers the SyncGroups) and moves `durable_view`;
+`records_failed` undoes them (`classic/writes.py`) and sends any other Stable or
+CompletingRebalance group of the failed records through a new rebalance. The runtime must not
+deliver a failed Result's replies (it answers them with `outcomes.error_outcome` instead).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from coordinator.classic.leave import leave_group
 from coordinator.classic.member import ClassicGroupMember
 from coordinator.classic.state import GroupState
 from coordinator.classic.sync import sync_group
+from coordinator.classic.writes import GroupDeletionWrite, finish, undo
 from coordinator.commands import Protocol
 from coordinator.config import GroupConfig
 from coordinator.outcomes import (
@@ -91,7 +94,7 @@ class GroupCoordinator:
         return self._groups.get(group_id)
 
     def durable_view(self) -> dict[str, GroupMetadataValue]:
-        """Every group's GroupMetadataValue as last emitted in `Result.records` (or replayed)."""
+        """Every group's GroupMetadataValue as last made durable (or replayed)."""
         return dict(self._durable)
 
     # -- commands --------------------------------------------------------------------------
@@ -342,6 +345,13 @@ class GroupCoordinator:
             return ErrorCode.group_id_not_found, Result()
         if not group.is_state(GroupState.EMPTY):
             return ErrorCode.non_empty_group, Result()
+        env.result.writes.append(
+            GroupDeletionWrite(
+                group=group,
+                state_timestamp_ms=group.state_timestamp_ms,
+                pending_members=dict(group.pending_members),
+            )
+        )
         for member_id in list(group.pending_members):
             env.result.cancel(rb.heartbeat_key(group_id, member_id))
         group.pending_members.clear()
@@ -362,14 +372,33 @@ class GroupCoordinator:
         )
         return None, self._finish(env, None)
 
-    def append_failed(self, group_ids: set[str], now_ms: int) -> Result:
-        """The records of a Result for these groups were not made durable (see module doc)."""
+    def records_durable(self, written: Result, now_ms: int) -> Result:
+        """`written.records` are durable: finish what waited for them (module doc)."""
         env = self._env(now_ms)
-        for group_id in sorted(group_ids):
+        for record in written.records:
+            if isinstance(record, GroupMetadataRecord):
+                if record.value is None:
+                    self._durable.pop(record.key.group, None)
+                else:
+                    self._durable[record.key.group] = record.value
+        for write in written.writes:
+            finish(env, self._groups, write)
+        return self._finish(env, None)
+
+    def records_failed(self, written: Result, now_ms: int) -> Result:
+        """`written.records` could not be made durable: undo, answer, rebalance (module doc)."""
+        env = self._env(now_ms)
+        undone: set[str] = set()
+        for write in written.writes:
+            undo(env, self._groups, write)
+            undone.add(write.group.group_id if isinstance(write, GroupDeletionWrite)
+                       else write.group_id)
+        groups = {r.key.group for r in written.records if isinstance(r, GroupMetadataRecord)}
+        for group_id in sorted(groups - undone):
             group = self._groups.get(group_id)
-            if group is None:
-                continue
-            if group.is_state(GroupState.STABLE) or group.is_state(GroupState.COMPLETING_REBALANCE):
+            if group is not None and group.state in (
+                GroupState.STABLE, GroupState.COMPLETING_REBALANCE
+            ):
                 rb.prepare_rebalance(env, group, "failed to persist the group metadata")
         return self._finish(env, None)
 
@@ -435,12 +464,6 @@ class GroupCoordinator:
 
     def _finish(self, env: rb.Env, cmd: c.Command | None) -> Result:
         result = env.result
-        for record in result.records:
-            if isinstance(record, GroupMetadataRecord):
-                if record.value is None:
-                    self._durable.pop(record.key.group, None)
-                else:
-                    self._durable[record.key.group] = record.value
         if isinstance(cmd, (c.JoinGroup, c.SyncGroup)) and not any(
             r.ref == cmd.ref for r in result.replies
         ):

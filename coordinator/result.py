@@ -4,6 +4,12 @@ The runtime applies a `Result` in a fixed order: timer changes to the wheel, rec
 the group log (and made durable), then replies delivered. A reply addresses a request by its
 `RequestRef`; it may answer a request other than the one being handled (the last JoinGroup of a
 rebalance completes every parked JoinGroup).
+
+State follows the log: a change that must not be seen before its records are durable (the
+leader's assignment, a static member's new id, a deleted group) is carried in `writes` instead
+of being made at once. The runtime hands a Result with records back to the core when the append
+completes, `GroupCoordinator.records_durable` or `records_failed`, which finishes those changes
+or undoes them and returns the follow-up Result (for example the SyncGroup answers).
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ class Result:
     records: list[CoordinatorRecord] = field(default_factory=list)
     timers: list[TimerOp] = field(default_factory=list)
     events: list[Any] = field(default_factory=list)  # coordinator.events dataclasses
+    # Changes waiting for `records` to be durable (coordinator/classic/writes.py); opaque here.
+    writes: list[Any] = field(default_factory=list)
 
     @classmethod
     def reply(cls, ref: RequestRef, outcome: Any) -> Result:
@@ -55,6 +63,7 @@ class Result:
         self.records.extend(other.records)
         self.timers.extend(other.timers)
         self.events.extend(other.events)
+        self.writes.extend(other.writes)
         return self
 
     def schedule(self, key: TimerKey, deadline_ms: int) -> None:

@@ -28,6 +28,7 @@ from protocol.build import build
 from protocol.codec import RequestHeader, response_type
 from protocol.connection import Connection, ResponseSlot
 from protocol.refusals import REFUSALS
+from storage.fs import REAL_FS, FileSystem
 from storage.log import LogConfig
 from storage.topics import Topic, TopicStore
 
@@ -46,6 +47,7 @@ class Broker:
         self.cluster_id = "rebalanced"
         self.clock = SystemClock()
         self.topics: TopicStore
+        self.topics_fs: FileSystem = REAL_FS  # the topics' filesystem; tests slow it down here
         self.producers = ProducerTable()
         self.wheel = TimerWheel(tick_ms=5, wheel_size=4096, start_ms=self.clock.now_ms())
         self.fetches = fetch.FetchPurgatory(self)
@@ -69,6 +71,9 @@ class Broker:
         self.implemented: set[int] = set(self._handlers)
         self.groups = GroupRuntime(self)
         self.groups.register()
+        # Set to stop the broker: by a signal, or by `fail` with `failure` saying why.
+        self.stop_requested = asyncio.Event()
+        self.failure: BaseException | None = None
         REFUSALS.supported = self.served_versions()
 
     def served_versions(self) -> dict[int, tuple[int, int]]:
@@ -90,9 +95,17 @@ class Broker:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._lock = _lock_data_dir(self.data_dir)
         self.cluster_id = _cluster_id(self.data_dir)
-        self.topics = TopicStore.open(self.data_dir, self.log_config(), repair=self.repair)
+        self.topics = TopicStore.open(self.data_dir, self.log_config(), self.topics_fs,
+                                      repair=self.repair)
         self.groups.open(self.data_dir, self.repair)
         self._retention_task = self._loop.create_task(self._retention_loop())
+
+    def fail(self, error: BaseException) -> None:
+        """Something the broker cannot serve without (a group-log partition that does not
+        load): stop, and let the process exit non-zero with `error`."""
+        if self.failure is None:
+            self.failure = error
+        self.stop_requested.set()
 
     async def stop(self) -> None:
         self.fetches.release_all()
@@ -118,7 +131,8 @@ class Broker:
                     except OSError as exc:
                         log.error("retention failed", topic=topic.name, error=str(exc))
             try:
-                self.topics.flush_all()
+                # fsyncs of every partition: a worker thread's wait, not the event loop's.
+                await asyncio.get_running_loop().run_in_executor(None, self.topics.flush_all)
             except OSError as exc:
                 log.error("log flush failed", error=str(exc))
 

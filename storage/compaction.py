@@ -349,10 +349,13 @@ class GroupLogCleaner:
             partition_log = self.logs[partition]
             if partition_log.closed:
                 raise _Stopped
-            bases = partition_log.segment_base_offsets()
-            sealed = list(itertools.pairwise(bases))
+            # A rolled segment is sealed (fsync, index files) on another thread: not rewritten
+            # before that is done, or the seal would write index files of the old content.
+            partition_log.complete_seals()
+            sealed = partition_log.sealed_ranges()
             checked = self._checked.get(partition)
-            if not sealed or (checked is not None and checked.sealed == tuple(bases[:-1])
+            if not sealed or (checked is not None
+                              and checked.sealed == tuple(b for b, _ in sealed)
                               and now_ms < checked.next_tombstone_expiry_ms):
                 return None
             self._checked.pop(partition, None)

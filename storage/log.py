@@ -15,17 +15,23 @@ Theory of operation
   fsync, if configured) succeeded; on an `OSError` the file is cut back, so a failed append is
   neither readable nor recovered after a restart.
 * **Roll**: before an append that would push the active segment past `segment_bytes` (or past
-  the int32 limits of the index entries, or older than `segment_ms`), the active segment is
-  fsynced, its indexes are written, and a new segment named by the log end offset starts.
-  Because sealed segments are always fsynced, a crash can only tear the last segment.
+  the int32 limits of the index entries, or older than `segment_ms`), a new segment named by
+  the log end offset becomes the active one at once, and the old one is *sealed* (fsynced,
+  then its index files written) on a worker thread, so a roll of a large segment does not
+  stall the caller. `flush()` first finishes any seal still pending, so whatever it makes
+  durable has every earlier segment durable too. A crash can tear the last segment, or a
+  rolled segment whose seal did not finish (it has no index files): both are cut at the tear
+  on open, and the segments after an interrupted seal are dropped (nothing in them was
+  flushed, since a flush completes the seal first).
 * **Recovery** (`open`): the last segment is CRC-checked batch by batch. Damage at its end with
   no valid batch after it is a torn write and is cut off. Damage anywhere else (valid batches
   follow it, it is in a sealed segment, or offsets are not contiguous across files) raises
   `CorruptLogError(path, position)` unless `repair=True`, which cuts the log at the damage and
   drops the segments after it.
 * **Durability**: `append` does not fsync unless `fsync_each_append`; `flush()` fsyncs the active
-  segment. `flush()` may run on a worker thread while the owning thread appends: it holds a lock
-  that rolls, truncation, retention deletes and `close()` also take.
+  segment (after completing pending seals). `flush()` and the seal of a rolled segment may run on
+  a worker thread while the owning thread appends: they hold a lock that rolls, truncation,
+  retention deletes and `close()` also take.
 
 Raises (public methods): `CorruptRecordError` and subclasses (bad Produce input),
 `OffsetOutOfRange`, `CorruptLogError` (open), `LogClosedError`, `OSError` (disk); anything else
@@ -34,11 +40,15 @@ is a bug.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from bisect import bisect_right
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
+
+import structlog
 
 from storage.batch import (
     CorruptRecordError,
@@ -70,6 +80,12 @@ __all__ = [
     "OffsetOutOfRange",
     "PartitionLog",
 ]
+
+log = structlog.get_logger("rebalanced.storage")
+
+# Seals rolled segments (fsync + index files) off the appending thread; one thread keeps seals
+# in roll order and bounds the disk work they add.
+_SEALER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="segment-seal")
 
 CREATE_TIME = "CreateTime"
 LOG_APPEND_TIME = "LogAppendTime"
@@ -183,6 +199,9 @@ class PartitionLog:
         self._bases = [s.base_offset for s in segments]
         self._lock = threading.Lock()
         self._closed = False
+        # Rolled segments not sealed yet, oldest first (see `_roll`); guarded by `_lock`.
+        self._unsealed: list[Segment] = []
+        self._seal_lock = threading.Lock()
 
     # ---------------------------------------------------------------- open and recovery
 
@@ -230,13 +249,22 @@ class PartitionLog:
                         raise CorruptLogError(prev.path, prev.size, reason)
                     _remove_segment_files(fs, directory, bases[i:])
                     break
+                # A rolled segment without index files: its seal (fsync, then index files) did
+                # not finish before a crash, so its tail may be torn like the active one's.
+                interrupted_seal = not last and not fs.exists(
+                    directory / f"{base:020d}{INDEX_SUFFIX}"
+                )
                 seg, damage = Segment.open_existing(
                     fs, directory, base, interval, active=last, full_scan=repair
                 )
                 if damage is not None:
-                    if not repair and not (last and damage.torn):
+                    if not repair and not ((last or interrupted_seal) and damage.torn):
                         seg.close_files()
                         raise CorruptLogError(seg.path, damage.position, damage.reason)
+                    if not last and not repair:
+                        log.warning("cut a rolled segment whose seal a crash interrupted",
+                                    path=str(seg.path), position=damage.position,
+                                    segments_dropped=len(bases) - i - 1)
                     seg.cut(damage.position)
                     segments.append(seg)
                     _remove_segment_files(fs, directory, bases[i + 1 :])
@@ -327,21 +355,64 @@ class PartitionLog:
             self.config.segment_ms
         )
 
-    def _roll(self) -> Segment:
-        """Seal the active segment and start a new one at the log end offset."""
+    def _roll(self, *, seal: bool = True) -> Segment:
+        """Start a new segment at the log end offset; the old one is sealed by `_SEALER`
+        (unless it is about to be deleted).
+
+        If creating the new segment fails, the old one stays active and nothing changed.
+        """
         with self._lock:
             old = self._segments[-1]
-            old.seal()
-            try:
-                new = Segment.create(
-                    self.fs, self.directory, old.next_offset, self.config.index_interval_bytes
-                )
-            except BaseException:
-                old.reactivate()
-                raise
+            new = Segment.create(
+                self.fs, self.directory, old.next_offset, self.config.index_interval_bytes
+            )
             self._segments.append(new)
             self._bases.append(new.base_offset)
-            return new
+            if seal:
+                self._unsealed.append(old)
+        if seal:
+            _SEALER.submit(self._seal_in_background)
+        return new
+
+    def _seal_in_background(self) -> None:
+        try:
+            self._seal_unsealed()
+        except OSError as exc:
+            # Left pending: the next `flush()` (or `close()`) tries again and reports it.
+            log.error("segment seal failed", directory=str(self.directory), error=str(exc))
+
+    def sealed_ranges(self) -> list[tuple[int, int]]:
+        """(base offset, end offset) of every sealed segment, oldest first: all but the active
+        one and those whose seal is still pending (always the newest rolled ones)."""
+        with self._lock:
+            pending = len(self._unsealed)
+            bases = self._bases
+            ranges = list(itertools.pairwise(bases))
+            return ranges[: len(ranges) - pending]
+
+    def complete_seals(self) -> None:
+        """Seal every rolled segment still waiting (on the caller's thread). Raises `OSError`.
+
+        For readers that must see only finished segments (the group log's cleaner rewrites
+        sealed segments and their index files)."""
+        self._seal_unsealed()
+
+    def _seal_unsealed(self) -> None:
+        """Seal every rolled segment still waiting, oldest first. Raises `OSError`.
+
+        Holds `_seal_lock` (one sealer at a time), but `_lock` only to pick and drop a
+        segment: appends, rolls and retention on the owning thread never wait for an fsync.
+        """
+        with self._seal_lock:
+            while True:
+                with self._lock:
+                    if self._closed or not self._unsealed:
+                        return
+                    seg = self._unsealed[0]
+                seg.seal()
+                with self._lock:
+                    if self._unsealed and self._unsealed[0] is seg:
+                        del self._unsealed[0]
 
     # ---------------------------------------------------------------- read
 
@@ -359,6 +430,14 @@ class PartitionLog:
             raise OffsetOutOfRange(offset, segments[0].base_offset, end)
         seg = segments[bisect_right(self._bases, offset) - 1]
         return seg.read(offset, max_bytes)
+
+    def position_of(self, offset: int) -> tuple[Path, int]:
+        """The segment file holding `offset` and the byte position of its batch there (0 when
+        the offset is outside the log), to name a damaged record."""
+        segments = self._segments
+        seg = segments[max(bisect_right(self._bases, offset) - 1, 0)]
+        located = seg.locate(offset)
+        return seg.path, located.position if located is not None else 0
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= `timestamp_ms`, else None."""
@@ -389,6 +468,7 @@ class PartitionLog:
 
         A no-op on a closed log (`close()` already fsynced; a deleted log has nothing to keep).
         """
+        self._seal_unsealed()
         with self._lock:
             if self._closed:
                 return
@@ -415,7 +495,7 @@ class PartitionLog:
                     break
                 expired += 1
             if expired == len(self._segments):
-                self._roll()
+                self._roll(seal=False)  # deleted just below: no use making it durable
             removed += self._delete_oldest(expired)
         if config.retention_bytes >= 0:
             excess = self.size_bytes - config.retention_bytes
@@ -429,10 +509,13 @@ class PartitionLog:
         return removed
 
     def _delete_oldest(self, count: int) -> int:
-        count = min(count, len(self._segments) - 1)  # never the active segment
-        if count <= 0:
-            return 0
         with self._lock:
+            count = min(count, len(self._segments) - 1)  # never the active segment
+            if self._unsealed:
+                # Not a segment still being sealed: the next retention pass takes it.
+                count = min(count, self._segments.index(self._unsealed[0]))
+            if count <= 0:
+                return 0
             doomed = self._segments[:count]
             del self._segments[:count]
             del self._bases[:count]
@@ -453,6 +536,8 @@ class PartitionLog:
             return
         if offset < self.log_start_offset:
             raise OffsetOutOfRange(offset, self.log_start_offset, self.log_end_offset)
+        # Truncation may reopen a rolled segment: let its seal finish first (a rare path).
+        self._seal_unsealed()
         with self._lock:
             i = bisect_right(self._bases, offset) - 1
             seg = self._segments[i]
@@ -472,6 +557,12 @@ class PartitionLog:
 
         Raises `OSError` if the final fsync fails (the files are closed anyway).
         """
+        try:
+            self._seal_unsealed()
+        finally:
+            self._close()
+
+    def _close(self) -> None:
         with self._lock:
             if self._closed:
                 return
@@ -484,7 +575,7 @@ class PartitionLog:
 
     def delete(self) -> None:
         """Close without flushing and remove the partition directory (DeleteTopics)."""
-        with self._lock:
+        with self._seal_lock, self._lock:  # not under a seal still writing to these files
             self._closed = True
             for seg in self._segments:
                 seg.close_files()

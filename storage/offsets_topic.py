@@ -12,6 +12,11 @@ the same event-loop turn, and every append arriving while an fsync runs, shares 
 interval policy the future completes after the write and a timer fsyncs every interval.
 A failed write or fsync fails the futures of everything not yet durable: nothing is acknowledged.
 
+Replies that read state another append is still writing wait by log offset: `acknowledged(p)`
+returns None when everything written to partition `p` is acknowledged, else a future that
+completes once the acknowledged end of `p` reaches today's log end offset (and fails if the
+write holding that offset fails). A steady stream of later appends does not delay it.
+
 Compaction (`storage/compaction.py`) rewrites sealed segments in place, keeping offsets; `compact`
 runs one pass on the caller's thread and `close` waits for a running one to stop.
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,6 +45,19 @@ log = structlog.get_logger("rebalanced.group_log")
 TOPIC = "__consumer_offsets"
 
 
+class GroupLogLoadError(Exception):
+    """A group-log record that cannot be replayed: where it is and why."""
+
+    def __init__(self, partition: int, path: Path, position: int, offset: int,
+                 reason: str) -> None:
+        super().__init__(f"{path}: position {position} (offset {offset}): {reason}")
+        self.partition = partition
+        self.path = path
+        self.position = position
+        self.offset = offset
+        self.reason = reason
+
+
 class GroupLog:
     def __init__(self, logs: list[PartitionLog], fsync_policy: str,
                  fs: FileSystem = REAL_FS) -> None:
@@ -49,6 +68,10 @@ class GroupLog:
         self._dirty: set[int] = set()
         # Per partition, the log end offset covered by the last successful fsync.
         self._durable_end = [partition_log.log_end_offset for partition_log in logs]
+        # Per partition, the end of what every append future has been completed for, and the
+        # futures of `acknowledged` waiting for it to reach an offset (in offset order).
+        self._acked_end = list(self._durable_end)
+        self._offset_waiters: dict[int, deque[tuple[int, asyncio.Future[None]]]] = {}
         self._waiting: list[asyncio.Future[None]] = []
         self._flushing = False
         self._interval_task: asyncio.Task[None] | None = None
@@ -84,18 +107,34 @@ class GroupLog:
 
         Replaying only the last value per key yields the same state as replaying the whole
         history (latest value wins; a tombstone deletes), and lets recovery decode each live key
-        once instead of once per commit ever made. Unknown record types are skipped.
+        once instead of once per commit ever made. Unknown record types are skipped. Raises
+        `GroupLogLoadError` naming the file and position of a record that cannot be read.
         """
-        latest: dict[bytes, bytes | None] = {}
-        for key, value in self._raw_records(partition):
-            latest.pop(key, None)  # re-insert so dict order follows the last write
-            latest[key] = value
-        for key, value in latest.items():
-            record = decode_record(key, value)
-            if not isinstance(record, UnknownRecord):
-                yield record
+        for _, record in self.replay_partition_at(partition):
+            yield record
 
-    def _raw_records(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
+    def replay_partition_at(self, partition: int) -> Iterator[tuple[int, CoordinatorRecord]]:
+        """`replay_partition`, each record with its offset (for `locate` when applying it
+        fails)."""
+        latest: dict[bytes, tuple[int, bytes | None]] = {}
+        for offset, key, value in self._raw_records(partition):
+            latest.pop(key, None)  # re-insert so dict order follows the last write
+            latest[key] = (offset, value)
+        for key, (offset, value) in latest.items():
+            try:
+                record = decode_record(key, value)
+            except Exception as exc:
+                raise self.load_error(partition, offset, f"undecodable record: {exc!r}") from exc
+            if not isinstance(record, UnknownRecord):
+                yield offset, record
+
+    def load_error(self, partition: int, offset: int, reason: str) -> GroupLogLoadError:
+        """The error for the record at `offset` of `partition`: its segment file and the byte
+        position of its batch there."""
+        path, position = self.logs[partition].position_of(offset)
+        return GroupLogLoadError(partition, path, position, offset, reason)
+
+    def _raw_records(self, partition: int) -> Iterator[tuple[int, bytes, bytes | None]]:
         partition_log = self.logs[partition]
         offset = partition_log.log_start_offset
         end = partition_log.log_end_offset
@@ -103,9 +142,13 @@ class GroupLog:
             chunk = partition_log.read(offset, 8 << 20)
             if not chunk:
                 break
-            for record_offset, key, value in iter_records(chunk):
+            try:
+                records = list(iter_records(chunk))
+            except Exception as exc:
+                raise self.load_error(partition, offset, f"unreadable batch: {exc!r}") from exc
+            for record_offset, key, value in records:
                 if key is not None and record_offset >= offset:
-                    yield key, value
+                    yield record_offset, key, value
             # Move on from the end of the last batch, not its last record: a compacted batch
             # keeps the offset range of the batches it replaced, with fewer records.
             batches = scan_batches(chunk, verify_crc=False)[0]
@@ -149,6 +192,8 @@ class GroupLog:
         self.appends += 1
         if not self.fsync_always:
             future.set_result(None)
+            for partition, _ in written:
+                self._acked_end[partition] = self.logs[partition].log_end_offset
             self._ensure_interval_flusher()
             return future
         self._waiting.append(future)
@@ -183,6 +228,7 @@ class GroupLog:
             for partition, end in ends.items():
                 self._durable_end[partition] = max(self._durable_end[partition], end)
         else:
+            failed_partitions = set(ends) | self._dirty
             log.error("group log fsync failed", error=str(exc), waiting=len(waiting))
             # After a failed fsync the kernel may have dropped those pages while later fsyncs
             # report success; so nothing written since the last good fsync may stay in the
@@ -200,10 +246,46 @@ class GroupLog:
                 future.set_result(None)
             else:
                 future.set_exception(exc)
+        # After the appends' own futures, so that their replies go out first.
+        if exc is None:
+            for partition in ends:
+                self._acknowledge(partition, self._durable_end[partition])
+        else:
+            for partition in failed_partitions:
+                self._fail_offset_waiters(partition, exc)
         if self._waiting:
             self._start_flush()
         else:
             self._flushing = False
+
+    def acknowledged(self, partition: int) -> asyncio.Future[None] | None:
+        """None if every append to `partition` so far is acknowledged; else a future done
+        when the ones written up to now are (failed with the error of a write that fails)."""
+        end = self.logs[partition].log_end_offset
+        if self._acked_end[partition] >= end:
+            return None
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._offset_waiters.setdefault(partition, deque()).append((end, future))
+        return future
+
+    def _acknowledge(self, partition: int, end: int) -> None:
+        self._acked_end[partition] = max(self._acked_end[partition], end)
+        acked = self._acked_end[partition]
+        waiters = self._offset_waiters.get(partition)
+        while waiters and waiters[0][0] <= acked:
+            _, future = waiters.popleft()
+            if not future.done():
+                future.set_result(None)
+        if waiters is not None and not waiters:
+            del self._offset_waiters[partition]
+
+    def _fail_offset_waiters(self, partition: int, exc: BaseException) -> None:
+        """The partition was cut back to its durable end: whatever waited past it failed."""
+        end = self.logs[partition].log_end_offset
+        self._acked_end[partition] = min(self._acked_end[partition], end)
+        for _, future in self._offset_waiters.pop(partition, ()):
+            if not future.done():
+                future.set_exception(exc)
 
     def _truncate(self, partition: int, offset: int) -> None:
         partition_log = self.logs[partition]

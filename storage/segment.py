@@ -245,10 +245,9 @@ class Segment:
                     seg.write_indexes(only_if_changed=True)
                     seg.close_files()
                 return seg, None
-            if active:
-                torn = not seg._valid_batch_after(damage.position, seg.next_offset)
-                damage = Damage(damage.position, damage.reason, torn)
-            return seg, damage
+            # Torn: nothing valid follows the damage (the tail of a write a crash cut short).
+            torn = not seg._valid_batch_after(damage.position, seg.next_offset)
+            return seg, Damage(damage.position, damage.reason, torn)
         except BaseException:
             seg.close_files()
             raise

@@ -13,11 +13,14 @@ import itertools
 from dataclasses import replace
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from coordinator import commands as c
 from coordinator.classic.group import ClassicGroup
 from coordinator.clock import ManualClock
 from coordinator.config import GroupConfig
 from coordinator.manager import GroupCoordinator
+from coordinator.outcomes import error_outcome
 from coordinator.records import CoordinatorRecord
 from coordinator.result import RequestRef, Result
 from coordinator.timer import TimerWheel
@@ -35,7 +38,9 @@ class GroupTestContext:
         self.sent: dict[RequestRef, c.Command] = {}
         self.replies: dict[RequestRef, Any] = {}
         self.closed: set[int] = set()
-        self.records: list[CoordinatorRecord] = []
+        self.records: list[CoordinatorRecord] = []  # durable, in log order
+        self.failed_records: list[CoordinatorRecord] = []
+        self.failing_writes = 0
         self.events: list[Any] = []
 
     def _new_member_id(self, prefix: str) -> str:
@@ -69,19 +74,38 @@ class GroupTestContext:
         return next(reversed(self.sent))
 
     def apply(self, result: Result) -> Result:
+        """Apply `result` as the runtime does; its records are durable at once unless
+        `fail_next_writes` says otherwise (then its replies are answered with the error)."""
         for op in result.timers:
             if op.deadline_ms is None:
                 self.wheel.cancel(op.key)
             else:
                 self.wheel.schedule(op.key, op.deadline_ms)
-        self.records.extend(result.records)
         self.events.extend(result.events)
+        if result.records and self.failing_writes:
+            self.failing_writes -= 1
+            self.failed_records.extend(result.records)
+            for reply in result.replies:
+                cmd = self.sent[reply.ref]
+                self._deliver(reply.ref, error_outcome(cmd, ErrorCode.coordinator_not_available))
+            self.apply(self.manager.records_failed(result, self.now_ms))
+            return result
+        self.records.extend(result.records)
         for reply in result.replies:
-            assert reply.ref in self.sent, f"reply to a request never sent: {reply.ref}"
-            assert reply.ref not in self.replies, f"second reply to {reply.ref}"
-            assert reply.ref.connection_id not in self.closed, f"reply on closed {reply.ref}"
-            self.replies[reply.ref] = reply.outcome
+            self._deliver(reply.ref, reply.outcome)
+        if result.records:
+            self.apply(self.manager.records_durable(result, self.now_ms))
         return result
+
+    def fail_next_writes(self, count: int = 1) -> None:
+        """The next `count` Results with records fail to be written."""
+        self.failing_writes += count
+
+    def _deliver(self, ref: RequestRef, outcome: Any) -> None:
+        assert ref in self.sent, f"reply to a request never sent: {ref}"
+        assert ref not in self.replies, f"second reply to {ref}"
+        assert ref.connection_id not in self.closed, f"reply on closed {ref}"
+        self.replies[ref] = outcome
 
     def sleep(self, ms: int) -> None:
         target = self.now_ms + ms

@@ -32,6 +32,7 @@ the tallies with a recount after random operations.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from coordinator.classic.member import ClassicGroupMember, Parked
@@ -331,8 +332,9 @@ class ClassicGroup:
     def transition_to(self, target: GroupState, now_ms: int) -> None:
         transition_to(self, target, now_ms)
 
-    def snapshot(self) -> GroupMetadataValue:
-        """The group as Kafka persists it (`newGroupMetadataRecord`)."""
+    def snapshot(self, assignment: Mapping[str, bytes] | None = None) -> GroupMetadataValue:
+        """The group as Kafka persists it (`newGroupMetadataRecord`), with `assignment` in
+        place of the members' current ones when given (the leader's, not yet durable)."""
         protocol = self.protocol_name
         return GroupMetadataValue(
             protocol_type=self.protocol_type or "",
@@ -349,7 +351,9 @@ class ClassicGroup:
                     rebalance_timeout=m.rebalance_timeout_ms,
                     session_timeout=m.session_timeout_ms,
                     subscription=m.metadata(protocol) if protocol is not None else b"",
-                    assignment=m.assignment,
+                    assignment=(
+                        m.assignment if assignment is None else assignment.get(m.member_id, b"")
+                    ),
                 )
                 for m in self.members.values()
             ),

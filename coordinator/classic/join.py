@@ -19,6 +19,7 @@ from coordinator.classic import rebalance as rb
 from coordinator.classic.group import ClassicGroup
 from coordinator.classic.member import ClassicGroupMember, Parked
 from coordinator.classic.state import GroupState
+from coordinator.classic.writes import StaticMemberWrite
 from coordinator.outcomes import JoinGroupOutcome, SyncGroupOutcome
 from coordinator.result import Reply
 
@@ -267,6 +268,18 @@ def update_static_member_and_rebalance(
     assert cmd.group_instance_id is not None
     assert group.state not in (GroupState.EMPTY, GroupState.DEAD), "static member in empty group"
     current_leader = group.leader_id
+    old = group.members[old_member_id]
+    # Kept to restore the old member id should the write of the new one fail.
+    restore = StaticMemberWrite(
+        group_id=group.group_id,
+        group_instance_id=cmd.group_instance_id,
+        old_member_id=old_member_id,
+        new_member_id=new_member_id,
+        generation_id=group.generation_id,
+        old_protocols=old.protocols,
+        old_rebalance_timeout_ms=old.rebalance_timeout_ms,
+        old_session_timeout_ms=old.session_timeout_ms,
+    )
     member = replace_static_member(env, group, cmd.group_instance_id, old_member_id, new_member_id)
     rb.schedule_heartbeat(env, group, member)
     update_member(env, group, member, cmd)
@@ -278,6 +291,7 @@ def update_static_member_and_rebalance(
                 rebalance = False
                 # Persist the new member id, then answer at once: no rebalance (KIP-345).
                 rb.store_group(env, group)
+                env.result.writes.append(restore)
                 is_leader = group.is_leader(new_member_id)
                 if cmd.supports_skip_assignment:
                     # KIP-814: the leader learns it leads, but must not run the assignor.

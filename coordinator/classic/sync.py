@@ -5,9 +5,11 @@ Versions:
 * v3: group.instance.id (KIP-345), checked against the member id.
 * v5: protocol type and name are mandatory and must match the group's (KIP-559).
 
-The leader's assignment is persisted as a group snapshot and answered in the same `Result`:
-the runtime delivers the replies only after the record is durable, which is Kafka's
-"answer in the append callback" without the callback.
+The leader's assignment is persisted as a group snapshot; the group stays CompletingRebalance
+(followers' SyncGroups park, the leader's too) until the record is durable. Only then does
+`writes.finish` give the members their assignment, answer every parked SyncGroup and make the
+group Stable; a failed write answers them with the error instead and rebalances
+(`classic/writes.py`, Kafka's append callback of `classicGroupSyncToClassicGroup`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from coordinator.classic import rebalance as rb
 from coordinator.classic.group import ClassicGroup
 from coordinator.classic.member import Parked
 from coordinator.classic.state import GroupState
+from coordinator.classic.writes import AssignmentWrite
 from coordinator.outcomes import SyncGroupOutcome
+from coordinator.records import GroupMetadataKey, GroupMetadataRecord
 from coordinator.result import Reply
 
 __all__ = ["sync_group", "validate_sync_group"]
@@ -82,7 +86,8 @@ def sync_group(env: rb.Env, group: ClassicGroup, cmd: c.SyncGroup) -> None:
 
 
 def complete_sync(env: rb.Env, group: ClassicGroup, cmd: c.SyncGroup) -> None:
-    """The leader's assignment: fill the gaps, persist, answer everyone, go Stable."""
+    """The leader's assignment: fill the gaps and persist it; once durable, answer everyone
+    and go Stable (`writes.finish`)."""
     assignment = dict(cmd.assignments)
     missing = [m for m in group.members if m not in assignment]
     for member_id in missing:
@@ -97,17 +102,17 @@ def complete_sync(env: rb.Env, group: ClassicGroup, cmd: c.SyncGroup) -> None:
             missing_assignments=len(missing),
         )
     )
-    rb.set_and_propagate_assignment(env, group, assignment)
-    rb.store_group(env, group)
-    group.transition_to(GroupState.STABLE, env.now_ms)
-    started = group.rebalance_started_ms
-    group.rebalance_started_ms = None
-    env.result.events.append(
-        ev.GroupStabilized(
-            ts_ms=env.now_ms,
+    env.result.records.append(
+        GroupMetadataRecord(
+            key=GroupMetadataKey(group=group.group_id),
+            value=group.snapshot(assignment),
+        )
+    )
+    env.result.writes.append(
+        AssignmentWrite(
             group_id=group.group_id,
             generation_id=group.generation_id,
-            member_count=len(group.members),
-            duration_ms=env.now_ms - started if started is not None else 0,
+            leader_id=cmd.member_id,
+            assignment=assignment,
         )
     )

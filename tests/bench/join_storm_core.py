@@ -101,12 +101,18 @@ class Storm:
         return RequestRef(member, next(self._sequence))
 
     def _apply(self, result: Result, phase: PhaseCost) -> None:
-        """What the runtime does with a Result, minus the log append: timers, then replies."""
+        """What the runtime does with a Result, minus the log append (durable at once): timers,
+        replies, then what the core finishes once the records are durable."""
         for op in result.timers:
             if op.deadline_ms is None:
                 self.wheel.cancel(op.key)
             else:
                 self.wheel.schedule(op.key, op.deadline_ms)
+        self._reply(result, phase)
+        if result.records:
+            self._apply(self.manager.records_durable(result, self.clock.now_ms()), phase)
+
+    def _reply(self, result: Result, phase: PhaseCost) -> None:
         if not result.replies:
             return
         started = time.process_time()

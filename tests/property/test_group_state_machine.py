@@ -4,8 +4,9 @@ Invariants: only valid state transitions (asserted inside `transition_to`), the 
 never decreases, the leader is a member, parked requests exist only in the state that parks
 them and every request is answered exactly once unless it is still parked or its connection
 closed, no reply reaches a closed connection (asserted by the context), the group's tallies
-equal a recount from its members, and replaying the emitted group records rebuilds
-`durable_view()`, which matches a Stable group's live snapshot.
+equal a recount from its members, and replaying the group records written rebuilds
+`durable_view()`, which matches a Stable group's live snapshot, also when writes fail; every
+assignment a SyncGroup hands out was written first.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import dataclasses
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from kio.schema.errors import ErrorCode
 
+from coordinator import commands as c
 from coordinator.classic.state import GroupState
 from coordinator.config import GroupConfig
 from coordinator.records import GroupMetadataRecord
@@ -141,6 +144,18 @@ class GroupMachine(RuleBasedStateMachine):
         )
         self.ctx.apply(result)
 
+    @rule()
+    def fail_next_write(self) -> None:
+        """The next group-log write fails (a full disk, a failed fsync)."""
+        self.ctx.fail_next_writes()
+
+    @rule()
+    def delete_group(self) -> None:
+        _, result = self.ctx.manager.delete_group("g", self.ctx.now_ms)
+        self.ctx.apply(result)
+        if self.ctx.manager.group("g") is None:
+            self.max_generation = 0  # a group created under the same id starts over
+
     @rule(ms=st.sampled_from([0, 50, 100, 1_000, 3_000, 6_000, 8_000]))
     def sleep(self, ms: int) -> None:
         self.ctx.sleep(ms)
@@ -196,6 +211,20 @@ class GroupMachine(RuleBasedStateMachine):
             assert ref not in self.ctx.replies
         for ref in self.ctx.unanswered():
             assert ref in parked or ref.connection_id in self.ctx.closed, ref
+
+    @invariant()
+    def sync_answers_were_durable(self) -> None:
+        """Every assignment handed out was in a group record that reached the log first."""
+        written = {
+            (r.value.generation, m.member_id, m.assignment)
+            for r in self.ctx.records
+            if isinstance(r, GroupMetadataRecord) and r.value is not None
+            for m in r.value.members
+        }
+        for ref, outcome in self.ctx.replies.items():
+            cmd = self.ctx.sent[ref]
+            if isinstance(cmd, c.SyncGroup) and outcome.error is ErrorCode.none:
+                assert (cmd.generation_id, cmd.member_id, outcome.assignment) in written
 
     @invariant()
     def tallies_match_a_recount(self) -> None:

@@ -41,9 +41,12 @@ def read_everything(log: PartitionLog) -> bytes:
 
 
 def crash(log: PartitionLog) -> None:
-    """Drop the log without flushing or writing indexes, as a kill -9 would."""
-    for seg in log._segments:
-        seg.close_files()
+    """Drop the log without flushing or writing indexes, as a kill -9 would (which also stops
+    a seal still pending on the worker thread)."""
+    with log._seal_lock, log._lock:
+        log._closed = True
+        for seg in log._segments:
+            seg.close_files()
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -315,6 +315,7 @@ def test_time_retention_deletes_old_sealed_segments(tmp_path: Path) -> None:
     for ts in (100, 200, 5000, 5100):
         log.append(make_batch([b"v" * 300], timestamp_ms=ts), NOW)
     assert log.segment_base_offsets() == [0, 1, 2, 3]
+    log.flush()  # rolled segments are sealed on a worker thread; retention waits for it
     assert log.apply_retention(now_ms=5500) == 2
     assert log.segment_base_offsets() == [2, 3]
     assert log.log_start_offset == 2
@@ -328,6 +329,7 @@ def test_time_retention_stops_at_the_first_young_segment(tmp_path: Path) -> None
     log = open_log(tmp_path, segment_bytes=500, retention_ms=1000)
     for ts in (100, 9000, 200, 9100):
         log.append(make_batch([b"v" * 300], timestamp_ms=ts), NOW)
+    log.flush()  # rolled segments are sealed on a worker thread; retention waits for it
     assert log.apply_retention(now_ms=9500) == 1
     assert log.log_start_offset == 1
 
@@ -336,6 +338,7 @@ def test_time_retention_of_everything_rolls_and_empties_the_log(tmp_path: Path) 
     log = open_log(tmp_path, segment_bytes=500, retention_ms=1000)
     log.append(make_batch([b"v" * 300], timestamp_ms=100), NOW)
     log.append(make_batch([b"v" * 300], timestamp_ms=100), NOW)
+    log.flush()  # rolled segments are sealed on a worker thread; retention waits for it
     assert log.apply_retention(now_ms=50_000) == 2
     assert (log.log_start_offset, log.log_end_offset) == (2, 2)
     assert log.read(2, 100) == b""
@@ -358,6 +361,7 @@ def test_size_retention_keeps_at_least_retention_bytes_like_kafka(tmp_path: Path
     for _ in range(6):
         log.append(make_batch([b"v" * 300]), NOW)
     segment_size = len(make_batch([b"v" * 300]))  # one batch per segment
+    log.flush()  # rolled segments are sealed on a worker thread; retention waits for it
     assert log.apply_retention(now_ms=NOW) == 3
     assert 1000 <= log.size_bytes < 1000 + segment_size
     assert log.log_start_offset == 3

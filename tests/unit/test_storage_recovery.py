@@ -297,3 +297,41 @@ def test_a_last_segment_holding_only_a_torn_batch_becomes_empty(tmp_path: Path) 
     assert log.log_end_offset == end
     assert path.stat().st_size == 0
     assert base_offsets(log.read(end - 2, 1)) == [end - 2]
+
+
+def test_a_rolled_segment_whose_seal_was_interrupted_is_cut_at_its_tear(tmp_path: Path) -> None:
+    """A roll seals the old segment on a worker thread (fsync, then index files); a crash
+    before that finished leaves it without index files and maybe torn. Nothing after it was
+    flushed (a flush completes pending seals first), so it is cut like a torn active segment."""
+    directory = tmp_path / "t-0"
+    log = PartitionLog.open(directory, LogConfig(segment_bytes=300))
+    for value in (b"a" * 200, b"b" * 200, b"c" * 200):
+        log.append(make_batch([value]), 0)
+    log.close()
+    assert sorted(p.name for p in directory.glob("*.log")) == [
+        f"{0:020d}.log", f"{1:020d}.log", f"{2:020d}.log"]
+    for suffix in (".index", ".timeindex"):
+        (directory / f"{1:020d}{suffix}").unlink()
+    with (directory / f"{1:020d}.log").open("ab") as torn:
+        torn.write(make_batch([b"lost"])[:30])
+    reopened = PartitionLog.open(directory, LogConfig(segment_bytes=300))
+    try:
+        assert reopened.segment_base_offsets() == [0, 1]
+        assert reopened.log_end_offset == 2
+        assert [v for _, v in decode(reopened.read(1, 1 << 20))] == [b"b" * 200]
+    finally:
+        reopened.close()
+
+
+def test_damage_in_a_sealed_segment_with_index_files_still_refuses_to_open(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "t-0"
+    log = PartitionLog.open(directory, LogConfig(segment_bytes=300))
+    for value in (b"a" * 200, b"b" * 200, b"c" * 200):
+        log.append(make_batch([value]), 0)
+    log.close()
+    with (directory / f"{1:020d}.log").open("ab") as torn:
+        torn.write(make_batch([b"lost"])[:30])
+    with pytest.raises(CorruptLogError):
+        PartitionLog.open(directory, LogConfig(segment_bytes=300))

@@ -1,0 +1,165 @@
+"""The offset APIs' group decisions, pure: OffsetCommit, OffsetDelete, DeleteGroups, expiry.
+
+Kafka's `OffsetMetadataManager` and `GroupMetadataManager` answer each of these with a
+`CoordinatorResult`; here each method returns the outcome to answer once the records are
+durable and a `Result` (records to write, timer changes, events, changes waiting for the write)
+for the runtime to apply. They combine the two halves of the core: `GroupCoordinator` (does
+the group exist, may it be changed) and `OffsetStore` (per-partition rules). No I/O, no clock:
+`now_ms` comes in (`Clock.now_ms`, the one clock of every persisted timestamp), as does
+`topic_exists` (the runtime's topic metadata). Whether this node serves a group's partition and
+whether it is still loading stays the runtime's check, before these are called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from coordinator import offset_commands as oc
+from coordinator.classic.state import GroupState
+from coordinator.consumer_protocol import subscribed_topics
+from coordinator.manager import GroupCoordinator
+from coordinator.offsets import (
+    GroupExpiryView,
+    OffsetStore,
+    PartitionErrors,
+    expire_timestamp_ms,
+)
+from coordinator.records import OffsetCommitRecord
+from coordinator.result import Result
+
+__all__ = ["CommitDecision", "ExpiryDecision", "GroupOffsets"]
+
+
+@dataclass(slots=True)
+class CommitDecision:
+    """An OffsetCommit: `error` for the whole request, else per-partition `errors` and the
+    `records` to write (none: answer `errors` at once). `result` carries the group side's
+    timer changes (a commit restarts the member's session), to apply in any case."""
+
+    error: ErrorCode | None
+    errors: PartitionErrors
+    records: list[OffsetCommitRecord]
+    result: Result
+
+
+@dataclass(slots=True)
+class ExpiryDecision:
+    result: Result  # the offset and group tombstones, the deleted groups' events
+    expired_offsets: int
+    groups_deleted: int
+
+
+class GroupOffsets:
+    def __init__(self, groups: GroupCoordinator, offsets: OffsetStore) -> None:
+        self.groups = groups
+        self.offsets = offsets
+
+    def commit(
+        self,
+        cmd: oc.OffsetCommit,
+        api_version: int,
+        now_ms: int,
+        topic_exists: Callable[[str, int], bool],
+    ) -> CommitDecision:
+        """The group-side checks (SPEC §10, `GroupCoordinator.validate_offset_commit`), then
+        the per-partition ones and the records (`OffsetStore.commit`, pending until applied)."""
+        group_known = self.groups.group(cmd.group_id) is not None
+        error, result = self.groups.validate_offset_commit(
+            cmd.group_id, cmd.member_id, cmd.generation_id, cmd.group_instance_id, now_ms
+        )
+        if error is ErrorCode.illegal_generation and not group_known and api_version >= 9:
+            error = ErrorCode.group_id_not_found  # KIP-848 changed this answer from v9 on
+        if error is not None:
+            return CommitDecision(error, [], [], result)
+        expire = expire_timestamp_ms(cmd.retention_time_ms, now_ms)
+        errors, records = self.offsets.commit(
+            cmd.group_id, cmd.topics, now_ms, topic_exists=topic_exists, expire_timestamp=expire,
+            commit_timestamps=cmd.commit_timestamps,  # OffsetCommit v1's explicit timestamps
+        )
+        return CommitDecision(None, errors, records, result)
+
+    def delete_offsets(self, cmd: oc.OffsetDelete) -> tuple[oc.OffsetDeleteOutcome, Result]:
+        """OffsetDelete: refused for an unknown or Dead group, and for a live group whose
+        subscriptions cannot be read; a topic the group subscribes to keeps its offsets."""
+        group = self.groups.group(cmd.group_id)
+        if (group is None and not self.offsets.has_offsets(cmd.group_id)) or (
+            group is not None and group.state is GroupState.DEAD
+        ):
+            return oc.OffsetDeleteOutcome(error=ErrorCode.group_id_not_found), Result()
+        subscribed = self.subscriptions(cmd.group_id)
+        if group is not None and group.members and subscribed is None:
+            # A live group whose subscriptions we cannot read (not the consumer protocol):
+            # Kafka refuses to delete its offsets.
+            return oc.OffsetDeleteOutcome(error=ErrorCode.non_empty_group), Result()
+        errors, tombstones = self.offsets.delete(cmd.group_id, cmd.topics, subscribed or set())
+        return oc.OffsetDeleteOutcome.from_errors(errors), Result(records=list(tombstones))
+
+    def delete_groups(
+        self,
+        group_ids: Sequence[str],
+        now_ms: int,
+        unavailable: Callable[[str], ErrorCode | None],
+    ) -> tuple[oc.DeleteGroupsOutcome, Result]:
+        """DeleteGroups: each Empty group (or one known only by its offsets, a standalone
+        consumer's) is deleted with its offsets; `unavailable(group_id)` is the runtime's
+        answer for a group it does not serve now. The groups leave memory at once; the
+        Result's writes bring them back if its records are not made durable."""
+        results: list[tuple[str, ErrorCode]] = []
+        deleted = Result()
+        for group_id in group_ids:
+            refused = unavailable(group_id)
+            if refused is not None:
+                results.append((group_id, refused))
+                continue
+            had_offsets = self.offsets.has_offsets(group_id)
+            error, result = self.groups.delete_group(group_id, now_ms)
+            if error is ErrorCode.group_id_not_found and had_offsets:
+                error = None  # offsets without a group record: a standalone consumer's
+            if error is not None:
+                results.append((group_id, error))
+                continue
+            deleted.merge(result)
+            deleted.records.extend(self.offsets.delete_group(group_id))
+            results.append((group_id, ErrorCode.none))
+        return oc.DeleteGroupsOutcome(results=tuple(results)), deleted
+
+    def expire(self, now_ms: int) -> ExpiryDecision:
+        """Offset expiry (Kafka `cleanupGroupMetadata`): tombstones for expired offsets, and
+        Empty groups left without offsets deleted (brought back if the write fails)."""
+        view: dict[str, GroupExpiryView] = {}
+        for group_id, group in self.groups.groups.items():
+            view[group_id] = GroupExpiryView(
+                state_is_empty=group.state is GroupState.EMPTY,
+                current_state_timestamp=group.state_timestamp_ms,
+                subscribed_topics=self.subscriptions(group_id),
+                protocol_type=group.protocol_type or "",
+                state_is_stable=group.state is GroupState.STABLE,
+            )
+        expired = self.offsets.expire(now_ms, view)
+        removed = Result(records=list(expired.tombstones))
+        for group_id in expired.groups_without_offsets:
+            error, result = self.groups.delete_group(group_id, now_ms)
+            if error is None:
+                removed.merge(result)
+        return ExpiryDecision(
+            removed, len(expired.tombstones), len(expired.groups_without_offsets)
+        )
+
+    def subscriptions(self, group_id: str) -> set[str] | None:
+        """The topics a live consumer group's members subscribe to; None when unknown (no
+        members, not the consumer protocol, or a subscription that does not parse)."""
+        group = self.groups.group(group_id)
+        if group is None or group.protocol_type != "consumer" or not group.members:
+            return None
+        topics: set[str] = set()
+        for member in group.members.values():
+            for protocol in member.protocols:
+                if protocol.name == group.protocol_name:
+                    parsed = subscribed_topics(protocol.metadata)
+                    if parsed is None:
+                        return None
+                    topics |= parsed
+        return topics
