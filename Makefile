@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-unit test-integration lint bench forensics clean docker-test fuzz soak
+.PHONY: install run test test-unit test-integration lint bench bench-pause forensics clean docker-test fuzz soak
 
 $(STAMP): pyproject.toml setup.py storage/_legacy_speedups.c
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,13 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[test,bench]'
 	$(BIN)/python -m tests.bench.run
+	$(BIN)/python -m tests.bench.pause
+
+# The pause of a consumer group when one consumer dies, rebalanced beside Tansu (~15 min;
+# `$(BIN)/python -m tests.bench.pause --quick` runs a ~4 min subset).
+bench-pause: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[test,bench]'
+	$(BIN)/python -m tests.bench.pause
 
 # The stock-client scenario against the Docker image (skipped where there is no Docker engine).
 docker-test:

@@ -18,6 +18,9 @@ class GroupConfig:
     # Kafka's classic NewMemberJoinTimeoutMs: a new member's JoinGroup is dropped after this
     # long, since it cannot heartbeat before it knows its member id (KIP-394 discussion).
     group_new_member_join_timeout_ms: int = 300_000
+    # A dynamic member whose connection closes without LeaveGroup is removed this long after
+    # the close unless a request for it arrives meanwhile; -1 keeps Kafka's session semantics.
+    group_member_disconnect_grace_ms: int = 1_000
     offsets_topic_num_partitions: int = 50
     offset_metadata_max_bytes: int = 4_096
     offsets_retention_minutes: int = 10_080
@@ -47,6 +50,7 @@ KAFKA_NAMES: Mapping[str, str] = {
     "group.max.session.timeout.ms": "group_max_session_timeout_ms",
     "group.initial.rebalance.delay.ms": "group_initial_rebalance_delay_ms",
     "group.max.size": "group_max_size",
+    "group.member.disconnect.grace.ms": "group_member_disconnect_grace_ms",
     "offsets.topic.num.partitions": "offsets_topic_num_partitions",
     "offset.metadata.max.bytes": "offset_metadata_max_bytes",
     "offsets.retention.minutes": "offsets_retention_minutes",

@@ -39,6 +39,9 @@ class RemovalCause(enum.Enum):
     REBALANCE_TIMEOUT = "rebalance_timeout"
     FENCED = "fenced"
     MAX_SIZE = "max_size"
+    # A dynamic member's connection closed without LeaveGroup and nothing came back for it
+    # within group.member.disconnect.grace.ms.
+    DISCONNECT = "disconnect"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -68,7 +68,8 @@ class GroupOffsets:
         the per-partition ones and the records (`OffsetStore.commit`, pending until applied)."""
         group_known = self.groups.group(cmd.group_id) is not None
         error, result = self.groups.validate_offset_commit(
-            cmd.group_id, cmd.member_id, cmd.generation_id, cmd.group_instance_id, now_ms
+            cmd.group_id, cmd.member_id, cmd.generation_id, cmd.group_instance_id, now_ms,
+            cmd.ref.connection_id,
         )
         if error is ErrorCode.illegal_generation and not group_known and api_version >= 9:
             error = ErrorCode.group_id_not_found  # KIP-848 changed this answer from v9 on

@@ -43,6 +43,7 @@ from coordinator.api import (
 from coordinator.clock import SystemClock
 from coordinator.config import GroupConfig
 from coordinator.context import RequestContext
+from coordinator.events import RebalanceStarted
 from coordinator.group_offsets import GroupOffsets
 from coordinator.manager import GroupCoordinator
 from coordinator.offsets import FetchedOffset, OffsetStore
@@ -102,6 +103,7 @@ class GroupRuntime:
             group_max_session_timeout_ms=settings["group.max.session.timeout.ms"],
             group_initial_rebalance_delay_ms=settings["group.initial.rebalance.delay.ms"],
             group_max_size=settings["group.max.size"],
+            group_member_disconnect_grace_ms=settings["group.member.disconnect.grace.ms"],
             offsets_topic_num_partitions=settings["offsets.topic.num.partitions"],
             offset_metadata_max_bytes=settings["offset.metadata.max.bytes"],
             offsets_retention_minutes=settings["offsets.retention.minutes"],
@@ -491,6 +493,20 @@ class GroupRuntime:
     def _emit(self, result: Result) -> None:
         for event in result.events:
             self._event(event.as_dict())
+            if isinstance(event, RebalanceStarted):
+                self._release_member_fetches(event.group_id)
+
+    def _release_member_fetches(self, group_id: str) -> None:
+        """A rebalance started: answer the group's members' parked Fetch long-polls now, so a
+        client blocked in a long fetch gets back to its poll loop and rejoins sooner. Fetches
+        carry no member id: they are matched by client id and host (a few extra wake-ups of
+        other clients sharing both are harmless: they are answered with what is there)."""
+        group = self.manager.group(group_id)
+        if group is None or not len(self.broker.fetches):
+            return
+        clients = {(m.client_id, m.client_host) for m in group.members.values()}
+        if clients:
+            self.broker.fetches.release_clients(clients)
 
     def _event(self, payload: dict[str, Any], quiet: bool = False) -> None:
         if not quiet:

@@ -9,7 +9,8 @@ What it leaves to others:
 
 * the runtime applies `Result.timers` to the wheel, appends `Result.records`, waits until they
   are durable and only then delivers `Result.replies`; it calls `expire(key)` when the wheel
-  fires one of our keys and `connection_closed` when a client goes away;
+  fires one of our keys and `connection_closed` when a client goes away (which starts the
+  disconnect grace of the dynamic members last heard from on it, `classic/rebalance.py`);
 * whether this node owns a group's partition and whether that partition is still loading is
   the runtime's check, before `handle` (`outcomes.error_outcome` shapes the answer);
 * the committed offsets live in `coordinator/offsets.py`; it asks `validate_offset_commit` for
@@ -82,6 +83,9 @@ class GroupCoordinator:
         # id itself while there is one (nearly always: a consumer's coordinator connection
         # serves one group), a set beyond that. Entries live until the connection closes.
         self._parked_by_connection: dict[int, str | set[str]] = {}
+        # connection id -> (group id, member id) of dynamic members whose requests came on it;
+        # an entry is stale once the member moved to another connection (checked on close).
+        self._members_by_connection: dict[int, set[tuple[str, str]]] = {}
 
     # -- read access for the offsets/admin layer -------------------------------------------
 
@@ -140,7 +144,42 @@ class GroupCoordinator:
                 return fail(ErrorCode.unknown_member_id)
             group = self._create_group(cmd.group_id, env.now_ms)
         join_group(env, group, cmd)
+        member_id = self._joined_member_id(env, group, cmd)
+        if member_id is not None:
+            self._note_request(env, group, member_id, cmd.ref.connection_id)
         return None
+
+    def _joined_member_id(self, env: rb.Env, group: ClassicGroup, cmd: c.JoinGroup
+                          ) -> str | None:
+        """The dynamic member a JoinGroup spoke for, if it is one now."""
+        if cmd.member_id != c.UNKNOWN_MEMBER_ID:
+            return cmd.member_id
+        if cmd.group_instance_id is not None or cmd.require_known_member_id:
+            return None  # static (no disconnect grace) or only handed a KIP-394 id
+        # Before v4 a dynamic member is added at once with a fresh id: the newest member,
+        # still parked on this request, or named by the answer when the join completed.
+        newest = next(reversed(group.members), None)
+        if newest is not None:
+            parked = group.members[newest].awaiting_join
+            if parked is not None and parked.ref == cmd.ref:
+                return newest
+        for reply in env.result.replies:
+            if reply.ref == cmd.ref:
+                return getattr(reply.outcome, "member_id", None) or None
+        return None
+
+    def _note_request(self, env: rb.Env, group: ClassicGroup, member_id: str,
+                      connection_id: int) -> None:
+        """A request for a member arrived: track its connection for disconnect-fast failover."""
+        member = group.members.get(member_id)
+        if member is None or (member.connection_id == connection_id
+                              and member.disconnect_deadline_ms is None):
+            return  # nearly every heartbeat: same connection, no grace running
+        if self.config.group_member_disconnect_grace_ms < 0 or member.is_static:
+            return
+        if rb.note_request(env, group, member, connection_id):
+            self._members_by_connection.setdefault(connection_id, set()).add(
+                (group.group_id, member_id))
 
     def _sync_group(self, env: rb.Env, cmd: c.SyncGroup) -> None:
         def fail(error: ErrorCode) -> None:
@@ -154,6 +193,7 @@ class GroupCoordinator:
         if group is None:
             return fail(ErrorCode.unknown_member_id)
         sync_group(env, group, cmd)
+        self._note_request(env, group, cmd.member_id, cmd.ref.connection_id)
         return None
 
     def _heartbeat(self, env: rb.Env, cmd: c.Heartbeat) -> None:
@@ -163,6 +203,7 @@ class GroupCoordinator:
             env.result.replies.append(Reply(cmd.ref, HeartbeatOutcome(error=error)))
             return
         heartbeat(env, group, cmd)
+        self._note_request(env, group, cmd.member_id, cmd.ref.connection_id)
 
     def _leave_group(self, env: rb.Env, cmd: c.LeaveGroup) -> None:
         group = self._groups.get(cmd.group_id)
@@ -256,6 +297,8 @@ class GroupCoordinator:
                     rb.on_join_deadline(env, group)
                 case "sync":
                     rb.on_sync_deadline(env, group)
+                case "disconnect":
+                    rb.on_disconnect_deadline(env, group, str(key[2]))
                 case _:
                     raise AssertionError(f"not a group coordinator timer key: {key!r}")
         return self._finish(env, None)
@@ -263,15 +306,27 @@ class GroupCoordinator:
     def connection_closed(self, connection_id: int, now_ms: int) -> Result:
         """Forget requests parked by a closed connection: they will never be answered.
 
-        The members stay (their JoinGroup still counts as a rejoin, as in Kafka) until their
-        session expires or the rebalance moves on without them.
+        The members stay (their JoinGroup still counts as a rejoin, as in Kafka). Dynamic
+        members whose latest request came on this connection are removed after the disconnect
+        grace unless they are heard from again (`rebalance.start_disconnect_grace`); static
+        members, and every member with the grace off, stay until their session expires or the
+        rebalance moves on without them.
         """
         parked = self._parked_by_connection.pop(connection_id, ())
         for group_id in (parked,) if isinstance(parked, str) else parked:
             group = self._groups.get(group_id)
             if group is not None:
                 group.forget_connection(connection_id)
-        return Result()
+        members = self._members_by_connection.pop(connection_id, None)
+        if not members:
+            return Result()
+        env = self._env(now_ms)
+        for group_id, member_id in sorted(members):
+            group = self._groups.get(group_id)
+            member = group.members.get(member_id) if group is not None else None
+            if group is not None and member is not None and member.connection_id == connection_id:
+                rb.start_disconnect_grace(env, group, member)
+        return self._finish(env, None)
 
     # -- the offsets/admin layer -----------------------------------------------------------
 
@@ -282,6 +337,7 @@ class GroupCoordinator:
         generation_id: int,
         group_instance_id: str | None,
         now_ms: int,
+        connection_id: int | None = None,
     ) -> tuple[ErrorCode | None, Result]:
         """The group-side checks of an OffsetCommit (SPEC §10, Kafka `validateOffsetCommit`).
 
@@ -294,6 +350,10 @@ class GroupCoordinator:
         error = self._validate_offset_commit(
             env, group_id, member_id, generation_id, group_instance_id
         )
+        if error is None and connection_id is not None and member_id != c.UNKNOWN_MEMBER_ID:
+            group = self._groups.get(group_id)
+            if group is not None:
+                self._note_request(env, group, member_id, connection_id)
         return error, self._finish(env, None)
 
     def _validate_offset_commit(

@@ -99,6 +99,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("group.initial.rebalance.delay.ms", _int(0), "3000",
             "wait for more members before the first rebalance of an empty group"),
     Setting("group.max.size", _int(1), "2147483647", "members allowed in one group"),
+    Setting("group.member.disconnect.grace.ms", _int(-1), "1000",
+            "remove a dynamic member this long after its connection closed without LeaveGroup"
+            " (-1: off, only the session timeout removes it)"),
     Setting("offsets.topic.num.partitions", _int(1), "50", "partitions of the group log"),
     Setting("offsets.topic.segment.bytes", _int(14), "104857600", "group log segment size"),
     Setting("offset.metadata.max.bytes", _int(0), "4096", "largest commit metadata string"),

@@ -137,6 +137,11 @@ class GroupTestContext:
     def unanswered(self) -> list[RequestRef]:
         return [ref for ref in self.sent if ref not in self.replies]
 
+    def connection_of(self, member_id: str, group_id: str = "g") -> int | None:
+        """The connection of the member's latest request, as the core tracks it."""
+        member = self.group(group_id).members.get(member_id)
+        return None if member is None else member.connection_id
+
     def events_named(self, name: str) -> list[Any]:
         return [e for e in self.events if e.event == name]
 
@@ -153,7 +158,8 @@ class GroupTestContext:
         return str(first.member_id)
 
     def stable_group(self, n: int, group: str = "g", **kw: Any) -> list[str]:
-        """A Stable group of n dynamic members (leader first) at generation 1."""
+        """A Stable group of n dynamic members (leader first) at generation 1; member i of
+        the joining order talks on connection 100 + i (`connection_of`)."""
         from tests.builders import JoinGroupBuilder, sync
 
         ids = []
@@ -170,6 +176,8 @@ class GroupTestContext:
         ordered = [leader] + [m for m in ids if m != leader]
         for m in ordered:
             assignments = {x: x.encode() for x in ids} if m == leader else None
-            self.send(sync(m, generation, group=group, assignments=assignments), 100)
+            # Each member syncs on its own connection, as a real client does.
+            self.send(sync(m, generation, group=group, assignments=assignments),
+                      100 + ids.index(m))
         assert self.group(group).state.value == "Stable"
         return ordered

@@ -49,6 +49,10 @@ class ClassicGroupMember:
     # when it fires early (STYLE §6). None: no deadline (parked members are alive).
     session_deadline_ms: int | None = None
     heartbeat_armed_ms: int | None = None
+    # Disconnect-fast failover (dynamic members only): the connection of the member's latest
+    # request, and while that connection is closed, when the member will be removed.
+    connection_id: int | None = None
+    disconnect_deadline_ms: int | None = None
 
     @property
     def is_static(self) -> bool:

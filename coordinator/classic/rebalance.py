@@ -27,6 +27,15 @@ harmless. Keys:
     ("heartbeat", group_id, member_id)   session / new-member join / pending-member deadline
     ("join", group_id)                   initial delay or rebalance timeout of the join phase
     ("sync", group_id)                   pending-sync deadline after the join phase
+    ("disconnect", group_id, member_id)  disconnect grace of a dynamic member (below)
+
+Disconnect-fast failover: a dynamic member remembers the connection of its latest request.
+When that connection closes without a LeaveGroup (the process died, or the broker closed it
+on bad input), the member is removed `group.member.disconnect.grace.ms` later unless a request
+for it arrives on any connection meanwhile; the removal then takes the session-expiry path
+with cause `disconnect`. A client that lives on and reconnects within the grace costs nothing;
+one that stays away longer costs one rebalance, as a session expiry would, only sooner.
+Static members are meant to come back and keep Kafka's session semantics.
 """
 
 from __future__ import annotations
@@ -64,6 +73,10 @@ def join_key(group_id: str) -> TimerKey:
 
 def sync_key(group_id: str) -> TimerKey:
     return ("sync", group_id)
+
+
+def disconnect_key(group_id: str, member_id: str) -> TimerKey:
+    return ("disconnect", group_id, member_id)
 
 
 @dataclass(slots=True)
@@ -497,6 +510,54 @@ def propagate_assignment(env: Env, group: ClassicGroup, error: ErrorCode) -> Non
         if complete_sync_of(env, group, member, outcome):
             # The member was parked, so its session deadline may have lapsed unnoticed.
             schedule_heartbeat(env, group, member)
+
+
+# -- disconnects -----------------------------------------------------------------------------
+
+
+def note_request(env: Env, group: ClassicGroup, member: ClassicGroupMember,
+                 connection_id: int) -> bool:
+    """A request for `member` arrived on `connection_id`, so it is alive: any disconnect grace
+    ends. True when the member's connection changed (the caller indexes the new one)."""
+    if member.disconnect_deadline_ms is not None:
+        member.disconnect_deadline_ms = None
+        env.result.cancel(disconnect_key(group.group_id, member.member_id))
+    if member.connection_id == connection_id:
+        return False
+    member.connection_id = connection_id
+    return True
+
+
+def start_disconnect_grace(env: Env, group: ClassicGroup, member: ClassicGroupMember) -> None:
+    """The connection of the member's latest request closed without a LeaveGroup."""
+    member.connection_id = None
+    grace = env.config.group_member_disconnect_grace_ms
+    if grace < 0 or member.is_static:
+        return
+    member.disconnect_deadline_ms = env.now_ms + grace
+    env.result.schedule(disconnect_key(group.group_id, member.member_id),
+                        member.disconnect_deadline_ms)
+
+
+def on_disconnect_deadline(env: Env, group: ClassicGroup, member_id: str) -> None:
+    """The grace after a closed connection passed with no request for the member: remove it
+    the way a session expiry does, whatever it had parked (its connection is gone)."""
+    member = group.members.get(member_id)
+    if member is None or member.disconnect_deadline_ms is None:
+        return
+    if member.disconnect_deadline_ms > env.now_ms:
+        env.result.schedule(disconnect_key(group.group_id, member_id),
+                            member.disconnect_deadline_ms)
+        return
+    member.disconnect_deadline_ms = None
+    remove_member_and_update_group(
+        env,
+        group,
+        member,
+        ev.RemovalCause.DISCONNECT,
+        f"removing member {member_id}: its connection closed "
+        f"{env.config.group_member_disconnect_grace_ms} ms ago without LeaveGroup",
+    )
 
 
 # -- session expiry --------------------------------------------------------------------------

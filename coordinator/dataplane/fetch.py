@@ -2,6 +2,7 @@
 
 A parked fetch is woken by the Produce that appends to any partition it asked for, so a
 consumer at the log end sees new data within the same event-loop turn, never after `max_wait`.
+It is also answered early when its client's group starts a rebalance (`release_clients`).
 Fetch sessions (KIP-227) are answered sessionless (session id 0), which every client accepts.
 Fetch v0-v3 clients read legacy message sets: the batches read are down-converted
 (`storage.legacy_convert.down_convert`) to magic 0 (v0-v1) or magic 1 (v2-v3) within the same
@@ -190,6 +191,13 @@ class FetchPurgatory:
         if parked.ctx.open:
             topics, _, _ = _read(self._broker, parked.ctx, parked.request)
             _respond(parked.ctx, topics)
+
+    def release_clients(self, clients: set[tuple[str, str]]) -> None:
+        """Answer now, with what is available, the parked fetches of these (client id, host)
+        pairs: their group started a rebalance and they should get back to rejoining."""
+        for parked in [p for p in self._by_key.values()
+                       if (p.ctx.client_id, p.ctx.client_host) in clients]:
+            self.expire(parked.key)
 
     def release_all(self) -> None:
         """Answer every parked fetch now with what it has (shutdown)."""

@@ -95,26 +95,51 @@ def leader_of(broker: BrokerProcess, group: str, workers: list[ConsumerWorker]
     return found[0]
 
 
+# A session timeout far longer than the take-over wait: only the disconnect rule can be that
+# quick (group.member.disconnect.grace.ms, 1 s by default).
+KILLED_SESSION_MS = 30_000
+TAKE_OVER_WAIT_S = 20.0
+
+
 @pytest.mark.parametrize("client", CLIENTS)
-def test_killed_leader_is_expired_and_survivors_take_over(
+def test_killed_leader_is_removed_on_disconnect_and_survivors_take_over(
         broker: BrokerProcess, topic: str, tmp_path: Path, client: str) -> None:
     with worker_pool(broker, tmp_path) as spawn:
-        workers = [spawn(client, topic, GROUP, f"{client}-{i}") for i in range(3)]
+        workers = [spawn(client, topic, GROUP, f"{client}-{i}", session_ms=KILLED_SESSION_MS)
+                   for i in range(3)]
         wait_until(settled(broker, GROUP, workers, PARTITIONS), JOIN_TIMEOUT_S,
                    "three consumers to split the topic", workers, broker)
         victim = leader_of(broker, GROUP, workers)
         generation = last_generation(broker, GROUP)
         victim.kill()
         survivors = [w for w in workers if w is not victim]
-        wait_until(settled(broker, GROUP, survivors, PARTITIONS), JOIN_TIMEOUT_S,
-                   "the survivors to take over the killed leader's partitions", survivors,
-                   broker)
+        wait_until(settled(broker, GROUP, survivors, PARTITIONS), TAKE_OVER_WAIT_S,
+                   "the survivors to take over the killed leader's partitions well before "
+                   "the session timeout", survivors, broker)
 
     removed = group_events(broker, GROUP, "member_removed")
     assert [(e["client_id"], e["cause"], e["generation_id"]) for e in removed] == [
-        (victim.name, "session_expiry", generation)]
+        (victim.name, "disconnect", generation)]
     new_leader = group_events(broker, GROUP, "join_completed")[-1]["leader_id"]
     assert not new_leader.startswith(f"{victim.name}-")
+
+
+def test_with_the_grace_off_a_killed_member_waits_for_its_session(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "data", **{"group.member.disconnect.grace.ms": "-1"})
+    broker.start()
+    try:
+        make_topic(broker, TOPIC, PARTITIONS)
+        with worker_pool(broker, tmp_path) as spawn:
+            workers = [spawn("confluent", TOPIC, GROUP, f"c-{i}") for i in range(2)]
+            wait_until(settled(broker, GROUP, workers, PARTITIONS), JOIN_TIMEOUT_S,
+                       "two consumers to split the topic", workers, broker)
+            workers[1].kill()
+            wait_until(settled(broker, GROUP, workers[:1], PARTITIONS), JOIN_TIMEOUT_S,
+                       "the survivor to take over", workers[:1], broker)
+    finally:
+        broker.stop()
+    removed = group_events(broker, GROUP, "member_removed")
+    assert [(e["client_id"], e["cause"]) for e in removed] == [("c-1", "session_expiry")]
 
 
 # A session timeout far longer than the wait below: only the LeaveGroup path can be that quick.

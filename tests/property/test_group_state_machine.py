@@ -6,7 +6,8 @@ them and every request is answered exactly once unless it is still parked or its
 closed, no reply reaches a closed connection (asserted by the context), the group's tallies
 equal a recount from its members, and replaying the group records written rebuilds
 `durable_view()`, which matches a Stable group's live snapshot, also when writes fail; every
-assignment a SyncGroup hands out was written first.
+assignment a SyncGroup hands out was written first. Disconnect-fast failover: a dynamic member
+is either tied to an open connection or within its disconnect grace, never past it.
 """
 
 from __future__ import annotations
@@ -211,6 +212,21 @@ class GroupMachine(RuleBasedStateMachine):
             assert ref not in self.ctx.replies
         for ref in self.ctx.unanswered():
             assert ref in parked or ref.connection_id in self.ctx.closed, ref
+
+    @invariant()
+    def a_dynamic_member_is_connected_or_within_its_grace(self) -> None:
+        group = self.ctx.manager.group("g")
+        if group is None:
+            return
+        for member in group.members.values():
+            if member.is_static:
+                assert member.disconnect_deadline_ms is None
+            elif member.disconnect_deadline_ms is None:
+                assert member.connection_id is not None
+                assert member.connection_id not in self.ctx.closed
+            else:
+                assert member.connection_id is None
+                assert self.ctx.now_ms < member.disconnect_deadline_ms
 
     @invariant()
     def sync_answers_were_durable(self) -> None:
