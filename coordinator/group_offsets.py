@@ -78,7 +78,8 @@ class GroupOffsets:
             return CommitDecision(error, [], [], result)
         expire = expire_timestamp_ms(cmd.retention_time_ms, now_ms)
         errors, records = self.offsets.commit(
-            cmd.group_id, cmd.topics, now_ms, topic_exists=topic_exists, expire_timestamp=expire
+            cmd.group_id, cmd.topics, now_ms, topic_exists=topic_exists, expire_timestamp=expire,
+            commit_timestamps=cmd.commit_timestamps,  # OffsetCommit v1's explicit timestamps
         )
         return CommitDecision(None, errors, records, result)
 

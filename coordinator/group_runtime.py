@@ -51,10 +51,11 @@ from coordinator.events import JOURNAL_SCHEMA_VERSION, RebalanceStarted, journal
 from coordinator.group_offsets import GroupOffsets
 from coordinator.journal import Journal
 from coordinator.manager import GroupCoordinator
-from coordinator.offsets import OffsetStore
+from coordinator.offsets import FetchedOffset, OffsetStore
 from coordinator.outcomes import error_outcome
 from coordinator.records import ConsumerGroupRecord, GroupMetadataRecord, OffsetCommitRecord
 from coordinator.result import RequestRef, Result
+from protocol.refusals import REFUSALS
 from storage.fs import REAL_FS, FileSystem
 from storage.log import LogConfig
 from storage.offsets_topic import GroupLog, GroupLogLoadError
@@ -294,6 +295,11 @@ class GroupRuntime:
 
     def offset_commit(self, ctx: RequestContext, request: Any) -> None:
         command = offset_commit.to_command(request, ctx.version, self._ref(ctx))
+        if ctx.version == offset_commit.ZOOKEEPER_ONLY_VERSION:
+            self._refuse_zookeeper_version(ctx, "OffsetCommit")
+            self._answer_commit(ctx, oc.OffsetCommitOutcome.failed(
+                command, ErrorCode.unsupported_version))
+            return
         if self._is_loading(command.group_id):
             self._answer_commit(ctx, oc.OffsetCommitOutcome.failed(
                 command, self._unavailable(command.group_id)))
@@ -345,9 +351,28 @@ class GroupRuntime:
         found = self.broker.topics.get(topic)
         return found is not None and 0 <= partition < len(found.partitions)
 
+    def _refuse_zookeeper_version(self, ctx: RequestContext, api: str) -> None:
+        REFUSALS.refused(
+            "request version answered UNSUPPORTED_VERSION", client_id=ctx.client_id,
+            api_key=ctx.header.api_key, api_version=ctx.version, problem="zookeeper offsets",
+            advice=(f"{api} v0 keeps offsets in ZooKeeper, which this broker (like Kafka 3.x "
+                    f"without ZooKeeper) does not have: use {api} v1 or later (kafka-python "
+                    "api_version >= (0, 8, 2), librdkafka broker.version.fallback >= 0.8.2)"),
+            client_host=ctx.client_host)
+
     def offset_fetch(self, ctx: RequestContext, request: Any) -> None:
         command = offset_fetch.to_command(request, ctx.version, self._ref(ctx))
         results = []
+        if ctx.version == offset_fetch.ZOOKEEPER_ONLY_VERSION:
+            self._refuse_zookeeper_version(ctx, "OffsetFetch")
+            for group in command.groups:
+                results.append(oc.OffsetFetchGroupResult(group_id=group.group_id, partitions=tuple(
+                    FetchedOffset(topic, partition, -1, -1, "", ErrorCode.unsupported_version)
+                    for topic, partitions in group.topics or ()
+                    for partition in partitions)))
+            ctx.respond(offset_fetch.to_response(oc.OffsetFetchOutcome(groups=tuple(results)),
+                                                 ctx.version))
+            return
         for group in command.groups:
             if self._is_loading(group.group_id):
                 results.append(oc.OffsetFetchGroupResult.failed(

@@ -8,6 +8,7 @@ work. Kept apart from `coordinator/commands.py` (the group membership APIs).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -35,6 +36,8 @@ class OffsetCommit:
     retention_time_ms: int = DEFAULT_RETENTION_TIME_MS
     # (topic, ((partition, offset, leader_epoch, metadata), ...)), in request order
     topics: tuple[tuple[str, tuple[CommitPartition, ...]], ...] = ()
+    # v1 only: (topic, partition) -> the commit timestamp the client chose (absent: now)
+    commit_timestamps: Mapping[tuple[str, int], int] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

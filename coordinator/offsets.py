@@ -162,12 +162,15 @@ class OffsetStore:
         *,
         topic_exists: Callable[[str, int], bool],
         expire_timestamp: int = NO_EXPIRE_TIMESTAMP,
+        commit_timestamps: Mapping[tuple[str, int], int] | None = None,
     ) -> tuple[PartitionErrors, list[OffsetCommitRecord]]:
         """Validate each partition of an OffsetCommit and build the records for the valid ones.
 
         Per partition: an unknown topic/partition → UNKNOWN_TOPIC_OR_PARTITION (checked first,
         as Kafka checks topics before the coordinator sees the request); metadata longer than
         `offset.metadata.max.bytes` → OFFSET_METADATA_TOO_LARGE; else NONE and one record.
+        `commit_timestamps` (OffsetCommit v1) overrides `now_ms` as the commit timestamp of
+        the partitions it names, as Kafka keeps a v1 client's explicit timestamp.
         The records are registered as pending; the view changes when they are applied.
         """
         max_metadata = self._config.offset_metadata_max_bytes
@@ -186,7 +189,11 @@ class OffsetStore:
                     topic_errors.append((partition, ErrorCode.offset_metadata_too_large))
                     continue
                 topic_errors.append((partition, _NONE))
-                value = offset_commit_value(offset, leader_epoch, text, now_ms, expire_timestamp)
+                committed_at = now_ms
+                if commit_timestamps is not None:
+                    committed_at = commit_timestamps.get((topic, partition), now_ms)
+                value = offset_commit_value(offset, leader_epoch, text, committed_at,
+                                            expire_timestamp)
                 records.append(offset_commit_record(group_id, topic, partition, value))
                 if group_pending is None:
                     group_pending = self._pending.setdefault(group_id, {})

@@ -28,6 +28,7 @@ from coordinator.timer import TimerWheel
 from protocol.build import build
 from protocol.codec import RequestHeader, response_type
 from protocol.connection import Connection, ResponseSlot
+from protocol.refusals import REFUSALS
 from storage.fs import REAL_FS, FileSystem
 from storage.log import LogConfig
 from storage.topics import Topic, TopicStore
@@ -78,6 +79,12 @@ class Broker:
         # Set to stop the broker: by a signal, or by `fail` with `failure` saying why.
         self.stop_requested = asyncio.Event()
         self.failure: BaseException | None = None
+        REFUSALS.supported = self.served_versions()
+
+    def served_versions(self) -> dict[int, tuple[int, int]]:
+        """The (min, max) versions ApiVersions advertises, by API key."""
+        return {key: api_versions.SUPPORTED[key] for key in self.implemented
+                if key in api_versions.SUPPORTED}
 
     # lifecycle --------------------------------------------------------------------------------
 
@@ -214,8 +221,10 @@ class Broker:
             # kio knows versions we do not advertise; Kafka closes on a disabled version.
             handler = None
         if handler is None:
-            log.warning("unsupported api", api_key=header.api_key, version=header.api_version,
-                        client_id=header.client_id)
+            REFUSALS.supported = self.served_versions()
+            REFUSALS.refuse_version(client_id=header.client_id or "", api_key=header.api_key,
+                                    api_version=header.api_version, connection=connection.id,
+                                    client_host=connection.client_host)
             connection.close()
             return
         try:

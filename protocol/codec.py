@@ -1,7 +1,8 @@
-"""The one place that imports `kio.serial`: cached request decoders and response encoders.
+"""Cached request decoders and response encoders over `kio.serial`.
 
 Readers are native (fast); writers are pure Python, so hot fixed-shape responses may bypass
-`encode_response` with hand-packed bytes (see `protocol.fastpath`).
+`encode_response` with hand-packed bytes (see `protocol.fastpath`). Versions older than kio's
+schemas come from `protocol.legacy_versions` (which builds on kio's readers and writers).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from kio.static.primitive import i16, i32
 
 from protocol.errors import MalformedRequest, UnsupportedApi
 from protocol.guard import Guard, compile_guard
+from protocol.legacy_versions import legacy_request, legacy_response
 
 _FIXED_HEADER = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
@@ -71,9 +73,17 @@ def _request_codec(api_key: int, api_version: int) -> _RequestCodec:
         try:
             cls = load_request_schema(api_key, api_version)
         except KioIndexError as exc:
-            raise UnsupportedApi(api_key, api_version) from exc
-        codec = _RequestCodec(cls, entity_reader(cls.__header_schema__), entity_reader(cls),
-                              compile_guard(cls))
+            legacy = legacy_request(api_key, api_version)  # versions kio no longer carries
+            if legacy is None:
+                raise UnsupportedApi(api_key, api_version) from exc
+            legacy_type, body_reader, header_type, kio_schema = legacy
+            # Hand-written readers bound their own counts; kio-read old versions get the
+            # guard of the kio schema that reads them.
+            codec = _RequestCodec(legacy_type, entity_reader(header_type), body_reader,
+                                  compile_guard(kio_schema) if kio_schema is not None else None)
+        else:
+            codec = _RequestCodec(cls, entity_reader(cls.__header_schema__), entity_reader(cls),
+                                  compile_guard(cls))
         _request_codecs[(api_key, api_version)] = codec
     return codec
 
@@ -81,9 +91,15 @@ def _request_codec(api_key: int, api_version: int) -> _RequestCodec:
 def response_codec(api_key: int, api_version: int) -> _ResponseCodec:
     codec = _response_codecs.get((api_key, api_version))
     if codec is None:
-        cls = load_response_schema(api_key, api_version)
-        header_cls = cls.__header_schema__
-        codec = _ResponseCodec(cls, header_cls, entity_writer(header_cls), entity_writer(cls))
+        legacy = legacy_response(api_key, api_version)
+        if legacy is not None:
+            legacy_type, body_writer, header_type = legacy
+            codec = _ResponseCodec(legacy_type, header_type, entity_writer(header_type),
+                                   body_writer)
+        else:
+            cls = load_response_schema(api_key, api_version)
+            header_cls = cls.__header_schema__
+            codec = _ResponseCodec(cls, header_cls, entity_writer(header_cls), entity_writer(cls))
         _response_codecs[(api_key, api_version)] = codec
     return codec
 

@@ -19,6 +19,7 @@ import structlog
 from protocol.codec import RequestHeader, decode_request, peek_header
 from protocol.errors import MalformedRequest, UnsupportedApi
 from protocol.framing import FrameDecoder, FrameError
+from protocol.refusals import REFUSALS, client_id_of
 
 log = structlog.get_logger("rebalanced.connection")
 
@@ -229,10 +230,13 @@ class Connection(asyncio.Protocol):
         except UnsupportedApi:
             slot = self._reserve(None)
             if not self._handler.unsupported(self, slot, api_key, api_version, correlation_id):
-                self._reject(f"unsupported api_key={api_key} api_version={api_version}")
+                REFUSALS.refuse_version(client_id=client_id_of(body), api_key=api_key,
+                                        api_version=api_version, connection=self.id,
+                                        client_host=self.client_host)
+                self.close()
             return
         except MalformedRequest as exc:
-            self._reject(f"{exc}; frame starts {body[:48].hex()}")
+            self._reject(f"{exc}; frame starts {body[:48].hex()}", body, api_key, api_version)
             return
         slot = self._reserve(header)
         self._handler.handle(self, slot, header, request)
@@ -329,9 +333,18 @@ class Connection(asyncio.Protocol):
                  idle_ms=idle_ms, partial_frame_bytes=self._decoder.buffered)
         self.close()
 
-    def _reject(self, reason: str) -> None:
-        log.warning("connection closed on bad input", connection=self.id,
-                    client_host=self.client_host, reason=reason)
+    def _reject(self, reason: str, frame: bytes | None = None, api_key: int | None = None,
+                api_version: int | None = None) -> None:
+        # Keyed by client id when the frame names one, else by host: a client reconnecting
+        # and sending the same bad frame is logged once a minute, not once a connection.
+        client_id = client_id_of(frame) if frame is not None else ""
+        REFUSALS.refused(
+            "connection closed on bad input", client_id=client_id or self.client_host,
+            api_key=api_key, api_version=api_version, problem="malformed frame",
+            advice=("check that the client's protocol setting (kafka-python api_version, "
+                    "librdkafka broker.version.fallback) matches the versions it sends"
+                    if api_key is not None else "send Kafka protocol frames to this port"),
+            connection=self.id, client_host=self.client_host, reason=reason)
         self.close()
 
     def close(self) -> None:

@@ -447,6 +447,12 @@ class PartitionLog:
                 return found
         return None
 
+    def segment_times(self) -> list[tuple[int, int, int]]:
+        """(base offset, largest timestamp, size in bytes) of every segment, oldest first: the
+        view ListOffsets v0 answers from (`largest_timestamp` falls back to the file's mtime)."""
+        return [(seg.base_offset, seg.largest_timestamp() if seg.size else -1, seg.size)
+                for seg in list(self._segments)]
+
     def max_timestamp_offset(self) -> tuple[int, int] | None:
         """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3)."""
         best: Segment | None = None

@@ -1,7 +1,12 @@
 """OffsetCommit (api key 8): kio request -> `OffsetCommit` command, outcome -> response.
 
-Versions handled here: v2-v9 (kio 0.6.5 has v2-v10; v10 names topics by id and is not
-advertised).
+Versions handled here: v0-v9 (kio 0.6.5 has v2-v10; v10 names topics by id and is not
+advertised; v0-v1 are read by `protocol.legacy_versions`).
+
+* v0: offsets kept in ZooKeeper. Kafka 3.x without ZooKeeper answers UNSUPPORTED_VERSION on
+  every partition (the connection stays open); so does this broker (`group_runtime`).
+* v1: group generation and member id, and a `commit_timestamp` per partition: -1 means "now",
+  anything else is stored as the commit timestamp.
 
 * v2-v4: `retention_time` (kio: a timedelta; -1 ms = broker default). An explicit retention
   gives the offsets an absolute expire timestamp, stored as OffsetCommitValue v1.
@@ -30,10 +35,20 @@ from protocol.build import build
 from protocol.codec import response_type
 
 API_KEY = 8
-MIN_VERSION = 2
+MIN_VERSION = 0
+ZOOKEEPER_ONLY_VERSION = 0
+DEFAULT_COMMIT_TIMESTAMP = -1
 MAX_VERSION = 9
 
 _ONE_MS = datetime.timedelta(milliseconds=1)
+
+
+def _commit_timestamps(request: Any) -> dict[tuple[str, int], int] | None:
+    """OffsetCommit v1's explicit commit timestamps (-1, "now", is left out)."""
+    chosen = {(topic.name, p.partition_index): p.commit_timestamp
+              for topic in request.topics for p in topic.partitions
+              if p.commit_timestamp != DEFAULT_COMMIT_TIMESTAMP}
+    return chosen or None
 
 
 def to_command(request: Any, version: int, ref: RequestRef) -> OffsetCommit:
@@ -60,6 +75,7 @@ def to_command(request: Any, version: int, ref: RequestRef) -> OffsetCommit:
             )
             for topic in request.topics
         ),
+        commit_timestamps=_commit_timestamps(request) if version == 1 else None,
     )
 
 

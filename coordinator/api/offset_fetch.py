@@ -1,6 +1,9 @@
 """OffsetFetch (api key 9): kio request -> `OffsetFetch` command, outcome -> response.
 
-Versions handled here: v1-v9 (kio has v1-v10; v10 names topics by id and is not advertised).
+Versions handled here: v0-v9 (kio has v1-v10; v10 names topics by id and is not advertised).
+
+* v0: same layout as v1, but offsets kept in ZooKeeper: Kafka 3.x without ZooKeeper answers
+  UNSUPPORTED_VERSION on every requested partition, and so does this broker (`group_runtime`).
 
 * v1: one group, topics required; no top-level error, so a group error is answered on every
   requested partition.
@@ -30,7 +33,8 @@ from protocol.build import build
 from protocol.codec import response_type
 
 API_KEY = 9
-MIN_VERSION = 1
+MIN_VERSION = 0
+ZOOKEEPER_ONLY_VERSION = 0
 MAX_VERSION = 9
 BATCH_MIN_VERSION = 8
 

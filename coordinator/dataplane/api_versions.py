@@ -12,14 +12,15 @@ from protocol.codec import response_type
 
 API_VERSIONS = 18
 
-# Kafka API key -> (min, max) this broker answers.
+# Kafka API key -> (min, max) this broker answers. Every minimum is Apache Kafka 3.9's;
+# versions older than kio's schemas are read and written by `protocol.legacy_versions`.
 SUPPORTED: dict[int, tuple[int, int]] = {
-    0: (3, 11),   # Produce
-    1: (4, 16),   # Fetch
-    2: (1, 11),   # ListOffsets
+    0: (0, 11),   # Produce (v0-v2: legacy message sets, up-converted)
+    1: (0, 16),   # Fetch (v0-v3: down-converted to magic 0/1)
+    2: (0, 11),   # ListOffsets (v0: max_num_offsets form)
     3: (0, 13),   # Metadata
-    8: (2, 9),    # OffsetCommit
-    9: (1, 9),    # OffsetFetch
+    8: (0, 9),    # OffsetCommit (v0: UNSUPPORTED_VERSION, as Kafka 3.x without ZooKeeper)
+    9: (0, 9),    # OffsetFetch (v0: likewise)
     10: (0, 6),   # FindCoordinator
     11: (0, 9),   # JoinGroup
     12: (0, 4),   # Heartbeat
@@ -28,8 +29,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     15: (0, 5),   # DescribeGroups
     16: (0, 5),   # ListGroups
     18: (0, 4),   # ApiVersions
-    19: (2, 7),   # CreateTopics
-    20: (1, 6),   # DeleteTopics
+    19: (0, 7),   # CreateTopics
+    20: (0, 6),   # DeleteTopics
     22: (0, 4),   # InitProducerId
     37: (0, 3),   # CreatePartitions
     42: (0, 2),   # DeleteGroups

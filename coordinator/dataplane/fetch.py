@@ -4,6 +4,9 @@ A parked fetch is woken by the Produce that appends to any partition it asked fo
 consumer at the log end sees new data within the same event-loop turn, never after `max_wait`.
 It is also answered early when its client's group starts a rebalance (`release_clients`).
 Fetch sessions (KIP-227) are answered sessionless (session id 0), which every client accepts.
+Fetch v0-v3 clients read legacy message sets: the batches read are down-converted
+(`storage.legacy_convert.down_convert`) to magic 0 (v0-v1) or magic 1 (v2-v3) within the same
+byte limits.
 """
 
 from __future__ import annotations
@@ -18,12 +21,16 @@ from coordinator.context import RequestContext
 from coordinator.dataplane.internal_topic import topic_by_id, topic_by_name
 from protocol.build import build
 from protocol.codec import response_type
+from storage.batch import CorruptRecordError
+from storage.legacy import UnsupportedCompressionError
+from storage.legacy_convert import down_convert
 from storage.log import OffsetOutOfRange
 
 if TYPE_CHECKING:
     from coordinator.runtime import Broker
 
 FETCH = 1
+LEGACY_MAX_VERSION = 3  # v0-v3 read legacy message sets: magic 0 up to v1, magic 1 from v2
 
 
 @dataclass(slots=True, eq=False)
@@ -78,10 +85,23 @@ def _read(broker: Broker, ctx: RequestContext, request: Any) -> tuple[list[dict[
                     # so a consumer is never stuck behind one big batch.
                     data = partition_log.read(wanted.fetch_offset, max(limit, 1) if total == 0
                                               else limit)
+                    if version <= LEGACY_MAX_VERSION and data:
+                        data = down_convert(data, 0 if version <= 1 else 1, wanted.fetch_offset,
+                                            limit, at_least_one=total == 0)
                     if total and len(data) > limit:
                         data = b""
             except OffsetOutOfRange:
                 entry["error_code"] = ErrorCode.offset_out_of_range
+                errored = True
+                data = b""
+            except UnsupportedCompressionError:
+                # Kafka's answer to a pre-v10 fetch of zstd data; here also snappy and lz4,
+                # which this broker cannot recompress into a legacy wrapper.
+                entry["error_code"] = ErrorCode.unsupported_compression_type
+                errored = True
+                data = b""
+            except CorruptRecordError:
+                entry["error_code"] = ErrorCode.corrupt_message
                 errored = True
                 data = b""
             entry["records"] = data

@@ -1,4 +1,13 @@
-"""ListOffsets: earliest, latest (the log end offset exactly), max timestamp, or by timestamp."""
+"""ListOffsets: earliest, latest (the log end offset exactly), max timestamp, or by timestamp.
+
+v0 is the old form: each partition asks for up to `max_num_offsets` offsets "before" a
+timestamp and gets segment boundaries back, newest first (Kafka's `legacyFetchOffsetsBefore`):
+the candidates are every segment's base offset, each with the segment's time, plus the log end
+offset with the current time when the last segment holds data. LATEST starts from the newest
+candidate, EARLIEST from the oldest, and a timestamp from the newest candidate whose time is not
+after it. A segment's time is its largest record timestamp (Kafka uses the file's modification
+time; for data produced now the two agree).
+"""
 
 from __future__ import annotations
 
@@ -20,6 +29,9 @@ LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING
 
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> None:
+    if ctx.version == 0:
+        _handle_v0(broker, ctx, request)
+        return
     topics_out = []
     for wanted_topic in request.topics:
         topic = topic_by_name(broker, wanted_topic.name)
@@ -55,3 +67,42 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> None:
         topics_out.append({"name": wanted_topic.name, "partitions": partitions_out})
     ctx.respond(build(response_type(LIST_OFFSETS, ctx.version), throttle_time=0,
                       topics=topics_out))
+
+
+def _handle_v0(broker: Broker, ctx: RequestContext, request: Any) -> None:
+    topics_out = []
+    now_ms = broker.wall_ms()
+    for wanted_topic in request.topics:
+        topic = broker.topics.get(wanted_topic.name)
+        partitions_out = []
+        for wanted in wanted_topic.partitions:
+            entry: dict[str, Any] = {"partition_index": wanted.partition_index,
+                                     "error_code": ErrorCode.none, "old_style_offsets": ()}
+            if topic is None or not 0 <= wanted.partition_index < len(topic.partitions):
+                entry["error_code"] = ErrorCode.unknown_topic_or_partition
+            else:
+                entry["old_style_offsets"] = offsets_before(
+                    topic.partitions[wanted.partition_index], wanted.timestamp,
+                    wanted.max_num_offsets, now_ms)
+            partitions_out.append(entry)
+        topics_out.append({"name": wanted_topic.name, "partitions": partitions_out})
+    ctx.respond(build(response_type(LIST_OFFSETS, ctx.version), topics=topics_out))
+
+
+def offsets_before(partition_log: Any, timestamp: int, max_num_offsets: int,
+                   now_ms: int) -> tuple[int, ...]:
+    segments = partition_log.segment_times()
+    start_offset = partition_log.log_start_offset
+    candidates = [(max(base, start_offset), time) for base, time, _ in segments]
+    if segments and segments[-1][2] > 0:
+        candidates.append((partition_log.log_end_offset, now_ms))
+    if timestamp == LATEST:
+        start = len(candidates) - 1
+    elif timestamp == EARLIEST:
+        start = 0
+    else:
+        start = len(candidates) - 1
+        while start >= 0 and candidates[start][1] > timestamp:
+            start -= 1
+    count = max(min(max_num_offsets, start + 1), 0)
+    return tuple(sorted((candidates[start - i][0] for i in range(count)), reverse=True))

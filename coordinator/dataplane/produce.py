@@ -1,4 +1,8 @@
-"""Produce: append magic-2 batches to partition logs, answer per acks, wake parked fetches."""
+"""Produce: append magic-2 batches to partition logs, answer per acks, wake parked fetches.
+
+Produce v0-v2 carry legacy message sets (magic 0/1); they are up-converted to one magic-2 batch
+(`storage.legacy_convert.up_convert`) before anything is appended.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +16,14 @@ from coordinator.dataplane.internal_topic import OFFSETS_TOPIC
 from protocol.build import build
 from protocol.codec import response_type
 from storage.batch import CorruptRecordError, InvalidRecordError, MessageTooLargeError
+from storage.legacy import UnsupportedCompressionError
+from storage.legacy_convert import up_convert
 
 if TYPE_CHECKING:
     from coordinator.runtime import Broker
 
 PRODUCE = 0
+LEGACY_MAX_VERSION = 2  # v0-v2: legacy message sets
 log = structlog.get_logger("rebalanced.produce")
 
 
@@ -56,6 +63,8 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> None:
                 partitions_out.append(entry)
                 continue
             try:
+                if ctx.version <= LEGACY_MAX_VERSION:
+                    records = up_convert(records)
                 producer = broker.producers.check(topic.name, data.index, records)
                 if producer.duplicate_offset is not None:
                     entry["base_offset"] = producer.duplicate_offset
@@ -70,6 +79,8 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> None:
                             client_id=ctx.client_id, reason=str(exc))
                 if isinstance(exc, MessageTooLargeError):
                     entry["error_code"] = ErrorCode.message_too_large
+                elif isinstance(exc, UnsupportedCompressionError):
+                    entry["error_code"] = ErrorCode.unsupported_compression_type
                 elif isinstance(exc, InvalidRecordError):
                     entry["error_code"] = ErrorCode.invalid_record
                 else:

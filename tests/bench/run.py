@@ -34,6 +34,7 @@ from typing import Any
 
 from tests.bench import coordinator_bench as cb
 from tests.bench import dataplane as dp
+from tests.bench import legacy_bench as lb
 from tests.bench import offsets_bench as ob
 from tests.bench import ops_scrape
 from tests.bench.brokers import (
@@ -51,10 +52,10 @@ from tests.bench.brokers import (
 from tests.bench.members import self_check
 from tests.bench.report import ROWS, storm_rows, table
 
-SCENARIOS = ("dataplane", "join-storm", "heartbeat", "leave", "session-expiry", "many-groups",
-             "offset-commit", "offset-recovery")
+SCENARIOS = ("dataplane", "down-conversion", "join-storm", "heartbeat", "leave",
+             "session-expiry", "many-groups", "offset-commit", "offset-recovery")
 ALIASES = {
-    "data": ("dataplane",),
+    "data": ("dataplane", "down-conversion"),
     "coordinator": ("join-storm", "heartbeat", "leave", "session-expiry", "many-groups"),
     "offsets": ("offset-commit", "offset-recovery"),
 }
@@ -74,6 +75,7 @@ class Params:
     data: dp.DataPlaneParams = field(default_factory=dp.DataPlaneParams)
     coord: cb.CoordinatorParams = field(default_factory=cb.CoordinatorParams)
     offsets: ob.OffsetParams = field(default_factory=ob.OffsetParams)
+    legacy: lb.LegacyParams = field(default_factory=lb.LegacyParams)
     start_repeats: int = 3
 
     @classmethod
@@ -88,6 +90,7 @@ class Params:
             p.offsets = replace(p.offsets, commit_seconds=2.0, recovery_records=200_000,
                                 compaction_wait_s=5.0, recovery_commit_max_s=60.0)
             p.start_repeats = 2
+            p.legacy = replace(p.legacy, messages=50_000)
         return p
 
 
@@ -185,6 +188,8 @@ def scenario_join_storm(broker: Broker, params: Params) -> dict[str, Any]:
 
 SCENARIO_RUNNERS: dict[str, Runner] = {
     "dataplane": scenario_dataplane,
+    # Fetch v0-v3 against v4 over the same data; rebalanced only (the peers are 4.x brokers).
+    "down-conversion": lambda b, p: lb.down_conversion(b, p.legacy),
     "join-storm": scenario_join_storm,
     "heartbeat": _with_client_cpu(_async(lambda b, p: cb.heartbeat_throughput(b, p.coord), 120)),
     "leave": _async(lambda b, p: cb.leave_rebalance(b, p.coord), 240),
@@ -196,7 +201,7 @@ SCENARIO_RUNNERS: dict[str, Runner] = {
 
 
 def subjects_for(scenario: str, brokers: list[str]) -> list[str]:
-    if scenario == "offset-recovery":
+    if scenario in ("offset-recovery", "down-conversion"):
         return ["rebalanced"] if "rebalanced" in brokers else []
     subjects = list(brokers)
     if scenario == "offset-commit" and "rebalanced" in brokers:
@@ -467,7 +472,8 @@ def main(argv: list[str] | None = None) -> int:
         "quick": args.quick,
         "elapsed_s": elapsed,
         "params": {"data": asdict(params.data), "coordinator": asdict(params.coord),
-                   "offsets": asdict(params.offsets), "start_repeats": params.start_repeats,
+                   "offsets": asdict(params.offsets), "legacy": asdict(params.legacy),
+                   "start_repeats": params.start_repeats,
                    "join_storm_initial_delay_ms": STORM_DELAY_MS},
         "notes": {
             "mock_cpu": LibrdkafkaMock.cpu_note,

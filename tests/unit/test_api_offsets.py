@@ -49,7 +49,8 @@ def request(api_key: int, version: int, **values: Any) -> Any:
 
 # ------------------------------------------------------------------ OffsetCommit
 
-COMMIT_VERSIONS = range(offset_commit.MIN_VERSION, offset_commit.MAX_VERSION + 1)
+# The versions kio has schemas for; v0-v1 (hand-read) are tested in test_legacy_versions.py.
+COMMIT_VERSIONS = range(2, offset_commit.MAX_VERSION + 1)
 
 
 def commit_request(version: int, **extra: Any) -> Any:
@@ -158,7 +159,7 @@ def test_hand_packed_offset_commit_response_matches_kio_for_any_outcome(
 
 # ------------------------------------------------------------------ OffsetFetch
 
-FETCH_VERSIONS = range(offset_fetch.MIN_VERSION, offset_fetch.MAX_VERSION + 1)
+FETCH_VERSIONS = range(1, offset_fetch.MAX_VERSION + 1)  # v0: test_legacy_versions.py
 FETCHED = (
     FetchedOffset("t", 0, 10, 4, "md", ErrorCode.none),
     FetchedOffset("t", 1, -1, -1, "", ErrorCode.none),

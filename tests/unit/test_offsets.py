@@ -310,3 +310,11 @@ def test_retention_is_configurable() -> None:
     store = OffsetStore(OffsetStoreConfig(offsets_retention_minutes=1))
     committed(store, now_ms=0)
     assert len(expire(store, MINUTE, {"g": empty(0)}).tombstones) == 1
+
+
+def test_offset_commit_v1_timestamps_are_kept_as_the_commit_timestamp() -> None:
+    store = OffsetStore()
+    _, records = store.commit("g", [("t", [(0, 5, -1, None), (1, 6, -1, None)])], 1_000,
+                              topic_exists=all_topics, commit_timestamps={("t", 0): 42})
+    assert [(r.key.partition, r.value.commit_timestamp) for r in records
+            if r.value is not None] == [(0, 42), (1, 1_000)]
