@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-unit test-integration lint bench forensics clean docker-test
+.PHONY: install run test test-unit test-integration lint bench forensics clean docker-test fuzz soak
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,16 @@ bench: $(STAMP)
 # The stock-client scenario against the Docker image (skipped where there is no Docker engine).
 docker-test:
 	docker/test.sh
+
+# Fuzzing for longer than make test does, then random and mutated frames against a running
+# broker while a stock consumer group consumes (bounded in frames and seconds).
+fuzz: $(STAMP)
+	REBALANCED_FUZZ_EXAMPLES=20000 $(BIN)/pytest -q -p no:cacheprovider tests/property/test_fuzz_inputs.py
+	$(BIN)/python -m tests.fuzz.live --frames 1000000 --seconds 600
+
+# Group churn, commits, producers and fetchers for 10 minutes; RSS and descriptors sampled.
+soak: $(STAMP)
+	$(BIN)/python -m tests.fuzz.soak --minutes 10
 
 clean:
 	rm -rf $(VENV) data

@@ -114,6 +114,10 @@ class GroupRuntime:
         self.loading: set[int] = set(range(self.config.offsets_topic_num_partitions))
         self.failed: set[int] = set()
         self._pending: dict[RequestRef, _Pending] = {}
+        # Refs of `_pending` by connection, so that a closed connection finds its own without
+        # scanning everyone's (thousands of connections may close at once). Answered refs are
+        # left in place and pruned when a connection's list grows.
+        self._pending_by_connection: dict[int, list[RequestRef]] = {}
         self._sequence = itertools.count()
         self._journal: Any = None
         self._journal_flush_pending = False
@@ -241,6 +245,13 @@ class GroupRuntime:
                 error_outcome(command, self._unavailable(group_id)), ctx.version))
             return
         self._pending[ref] = _Pending(ctx, module, command)
+        refs = self._pending_by_connection.get(ref.connection_id)
+        if refs is None:
+            self._pending_by_connection[ref.connection_id] = [ref]
+        else:
+            if len(refs) >= 8:
+                refs[:] = [r for r in refs if r in self._pending]
+            refs.append(ref)
         result = self.manager.handle(command, self.clock.now_ms())
         # The group's log partition matters to `apply` only while a write of the group's
         # metadata is pending; a heartbeat while none is should not hash the group id.
@@ -480,8 +491,8 @@ class GroupRuntime:
         self.apply(self.manager.expire(key, self.clock.now_ms()))
 
     def connection_closed(self, connection_id: int) -> None:
-        for ref in [r for r in self._pending if r.connection_id == connection_id]:
-            del self._pending[ref]
+        for ref in self._pending_by_connection.pop(connection_id, ()):
+            self._pending.pop(ref, None)
         self.apply(self.manager.connection_closed(connection_id, self.clock.now_ms()))
 
     # offset expiry ----------------------------------------------------------------------------

@@ -91,9 +91,10 @@ class Connection(asyncio.Protocol):
     """
 
     __slots__ = (
-        "_backlog", "_budget", "_decoder", "_drained", "_handler", "_held", "_max_in_flight",
-        "_out", "_processing", "_queue", "_reading_paused", "_transport", "_write_scheduled",
-        "_writing_paused", "active", "client_host", "closed", "closing", "id", "last_active",
+        "_backlog", "_backlog_bytes", "_budget", "_decoder", "_drained", "_handler", "_held",
+        "_max_in_flight", "_out", "_processing", "_queue", "_reading_paused", "_transport",
+        "_write_scheduled", "_writing_paused", "active", "client_host", "closed", "closing", "id",
+        "last_active",
     )
 
     def __init__(self, handler: RequestHandler, *, max_frame_bytes: int,
@@ -105,6 +106,7 @@ class Connection(asyncio.Protocol):
         self._queue: list[ResponseSlot] = []
         # Frames read but not yet handled (too many requests in flight, or mid-batch).
         self._backlog: list[bytes] = []
+        self._backlog_bytes = 0
         self._processing = False
         self._out: list[bytes] = []
         self._write_scheduled = False
@@ -156,6 +158,7 @@ class Connection(asyncio.Protocol):
                 self._update_reading()
             return
         self.active = True
+        self._backlog_bytes += len(frames[0]) if len(frames) == 1 else sum(map(len, frames))
         if self._backlog:
             self._backlog.extend(frames)
         else:
@@ -168,15 +171,19 @@ class Connection(asyncio.Protocol):
         self._processing = True
         backlog = self._backlog
         handled = 0
+        handled_bytes = 0
         try:
             while (handled < len(backlog) and not self.closed and not self.closing
                    and len(self._queue) < self._max_in_flight):
+                frame = backlog[handled]
                 handled += 1
-                self._receive(backlog[handled - 1])
+                handled_bytes += len(frame)
+                self._receive(frame)
         finally:
             self._processing = False
             if handled and self._backlog is backlog:  # `close` drops the whole backlog
                 del backlog[:handled]
+                self._backlog_bytes -= handled_bytes
         self._write_out()
         self._update_reading()
 
@@ -191,6 +198,7 @@ class Connection(asyncio.Protocol):
         self.closed = True
         self._queue.clear()
         self._backlog = []
+        self._backlog_bytes = 0
         if self._budget is not None:
             self._budget.waiting.discard(self)
             if self._held:
@@ -293,9 +301,7 @@ class Connection(asyncio.Protocol):
                         or len(self._queue) >= self._max_in_flight)
         budget = self._budget
         if budget is not None:
-            held = self._decoder.buffered
-            if self._backlog:
-                held += sum(map(len, self._backlog))
+            held = self._decoder.buffered + self._backlog_bytes
             if held != self._held:
                 budget.change(held - self._held)
                 self._held = held
@@ -331,6 +337,7 @@ class Connection(asyncio.Protocol):
     def close(self) -> None:
         self.closing = True
         self._backlog = []
+        self._backlog_bytes = 0
         self._write_out()  # responses already answered go out before the close
         if self._transport is not None and not self.closed:
             self._transport.close()

@@ -8,6 +8,9 @@ import struct
 import time
 from collections.abc import Callable
 
+import pytest
+
+from coordinator.settings import ConfigError, load
 from protocol.server import KafkaServer
 from tests.unit.test_connection import ParkingHandler, heartbeat_frame, read_correlation_ids
 
@@ -119,3 +122,14 @@ async def test_reading_pauses_broker_wide_while_buffered_bytes_exceed_the_budget
     big_writer.close()
     writer.close()
     await server.stop()
+
+
+def test_edge_settings_have_kafka_defaults_and_a_budget_below_a_frame_is_refused() -> None:
+    settings, _ = load([], environ={})
+    assert settings["connections.max.idle.ms"] == 600_000
+    assert settings["max.connections"] == settings["max.connections.per.ip"] == 2**31 - 1
+    assert settings["queued.max.request.bytes"] >= settings["socket.request.max.bytes"]
+    unlimited, _ = load(["--queued.max.request.bytes", "-1"], environ={})
+    assert unlimited["queued.max.request.bytes"] == -1
+    with pytest.raises(ConfigError, match=r"queued\.max\.request\.bytes is smaller"):
+        load(["--queued.max.request.bytes", "1000"], environ={})

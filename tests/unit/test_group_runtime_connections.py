@@ -1,0 +1,59 @@
+"""A closed connection forgets its own parked group requests, found through a per-connection
+index: thousands of connections closing at once cost time linear in their number."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from pathlib import Path
+from typing import Any
+
+from kio.index import load_request_schema
+
+from coordinator.runtime import Broker
+from coordinator.settings import defaults
+from protocol.build import build
+from tests.fakes import FakeConnection, FakeContext, FakeHeader
+
+
+def join(broker: Broker, group: str, connection: int) -> FakeContext:
+    request = build(load_request_schema(11, 3), {
+        "group_id": group, "session_timeout": datetime.timedelta(seconds=10),
+        "rebalance_timeout": datetime.timedelta(seconds=10), "member_id": "",
+        "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b"m"}],
+    })
+    ctx = FakeContext(FakeHeader(11, 3), FakeConnection(connection))
+    broker._handlers[11](ctx, request)  # type: ignore[arg-type]
+    return ctx
+
+
+class ScanCountingDict(dict):  # type: ignore[type-arg]
+    scans = 0
+
+    def __iter__(self) -> Any:
+        ScanCountingDict.scans += 1
+        return super().__iter__()
+
+
+async def test_closed_connections_drop_only_their_parked_joins(tmp_path: Path) -> None:
+    settings = defaults().with_overrides({"log.dirs": str(tmp_path / "data"),
+                                          "group.initial.rebalance.delay.ms": "60000"})
+    broker = Broker(settings)
+    await broker.start()
+    try:
+        for _ in range(300):
+            if not broker.groups.loading:
+                break
+            await asyncio.sleep(0.01)
+        runtime = broker.groups
+        runtime._pending = ScanCountingDict()
+        connections = 2_000
+        contexts = [join(broker, f"g{i // 20}", connection=i) for i in range(connections)]
+        assert not any(ctx.responses for ctx in contexts)  # parked in the initial delay
+        assert len(runtime._pending) == connections
+        for connection in range(connections):
+            broker.groups.connection_closed(connection)
+        assert ScanCountingDict.scans == 0
+        assert not runtime._pending and not runtime._pending_by_connection
+    finally:
+        await broker.stop()
