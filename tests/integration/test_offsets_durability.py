@@ -305,11 +305,21 @@ def test_no_acknowledged_commit_is_lost_when_the_broker_is_killed(
 # -- damage ------------------------------------------------------------------------------------
 
 
-def commit_many(broker: BrokerProcess, group: str, count: int) -> None:
+COORDINATOR_LOAD_IN_PROGRESS = 14
+
+
+def commit_many(broker: BrokerProcess, group: str, count: int, timeout: float = 15.0) -> None:
+    """Commit offsets 1..count, waiting out the group log's loading right after the start
+    (COORDINATOR_LOAD_IN_PROGRESS), as a client retries it."""
+    deadline = time.monotonic() + timeout
     client = WireClient("127.0.0.1", broker.port)
     try:
         for offset in range(1, count + 1):
-            assert client.offset_commit(group, TOPIC, 0, offset) == 0
+            error = client.offset_commit(group, TOPIC, 0, offset)
+            while error == COORDINATOR_LOAD_IN_PROGRESS and time.monotonic() < deadline:
+                time.sleep(0.05)
+                error = client.offset_commit(group, TOPIC, 0, offset)
+            assert error == 0
     finally:
         client.close()
 
