@@ -68,6 +68,7 @@ from coordinator.outcomes import (
     SyncGroupOutcome,
 )
 from coordinator.records import (
+    MAX_STORED_STRING_BYTES,
     GroupMetadataKey,
     GroupMetadataRecord,
     GroupMetadataValue,
@@ -651,11 +652,10 @@ class GroupCoordinator:
         return iter(self._groups.values())
 
 
-# The group log stores these strings with int16 lengths (Kafka's record versions): a member
+# The group log stores these strings with int16 lengths (MAX_STORED_STRING_BYTES): a member
 # whose ids or protocol names do not fit could never be written, and its group's persistence
 # would fail on every rebalance. A client or instance id also becomes the prefix of a member id,
 # to which "-" and a UUID are appended.
-MAX_STORED_STRING_BYTES = 32767
 _MEMBER_ID_SUFFIX_BYTES = 37
 
 

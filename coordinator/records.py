@@ -12,6 +12,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+# The group log stores strings with an int16 length, as Kafka's record versions do.
+MAX_STORED_STRING_BYTES = 0x7FFF
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OffsetCommitKey:

@@ -48,6 +48,7 @@ from coordinator.consumer.member import (
 )
 from coordinator.consumer.reconcile import reconcile
 from coordinator.records import (
+    MAX_STORED_STRING_BYTES,
     ConsumerGroupCurrentMemberAssignmentKey,
     ConsumerGroupCurrentMemberAssignmentValue,
     ConsumerGroupMemberMetadataKey,
@@ -144,9 +145,6 @@ def validate(config: ConsumerGroupConfig, cmd: ConsumerGroupHeartbeat) -> None:
                 f"expression: {exc}.") from None
 
 
-# The group log stores strings with an int16 length, as Kafka's records.
-_MAX_STORED_STRING = 0x7FFF
-
 _REGEX_CACHE: dict[str, re.Pattern[str]] = {}
 
 
@@ -154,7 +152,7 @@ def _too_long_to_store(cmd: ConsumerGroupHeartbeat) -> bool:
     """A string the group log could not store. At most 4 bytes a character: only strings of
     more than a quarter of the limit in characters need encoding to be checked (none, in the
     steady state)."""
-    limit = _MAX_STORED_STRING // 4
+    limit = MAX_STORED_STRING_BYTES // 4
     texts = [cmd.group_id, cmd.member_id, cmd.client_id, cmd.client_host]
     for optional in (cmd.instance_id, cmd.rack_id, cmd.subscribed_topic_regex,
                      cmd.server_assignor):
@@ -165,7 +163,7 @@ def _too_long_to_store(cmd: ConsumerGroupHeartbeat) -> bool:
     # A plain loop over lengths first: cheaper than a generator on every heartbeat.
     if max(map(len, texts)) <= limit:
         return False
-    return any(len(text.encode()) > _MAX_STORED_STRING for text in texts)
+    return any(len(text.encode()) > MAX_STORED_STRING_BYTES for text in texts)
 
 
 def compile_regex(pattern: str) -> re.Pattern[str]:
