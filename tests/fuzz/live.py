@@ -217,9 +217,15 @@ def rss_mb(pid: int) -> float:
 
 
 class Producer(threading.Thread):
-    def __init__(self, bootstrap: str) -> None:
+    """A confluent-kafka producer writing a counter round-robin over the partitions."""
+
+    def __init__(self, bootstrap: str, topic: str = TOPIC, partitions: int = PARTITIONS,
+                 pause_s: float = 0.005) -> None:
         super().__init__(daemon=True)
         self.bootstrap = bootstrap
+        self.topic = topic
+        self.partitions = partitions
+        self.pause_s = pause_s
         self.sent = 0
         self.stopping = threading.Event()
 
@@ -228,11 +234,11 @@ class Producer(threading.Thread):
 
         producer = KafkaProducer({"bootstrap.servers": self.bootstrap, "linger.ms": 5})
         while not self.stopping.is_set():
-            producer.produce(TOPIC, value=str(self.sent).encode(),
-                             partition=self.sent % PARTITIONS)
+            producer.produce(self.topic, value=str(self.sent).encode(),
+                             partition=self.sent % self.partitions)
             self.sent += 1
             producer.poll(0)
-            time.sleep(0.005)
+            time.sleep(self.pause_s)
         producer.flush(30)
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.broker_process import BrokerProcess
+from tests.fuzz.live import Producer, rss_mb
 from tests.integration.group_workers import CLIENTS, ConsumerWorker, create_topic, worker_pool
 
 TOPIC = "soak"
@@ -38,35 +39,8 @@ COMMIT_GROUP = "soak-commits"
 MAX_MEMBERS = 4
 
 
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
-
-
-class Producer(threading.Thread):
-    def __init__(self, bootstrap: str) -> None:
-        super().__init__(daemon=True)
-        self.bootstrap = bootstrap
-        self.sent = 0
-        self.stopping = threading.Event()
-
-    def run(self) -> None:
-        from confluent_kafka import Producer as KafkaProducer
-
-        producer = KafkaProducer({"bootstrap.servers": self.bootstrap, "linger.ms": 5})
-        while not self.stopping.is_set():
-            producer.produce(TOPIC, value=str(self.sent).encode(),
-                             partition=self.sent % PARTITIONS)
-            self.sent += 1
-            producer.poll(0)
-            time.sleep(0.01)
-        producer.flush(30)
 
 
 class Committer(threading.Thread):
@@ -128,7 +102,7 @@ def run(minutes: float, sample_seconds: float, warmup_seconds: float, seed: int,
     report: dict[str, Any] = {}
     try:
         create_topic(broker, TOPIC, PARTITIONS)
-        producer = Producer(broker.bootstrap)
+        producer = Producer(broker.bootstrap, TOPIC, PARTITIONS, pause_s=0.01)
         committer = Committer(broker.bootstrap)
         producer.start()
         committer.start()
