@@ -20,6 +20,7 @@ from kio.schema.errors import ErrorCode
 from coordinator import offset_commands as oc
 from coordinator.classic.state import GroupState
 from coordinator.consumer_protocol import subscribed_topics
+from coordinator.grouplog.records import OffsetCommitRecord
 from coordinator.manager import GroupCoordinator
 from coordinator.offsets import (
     GroupExpiryView,
@@ -27,7 +28,6 @@ from coordinator.offsets import (
     PartitionErrors,
     expire_timestamp_ms,
 )
-from coordinator.records import OffsetCommitRecord
 from coordinator.result import Result
 
 __all__ = ["CommitDecision", "ExpiryDecision", "GroupOffsets"]

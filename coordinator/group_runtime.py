@@ -49,16 +49,20 @@ from coordinator.consumer.group import TopicImage, TopicInfo
 from coordinator.context import RequestContext
 from coordinator.events import JOURNAL_SCHEMA_VERSION, RebalanceStarted, journal_record
 from coordinator.group_offsets import GroupOffsets
+from coordinator.grouplog.log import GroupLog, GroupLogLoadError
+from coordinator.grouplog.records import (
+    ConsumerGroupRecord,
+    GroupMetadataRecord,
+    OffsetCommitRecord,
+)
 from coordinator.journal import Journal
 from coordinator.manager import GroupCoordinator
 from coordinator.offsets import FetchedOffset, OffsetStore
 from coordinator.outcomes import error_outcome
-from coordinator.records import ConsumerGroupRecord, GroupMetadataRecord, OffsetCommitRecord
 from coordinator.result import RequestRef, Result
 from protocol.refusals import REFUSALS
 from storage.fs import REAL_FS, FileSystem
 from storage.log import LogConfig
-from storage.offsets_topic import GroupLog, GroupLogLoadError
 
 if TYPE_CHECKING:
     from coordinator.runtime import Broker

@@ -55,6 +55,12 @@ from coordinator.consumer.config import ConsumerGroupConfig
 from coordinator.consumer.coordinator import TIMER_KINDS as CONSUMER_TIMER_KINDS
 from coordinator.consumer.coordinator import ConsumerGroupCoordinator
 from coordinator.consumer.heartbeat import GROUP_TYPE as CONSUMER_GROUP_TYPE
+from coordinator.grouplog.records import (
+    MAX_STORED_STRING_BYTES,
+    GroupMetadataKey,
+    GroupMetadataRecord,
+    GroupMetadataValue,
+)
 from coordinator.outcomes import (
     DescribedGroup,
     DescribedMember,
@@ -66,12 +72,6 @@ from coordinator.outcomes import (
     ListedGroup,
     ListGroupsOutcome,
     SyncGroupOutcome,
-)
-from coordinator.records import (
-    MAX_STORED_STRING_BYTES,
-    GroupMetadataKey,
-    GroupMetadataRecord,
-    GroupMetadataValue,
 )
 from coordinator.result import Reply, Result, TimerKey
 

@@ -45,7 +45,7 @@ from typing import NamedTuple, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.records import (
+from coordinator.grouplog.records import (
     CoordinatorRecord,
     OffsetCommitKey,
     OffsetCommitRecord,

@@ -18,7 +18,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.records import CoordinatorRecord
+from coordinator.grouplog.records import CoordinatorRecord
 
 TimerKey = tuple[Hashable, ...]
 

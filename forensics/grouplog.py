@@ -3,7 +3,8 @@
 A segment (`__consumer_offsets-N/<base offset>.log`) is a run of magic-2 record batches, the
 same bytes rebalanced's group log and an Apache Kafka broker write. Framing and checksums go
 through the broker's own `storage.batch.scan_batches`; keys and values through
-`storage.records.decode_record` (every OffsetCommit and GroupMetadata version Kafka wrote).
+`coordinator.grouplog.codec.decode_record` (every OffsetCommit and GroupMetadata version Kafka
+wrote).
 This module adds only what the broker never needs: each record's timestamp, gzip batches, and
 the `consumer` protocol assignment inside a member's metadata.
 
@@ -21,9 +22,9 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
-from coordinator.records import GroupMetadataRecord, OffsetCommitRecord
+from coordinator.grouplog.codec import RecordDecodeError, UnknownRecord, decode_record
+from coordinator.grouplog.records import GroupMetadataRecord, OffsetCommitRecord
 from storage.batch import scan_batches
-from storage.records import RecordDecodeError, UnknownRecord, decode_record
 
 __all__ = [
     "GROUP_LOG_COLUMNS",

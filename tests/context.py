@@ -21,9 +21,9 @@ from coordinator.clock import ManualClock
 from coordinator.config import GroupConfig
 from coordinator.consumer.commands import ConsumerGroupDescribe, ConsumerGroupHeartbeat
 from coordinator.consumer.config import ConsumerGroupConfig
+from coordinator.grouplog.records import CoordinatorRecord
 from coordinator.manager import GroupCoordinator
 from coordinator.outcomes import error_outcome
-from coordinator.records import CoordinatorRecord
 from coordinator.result import RequestRef, Result
 from coordinator.timer import TimerWheel
 

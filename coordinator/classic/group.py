@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from coordinator.classic.member import ClassicGroupMember, Parked
 from coordinator.classic.state import GroupState, can_rebalance, transition_to
 from coordinator.commands import Protocol
-from coordinator.records import GroupMemberRecord, GroupMetadataValue
+from coordinator.grouplog.records import GroupMemberRecord, GroupMetadataValue
 from coordinator.result import RequestRef
 
 __all__ = ["ClassicGroup", "InitialJoin"]

@@ -50,9 +50,9 @@ from coordinator.classic.group import ClassicGroup, InitialJoin
 from coordinator.classic.member import ClassicGroupMember, Parked
 from coordinator.classic.state import GroupState
 from coordinator.config import GroupConfig
+from coordinator.grouplog.placement import partition_for
+from coordinator.grouplog.records import GroupMetadataKey, GroupMetadataRecord
 from coordinator.outcomes import JoinedMember, JoinGroupOutcome, Outcome, SyncGroupOutcome
-from coordinator.placement import partition_for
-from coordinator.records import GroupMetadataKey, GroupMetadataRecord
 from coordinator.result import Reply, Result, TimerKey
 
 __all__ = [

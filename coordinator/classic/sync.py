@@ -23,8 +23,8 @@ from coordinator.classic.group import ClassicGroup
 from coordinator.classic.member import Parked
 from coordinator.classic.state import GroupState
 from coordinator.classic.writes import AssignmentWrite
+from coordinator.grouplog.records import GroupMetadataKey, GroupMetadataRecord
 from coordinator.outcomes import SyncGroupOutcome
-from coordinator.records import GroupMetadataKey, GroupMetadataRecord
 from coordinator.result import Reply
 
 __all__ = ["sync_group", "validate_sync_group"]

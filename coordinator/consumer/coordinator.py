@@ -38,7 +38,7 @@ from coordinator.consumer.heartbeat import (
     session_key,
 )
 from coordinator.consumer.member import Assignment
-from coordinator.records import (
+from coordinator.grouplog.records import (
     ConsumerGroupPartitionMetadataKey,
     ConsumerGroupRecord,
     ConsumerGroupTargetAssignmentMetadataKey,

@@ -22,7 +22,7 @@ from coordinator.consumer.member import (
     MemberState,
     assignment_from_record,
 )
-from coordinator.records import (
+from coordinator.grouplog.records import (
     ConsumerGroupCurrentMemberAssignmentKey,
     ConsumerGroupCurrentMemberAssignmentValue,
     ConsumerGroupMemberMetadataKey,

@@ -47,7 +47,7 @@ from coordinator.consumer.member import (
     partition_count,
 )
 from coordinator.consumer.reconcile import reconcile
-from coordinator.records import (
+from coordinator.grouplog.records import (
     MAX_STORED_STRING_BYTES,
     ConsumerGroupCurrentMemberAssignmentKey,
     ConsumerGroupCurrentMemberAssignmentValue,

@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from coordinator.records import TopicAssignment
+from coordinator.grouplog.records import TopicAssignment
 
 __all__ = [
     "LEAVE_GROUP_EPOCH",

@@ -15,8 +15,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from coordinator.grouplog.log import TOPIC as OFFSETS_TOPIC
 from storage.log import OffsetOutOfRange, PartitionLog
-from storage.offsets_topic import TOPIC as OFFSETS_TOPIC
 
 if TYPE_CHECKING:
     from coordinator.runtime import Broker

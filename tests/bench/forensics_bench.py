@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 
 from coordinator.events import journal_record
-from coordinator.records import (
+from coordinator.grouplog.codec import encode_records
+from coordinator.grouplog.records import (
     GroupMemberRecord,
     GroupMetadataKey,
     GroupMetadataRecord,
@@ -35,7 +36,6 @@ from coordinator.records import (
     OffsetCommitValue,
 )
 from storage.record_batch import encode_batch
-from storage.records import encode_records
 
 COMMIT_LINE = ('{"v": 1, "event_type": "offsets_committed", "ts": %d, "group_id": "%s", '
                '"member_id": "%s", "generation": %d, "partitions": %d}\n')

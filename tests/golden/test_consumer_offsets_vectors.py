@@ -1,4 +1,4 @@
-"""`storage/records.py` against the `__consumer_offsets` byte vectors (see README.md here)."""
+"""`coordinator/grouplog/codec.py` against the `__consumer_offsets` byte vectors (README.md)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.records import (
-    GroupMetadataKey,
-    GroupMetadataRecord,
-    OffsetCommitKey,
-    OffsetCommitRecord,
-)
-from storage.records import (
+from coordinator.grouplog.codec import (
     Fields,
     FieldValue,
     decode,
@@ -23,6 +17,12 @@ from storage.records import (
     encode_key,
     encode_record,
     encode_value,
+)
+from coordinator.grouplog.records import (
+    GroupMetadataKey,
+    GroupMetadataRecord,
+    OffsetCommitKey,
+    OffsetCommitRecord,
 )
 
 CASES: list[dict[str, Any]] = json.loads(

@@ -12,8 +12,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaAdminClient, KafkaConsumer
 from kafka import TopicPartition as KPTopicPartition
 
-from coordinator.records import GroupMetadataRecord, OffsetCommitRecord
-from storage.records import decode_record
+from coordinator.grouplog.codec import decode_record
+from coordinator.grouplog.records import GroupMetadataRecord, OffsetCommitRecord
 from tests.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.integration

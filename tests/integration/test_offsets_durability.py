@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.placement import partition_for
+from coordinator.grouplog.placement import partition_for
 from storage.batch import scan_batches
 from tests.broker_process import BrokerProcess
 from tests.integration.workers.offset_committer import WireClient

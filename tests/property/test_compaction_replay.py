@@ -11,9 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coordinator.config import GroupConfig
-from coordinator.manager import GroupCoordinator
-from coordinator.offsets import OffsetStore
-from coordinator.records import (
+from coordinator.grouplog.log import GroupLog
+from coordinator.grouplog.records import (
     CoordinatorRecord,
     GroupMetadataKey,
     GroupMetadataRecord,
@@ -22,8 +21,9 @@ from coordinator.records import (
     OffsetCommitRecord,
     OffsetCommitValue,
 )
+from coordinator.manager import GroupCoordinator
+from coordinator.offsets import OffsetStore
 from storage.log import LogConfig
-from storage.offsets_topic import GroupLog
 
 CONFIG = LogConfig(segment_bytes=600, retention_ms=-1, retention_bytes=-1,
                    index_interval_bytes=128)

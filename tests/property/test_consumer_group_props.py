@@ -26,7 +26,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from coordinator.consumer.commands import ConsumerGroupHeartbeat
 from coordinator.consumer.config import ConsumerGroupConfig
 from coordinator.consumer.group import ConsumerGroup
-from coordinator.records import ConsumerGroupRecord
+from coordinator.grouplog.records import ConsumerGroupRecord
 from tests.consumer_helpers import beat, image, join
 from tests.context import GroupTestContext
 

@@ -26,7 +26,9 @@ from kio.serial.errors import SerialError
 from kio.static.primitive import Records
 
 from coordinator.dataplane.api_versions import SUPPORTED
-from coordinator.records import (
+from coordinator.grouplog.codec import RecordDecodeError, decode_record, encode_record
+from coordinator.grouplog.log import GroupLog
+from coordinator.grouplog.records import (
     GroupMemberRecord,
     GroupMetadataKey,
     GroupMetadataRecord,
@@ -41,8 +43,6 @@ from protocol.framing import FrameDecoder, FrameError
 from protocol.guard import body_length
 from protocol.legacy_versions import LEGACY_REQUESTS
 from storage.log import CorruptLogError, LogConfig
-from storage.offsets_topic import GroupLog
-from storage.records import RecordDecodeError, decode_record, encode_record
 
 EXAMPLES = int(os.environ.get("REBALANCED_FUZZ_EXAMPLES", "250"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None,

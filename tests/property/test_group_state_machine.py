@@ -22,7 +22,7 @@ from kio.schema.errors import ErrorCode
 from coordinator import commands as c
 from coordinator.classic.state import GroupState
 from coordinator.config import GroupConfig
-from coordinator.records import GroupMetadataRecord
+from coordinator.grouplog.records import GroupMetadataRecord
 from coordinator.result import RequestRef
 from tests.builders import JoinGroupBuilder, heartbeat, leave, protocols, sync
 from tests.context import GroupTestContext

@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from kio.schema.errors import ErrorCode
 
+from coordinator.grouplog.records import OffsetCommitRecord
 from coordinator.offsets import GroupExpiryView, OffsetStore, OffsetStoreConfig
-from coordinator.records import OffsetCommitRecord
 
 GROUPS = st.sampled_from(["g1", "g2", "g3"])
 TOPICS = st.sampled_from(["a", "b", "c"])

@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.records import (
+from coordinator.grouplog.codec import decode, decode_record, encode, encode_record, encode_value
+from coordinator.grouplog.records import (
     CoordinatorRecord,
     GroupMemberRecord,
     GroupMetadataKey,
@@ -15,7 +16,6 @@ from coordinator.records import (
     OffsetCommitRecord,
     OffsetCommitValue,
 )
-from storage.records import decode, decode_record, encode, encode_record, encode_value
 
 I32 = st.integers(-(2**31), 2**31 - 1)
 I64 = st.integers(-(2**63), 2**63 - 1)

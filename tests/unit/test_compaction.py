@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.records import (
+from coordinator.grouplog.codec import encode_record
+from coordinator.grouplog.log import TOPIC, GroupLog
+from coordinator.grouplog.records import (
     CoordinatorRecord,
     GroupMetadataKey,
     GroupMetadataRecord,
@@ -19,9 +21,7 @@ from storage.batch import scan_batches
 from storage.compaction import CLEANED_SUFFIX, iter_segment_batches
 from storage.fs import REAL_FS, FaultyFileSystem, FileSystem
 from storage.log import CorruptLogError, LogConfig
-from storage.offsets_topic import TOPIC, GroupLog
 from storage.record_batch import iter_records
-from storage.records import encode_record
 
 NOW = 1_700_000_000_000
 DAY = 86_400_000

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from coordinator.records import OffsetCommitKey
+from coordinator.grouplog.codec import encode_key
+from coordinator.grouplog.log import GroupLog, GroupLogLoadError
+from coordinator.grouplog.records import OffsetCommitKey
 from coordinator.runtime import Broker
 from coordinator.settings import defaults
 from storage.log import LogConfig
-from storage.offsets_topic import GroupLog, GroupLogLoadError
 from storage.record_batch import encode_batch
-from storage.records import encode_key
 from tests.unit.test_review_group_runtime import send
 
 

@@ -6,8 +6,8 @@ from kio.schema.errors import ErrorCode
 
 from coordinator import offset_commands as oc
 from coordinator.group_offsets import GroupOffsets
+from coordinator.grouplog.records import GroupMetadataRecord, OffsetCommitRecord
 from coordinator.offsets import OffsetStore
-from coordinator.records import GroupMetadataRecord, OffsetCommitRecord
 from coordinator.result import RequestRef
 from tests.bench.members import subscription
 from tests.builders import JoinGroupBuilder, protocols

@@ -6,8 +6,8 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.classic.state import GroupState
 from coordinator.config import GroupConfig
+from coordinator.grouplog.records import GroupMetadataRecord
 from coordinator.manager import GroupCoordinator
-from coordinator.records import GroupMetadataRecord
 from tests.builders import JoinGroupBuilder, describe, heartbeat, leave, list_groups, sync
 from tests.context import GroupTestContext
 

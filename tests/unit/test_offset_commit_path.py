@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from coordinator import group_runtime
 from coordinator.events import journal_record
-from coordinator.records import (
+from coordinator.grouplog.codec import encode_record, encode_records
+from coordinator.grouplog.records import (
     CoordinatorRecord,
     GroupMemberRecord,
     GroupMetadataKey,
@@ -22,7 +23,6 @@ from coordinator.records import (
     offset_commit_record,
     offset_commit_value,
 )
-from storage.records import encode_record, encode_records
 
 _names = st.text(max_size=12)
 _ints = st.integers(-(2**31), 2**31 - 1)

@@ -6,6 +6,13 @@ from collections.abc import Iterable
 
 from kio.schema.errors import ErrorCode
 
+from coordinator.grouplog.records import (
+    GroupMetadataKey,
+    GroupMetadataRecord,
+    OffsetCommitKey,
+    OffsetCommitRecord,
+    OffsetCommitValue,
+)
 from coordinator.offsets import (
     ExpiryResult,
     FetchedOffset,
@@ -13,13 +20,6 @@ from coordinator.offsets import (
     OffsetStore,
     OffsetStoreConfig,
     expire_timestamp_ms,
-)
-from coordinator.records import (
-    GroupMetadataKey,
-    GroupMetadataRecord,
-    OffsetCommitKey,
-    OffsetCommitRecord,
-    OffsetCommitValue,
 )
 
 MINUTE = 60_000

@@ -1,4 +1,4 @@
-"""Edge cases of `storage/records.py` that the golden vectors do not cover."""
+"""Edge cases of `coordinator/grouplog/codec.py` that the golden vectors do not cover."""
 
 from __future__ import annotations
 
@@ -8,16 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.records import (
-    GroupMemberRecord,
-    GroupMetadataKey,
-    GroupMetadataRecord,
-    GroupMetadataValue,
-    OffsetCommitKey,
-    OffsetCommitRecord,
-    OffsetCommitValue,
-)
-from storage.records import (
+from coordinator.grouplog.codec import (
     Fields,
     RecordDecodeError,
     UnknownRecord,
@@ -27,6 +18,15 @@ from storage.records import (
     encode_key,
     encode_record,
     encode_value,
+)
+from coordinator.grouplog.records import (
+    GroupMemberRecord,
+    GroupMetadataKey,
+    GroupMetadataRecord,
+    GroupMetadataValue,
+    OffsetCommitKey,
+    OffsetCommitRecord,
+    OffsetCommitValue,
 )
 
 OC_KEY = OffsetCommitKey(group="g", topic="t", partition=3)

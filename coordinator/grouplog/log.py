@@ -31,14 +31,14 @@ from pathlib import Path
 
 import structlog
 
-from coordinator.placement import partition_for
-from coordinator.records import CoordinatorRecord
+from coordinator.grouplog.codec import UnknownRecord, decode_record, encode_records
+from coordinator.grouplog.placement import partition_for
+from coordinator.grouplog.records import CoordinatorRecord
 from storage.batch import scan_batches
 from storage.compaction import CleanStats, GroupLogCleaner, verify_sealed
 from storage.fs import REAL_FS, FileSystem
 from storage.log import LogConfig, PartitionLog
 from storage.record_batch import encode_batch, iter_records
-from storage.records import UnknownRecord, decode_record, encode_records
 
 log = structlog.get_logger("rebalanced.group_log")
 

@@ -1,8 +1,8 @@
 """Our codec for Kafka's `__consumer_offsets` record keys and values.
 
-Owns the bytes: turning `coordinator.records` dataclasses into exactly what Kafka writes and
-reading back every version Kafka ever wrote. Framing, checksums and batches belong to the log
-(`storage/segment.py`); what a record *means* belongs to the coordinator.
+Owns the bytes: turning `coordinator.grouplog.records` dataclasses into exactly what Kafka
+writes and reading back every version Kafka ever wrote. Framing, checksums and batches belong
+to the log (`storage/segment.py`); what a record *means* belongs to the coordinator.
 
 Layout (Kafka's `CoordinatorRecordSerde`, schemas in `group-coordinator/.../common/message/`):
 
@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias, cast
 
-from coordinator.records import (
+from coordinator.grouplog.records import (
     ConsumerGroupCurrentMemberAssignmentKey,
     ConsumerGroupCurrentMemberAssignmentValue,
     ConsumerGroupKey,

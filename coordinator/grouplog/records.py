@@ -1,8 +1,9 @@
 """Typed `__consumer_offsets` records, as Kafka's group-coordinator schemas declare them.
 
-The coordinator core emits these; `storage/records.py` turns them into the exact key/value bytes
-Kafka writes (OffsetCommitKey v1, OffsetCommitValue v3, GroupMetadataKey v2, GroupMetadataValue v3,
-and the consumer group records of KIP-848, key versions 3-8 with value version 0) and back.
+The coordinator core emits these; `coordinator/grouplog/codec.py` turns them into the exact
+key/value bytes Kafka writes (OffsetCommitKey v1, OffsetCommitValue v3, GroupMetadataKey v2,
+GroupMetadataValue v3, and the consumer group records of KIP-848, key versions 3-8 with value
+version 0) and back.
 A record whose `value` is None is a tombstone: it deletes the key on replay.
 """
 
