@@ -6,8 +6,8 @@ log, and - only once those records are durable - the replies. A reply may answer
 parked earlier (the last JoinGroup of a rebalance completes them all). If the append or its
 fsync fails, no reply of that Result is delivered as success: each gets
 COORDINATOR_NOT_AVAILABLE, the offsets stay unacknowledged, the core undoes what waited for the
-write (`coordinator/classic/writes.py`) and other affected groups rebalance; the journal gets a
-`group_write_failed` line.
+write (`coordinator/group/classic/writes.py`) and other affected groups rebalance; the journal gets
+a `group_write_failed` line.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from kio.schema.errors import ErrorCode
 
-from coordinator import offset_commands as oc
 from coordinator.api import (
     consumer_group_describe,
     consumer_group_heartbeat,
@@ -43,12 +42,17 @@ from coordinator.api import (
     sync_group,
 )
 from coordinator.clock import SystemClock
-from coordinator.config import GroupConfig
-from coordinator.consumer.config import ConsumerGroupConfig
-from coordinator.consumer.group import TopicImage, TopicInfo
 from coordinator.context import RequestContext
-from coordinator.events import JOURNAL_SCHEMA_VERSION, RebalanceStarted, journal_record
-from coordinator.group_offsets import GroupOffsets
+from coordinator.group import offset_commands as oc
+from coordinator.group.config import GroupConfig
+from coordinator.group.consumer.config import ConsumerGroupConfig
+from coordinator.group.consumer.group import TopicImage, TopicInfo
+from coordinator.group.events import JOURNAL_SCHEMA_VERSION, RebalanceStarted, journal_record
+from coordinator.group.manager import GroupCoordinator
+from coordinator.group.offset_decisions import GroupOffsets
+from coordinator.group.offsets import FetchedOffset, OffsetStore
+from coordinator.group.outcomes import error_outcome
+from coordinator.group.result import RequestRef, Result
 from coordinator.grouplog.log import GroupLog, GroupLogLoadError
 from coordinator.grouplog.records import (
     ConsumerGroupRecord,
@@ -56,10 +60,6 @@ from coordinator.grouplog.records import (
     OffsetCommitRecord,
 )
 from coordinator.journal import Journal
-from coordinator.manager import GroupCoordinator
-from coordinator.offsets import FetchedOffset, OffsetStore
-from coordinator.outcomes import error_outcome
-from coordinator.result import RequestRef, Result
 from protocol.refusals import REFUSALS
 from storage.fs import REAL_FS, FileSystem
 from storage.log import LogConfig

@@ -21,10 +21,10 @@ from coordinator.clock import SystemClock
 from coordinator.context import RequestContext
 from coordinator.dataplane import api_versions, fetch, list_offsets, produce, topics_admin
 from coordinator.dataplane.producers import ProducerTable
+from coordinator.group.timer import TimerWheel
 from coordinator.group_runtime import GroupRuntime
 from coordinator.ops.metrics import BrokerMetrics
 from coordinator.settings import BrokerSettings
-from coordinator.timer import TimerWheel
 from protocol.build import build
 from protocol.codec import RequestHeader, response_type
 from protocol.connection import Connection, ResponseSlot

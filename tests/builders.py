@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from coordinator import commands as c
-from coordinator.result import RequestRef
+from coordinator.group import commands as c
+from coordinator.group.result import RequestRef
 
 PLACEHOLDER = RequestRef(0, 0)
 CONSUMER = "consumer"

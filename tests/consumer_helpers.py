@@ -6,9 +6,9 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from coordinator.consumer.commands import ConsumerGroupHeartbeat
-from coordinator.consumer.group import TopicImage, TopicInfo
-from coordinator.result import RequestRef
+from coordinator.group.consumer.commands import ConsumerGroupHeartbeat
+from coordinator.group.consumer.group import TopicImage, TopicInfo
+from coordinator.group.result import RequestRef
 
 _PLACEHOLDER = RequestRef(0, 0)
 

@@ -15,17 +15,17 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from coordinator import commands as c
-from coordinator.classic.group import ClassicGroup
 from coordinator.clock import ManualClock
-from coordinator.config import GroupConfig
-from coordinator.consumer.commands import ConsumerGroupDescribe, ConsumerGroupHeartbeat
-from coordinator.consumer.config import ConsumerGroupConfig
+from coordinator.group import commands as c
+from coordinator.group.classic.group import ClassicGroup
+from coordinator.group.config import GroupConfig
+from coordinator.group.consumer.commands import ConsumerGroupDescribe, ConsumerGroupHeartbeat
+from coordinator.group.consumer.config import ConsumerGroupConfig
+from coordinator.group.manager import GroupCoordinator
+from coordinator.group.outcomes import error_outcome
+from coordinator.group.result import RequestRef, Result
+from coordinator.group.timer import TimerWheel
 from coordinator.grouplog.records import CoordinatorRecord
-from coordinator.manager import GroupCoordinator
-from coordinator.outcomes import error_outcome
-from coordinator.result import RequestRef, Result
-from coordinator.timer import TimerWheel
 
 DEFAULT_CONFIG = GroupConfig(group_initial_rebalance_delay_ms=0)
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from coordinator.consumer.commands import ConsumerGroupDescribe, ConsumerGroupDescribeOutcome
-from coordinator.result import RequestRef
+from coordinator.group.consumer.commands import ConsumerGroupDescribe, ConsumerGroupDescribeOutcome
+from coordinator.group.result import RequestRef
 from protocol.build import build
 from protocol.codec import response_type
 

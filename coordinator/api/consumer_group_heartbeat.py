@@ -10,9 +10,12 @@ import struct
 from datetime import timedelta
 from typing import Any
 
-from coordinator.consumer.commands import ConsumerGroupHeartbeat, ConsumerGroupHeartbeatOutcome
-from coordinator.consumer.heartbeat import owned_from_wire
-from coordinator.result import RequestRef
+from coordinator.group.consumer.commands import (
+    ConsumerGroupHeartbeat,
+    ConsumerGroupHeartbeatOutcome,
+)
+from coordinator.group.consumer.heartbeat import owned_from_wire
+from coordinator.group.result import RequestRef
 from protocol.build import build
 from protocol.codec import encode_response, response_type
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from coordinator.commands import DescribeGroups
-from coordinator.outcomes import DescribeGroupsOutcome
-from coordinator.result import RequestRef
+from coordinator.group.commands import DescribeGroups
+from coordinator.group.outcomes import DescribeGroupsOutcome
+from coordinator.group.result import RequestRef
 from protocol.build import build
 from protocol.codec import response_type
 

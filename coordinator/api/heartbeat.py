@@ -10,9 +10,9 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from coordinator.commands import Heartbeat
-from coordinator.outcomes import HeartbeatOutcome
-from coordinator.result import RequestRef
+from coordinator.group.commands import Heartbeat
+from coordinator.group.outcomes import HeartbeatOutcome
+from coordinator.group.result import RequestRef
 from protocol.build import build
 from protocol.codec import response_type
 

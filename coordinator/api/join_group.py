@@ -19,9 +19,9 @@ import struct
 import sys
 from typing import Any
 
-from coordinator.commands import JoinGroup, Protocol
-from coordinator.outcomes import JoinGroupOutcome
-from coordinator.result import RequestRef
+from coordinator.group.commands import JoinGroup, Protocol
+from coordinator.group.outcomes import JoinGroupOutcome
+from coordinator.group.result import RequestRef
 from protocol import fastpath as fp
 from protocol.build import build
 from protocol.codec import response_type

@@ -14,9 +14,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.commands import LeaveGroup, LeaveMember
-from coordinator.outcomes import LeaveGroupOutcome
-from coordinator.result import RequestRef
+from coordinator.group.commands import LeaveGroup, LeaveMember
+from coordinator.group.outcomes import LeaveGroupOutcome
+from coordinator.group.result import RequestRef
 from protocol.build import build
 from protocol.codec import response_type
 

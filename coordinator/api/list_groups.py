@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from coordinator.commands import ListGroups
-from coordinator.outcomes import ListGroupsOutcome
-from coordinator.result import RequestRef
+from coordinator.group.commands import ListGroups
+from coordinator.group.outcomes import ListGroupsOutcome
+from coordinator.group.result import RequestRef
 from protocol.build import build
 from protocol.codec import response_type
 

@@ -27,9 +27,9 @@ import datetime
 import struct
 from typing import Any
 
-from coordinator.offset_commands import OffsetCommit, OffsetCommitOutcome
-from coordinator.offsets import DEFAULT_RETENTION_TIME_MS
-from coordinator.result import RequestRef
+from coordinator.group.offset_commands import OffsetCommit, OffsetCommitOutcome
+from coordinator.group.offsets import DEFAULT_RETENTION_TIME_MS
+from coordinator.group.result import RequestRef
 from protocol import fastpath as fp
 from protocol.build import build
 from protocol.codec import response_type

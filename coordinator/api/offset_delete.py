@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from coordinator.offset_commands import OffsetDelete, OffsetDeleteOutcome
-from coordinator.result import RequestRef
+from coordinator.group.offset_commands import OffsetDelete, OffsetDeleteOutcome
+from coordinator.group.result import RequestRef
 from protocol.build import build
 from protocol.codec import response_type
 

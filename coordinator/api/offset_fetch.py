@@ -22,13 +22,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from coordinator.offset_commands import (
+from coordinator.group.offset_commands import (
     OffsetFetch,
     OffsetFetchGroup,
     OffsetFetchGroupResult,
     OffsetFetchOutcome,
 )
-from coordinator.result import RequestRef
+from coordinator.group.result import RequestRef
 from protocol.build import build
 from protocol.codec import response_type
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from coordinator.commands import SyncGroup
-from coordinator.outcomes import SyncGroupOutcome
-from coordinator.result import RequestRef
+from coordinator.group.commands import SyncGroup
+from coordinator.group.outcomes import SyncGroupOutcome
+from coordinator.group.result import RequestRef
 from protocol import fastpath as fp
 from protocol.build import build
 from protocol.codec import response_type

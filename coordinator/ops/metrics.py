@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator import events as ev
 from coordinator.context import RequestContext
+from coordinator.group import events as ev
 
 OTHER_GROUPS = "__other__"
 SAMPLED_APIS = frozenset({0, 1, 8, 12})  # Produce, Fetch, OffsetCommit, Heartbeat

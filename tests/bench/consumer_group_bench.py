@@ -219,7 +219,7 @@ async def heartbeat_cpu(broker: Broker, count: int) -> dict[str, Any]:
 
 
 def assignor_times() -> dict[str, Any]:
-    from coordinator.assignors import ASSIGNORS, MemberSpec
+    from coordinator.group.assignors import ASSIGNORS, MemberSpec
 
     topics = {uuid.UUID(int=i + 1): 100 for i in range(100)}
     subscribed = frozenset(topics)

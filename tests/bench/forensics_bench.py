@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from coordinator.events import journal_record
+from coordinator.group.events import journal_record
 from coordinator.grouplog.codec import encode_records
 from coordinator.grouplog.records import (
     GroupMemberRecord,

@@ -10,7 +10,9 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.config import GroupConfig
+from coordinator.group.config import GroupConfig
+from coordinator.group.manager import GroupCoordinator
+from coordinator.group.offsets import OffsetStore
 from coordinator.grouplog.log import GroupLog
 from coordinator.grouplog.records import (
     CoordinatorRecord,
@@ -21,8 +23,6 @@ from coordinator.grouplog.records import (
     OffsetCommitRecord,
     OffsetCommitValue,
 )
-from coordinator.manager import GroupCoordinator
-from coordinator.offsets import OffsetStore
 from storage.log import LogConfig
 
 CONFIG = LogConfig(segment_bytes=600, retention_ms=-1, retention_bytes=-1,

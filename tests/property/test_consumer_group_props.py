@@ -23,9 +23,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from coordinator.consumer.commands import ConsumerGroupHeartbeat
-from coordinator.consumer.config import ConsumerGroupConfig
-from coordinator.consumer.group import ConsumerGroup
+from coordinator.group.consumer.commands import ConsumerGroupHeartbeat
+from coordinator.group.consumer.config import ConsumerGroupConfig
+from coordinator.group.consumer.group import ConsumerGroup
 from coordinator.grouplog.records import ConsumerGroupRecord
 from tests.consumer_helpers import beat, image, join
 from tests.context import GroupTestContext

@@ -19,11 +19,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from kio.schema.errors import ErrorCode
 
-from coordinator import commands as c
-from coordinator.classic.state import GroupState
-from coordinator.config import GroupConfig
+from coordinator.group import commands as c
+from coordinator.group.classic.state import GroupState
+from coordinator.group.config import GroupConfig
+from coordinator.group.result import RequestRef
 from coordinator.grouplog.records import GroupMetadataRecord
-from coordinator.result import RequestRef
 from tests.builders import JoinGroupBuilder, heartbeat, leave, protocols, sync
 from tests.context import GroupTestContext
 from tests.property.test_group_tallies import check_tallies

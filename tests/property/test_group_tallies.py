@@ -16,10 +16,10 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from coordinator.classic.group import ClassicGroup
-from coordinator.classic.member import ClassicGroupMember, Parked
-from coordinator.classic.state import GroupState
-from coordinator.result import RequestRef
+from coordinator.group.classic.group import ClassicGroup
+from coordinator.group.classic.member import ClassicGroupMember, Parked
+from coordinator.group.classic.state import GroupState
+from coordinator.group.result import RequestRef
 from tests.builders import protocols
 
 SLOTS = 6

@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from kio.schema.errors import ErrorCode
 
+from coordinator.group.offsets import GroupExpiryView, OffsetStore, OffsetStoreConfig
 from coordinator.grouplog.records import OffsetCommitRecord
-from coordinator.offsets import GroupExpiryView, OffsetStore, OffsetStoreConfig
 
 GROUPS = st.sampled_from(["g1", "g2", "g3"])
 TOPICS = st.sampled_from(["a", "b", "c"])

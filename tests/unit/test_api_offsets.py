@@ -15,7 +15,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
 from coordinator.api import delete_groups, offset_commit, offset_delete, offset_fetch
-from coordinator.offset_commands import (
+from coordinator.group.offset_commands import (
     DeleteGroupsOutcome,
     OffsetCommit,
     OffsetCommitOutcome,
@@ -25,8 +25,8 @@ from coordinator.offset_commands import (
     OffsetFetchGroupResult,
     OffsetFetchOutcome,
 )
-from coordinator.offsets import FetchedOffset
-from coordinator.result import RequestRef
+from coordinator.group.offsets import FetchedOffset
+from coordinator.group.result import RequestRef
 from protocol.build import build
 from protocol.codec import encode_response
 

@@ -25,7 +25,7 @@ from coordinator.api import (
     list_groups,
     sync_group,
 )
-from coordinator.outcomes import (
+from coordinator.group.outcomes import (
     DescribedGroup,
     DescribedMember,
     DescribeGroupsOutcome,
@@ -38,7 +38,7 @@ from coordinator.outcomes import (
     ListGroupsOutcome,
     SyncGroupOutcome,
 )
-from coordinator.result import RequestRef
+from coordinator.group.result import RequestRef
 from protocol.build import build
 
 REF = RequestRef(1, 1)
@@ -273,7 +273,7 @@ def test_sync_and_list_to_command(version: int) -> None:
 @pytest.mark.parametrize("error", [ErrorCode.none, ErrorCode.rebalance_in_progress])
 def test_hand_packed_heartbeat_response_matches_kio(version: int, error: ErrorCode) -> None:
     from coordinator.api import heartbeat as heartbeat_api
-    from coordinator.outcomes import HeartbeatOutcome
+    from coordinator.group.outcomes import HeartbeatOutcome
     from protocol.codec import encode_response
 
     outcome = HeartbeatOutcome(error=error)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from coordinator.classic.group import ClassicGroup
-from coordinator.classic.member import ClassicGroupMember, Parked
-from coordinator.classic.state import GroupState
-from coordinator.result import RequestRef
+from coordinator.group.classic.group import ClassicGroup
+from coordinator.group.classic.member import ClassicGroupMember, Parked
+from coordinator.group.classic.state import GroupState
+from coordinator.group.result import RequestRef
 from tests.builders import protocols
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.consumer.config import ConsumerGroupConfig
-from coordinator.consumer.member import MemberState
+from coordinator.group.consumer.config import ConsumerGroupConfig
+from coordinator.group.consumer.member import MemberState
 from tests.builders import JoinGroupBuilder
 from tests.consumer_helpers import beat, image, join, owned, parts, topic_id
 from tests.context import GroupTestContext
@@ -192,7 +192,7 @@ def test_classic_and_consumer_groups_share_one_id_space() -> None:
 def test_an_empty_classic_group_is_upgraded() -> None:
     ctx = context()
     (member,) = ctx.stable_group(1, group="old")
-    from coordinator import commands as c
+    from coordinator.group import commands as c
 
     ctx.send(c.LeaveGroup(ref=ctx.ref_of_last(), api_version=3, group_id="old",
                           members=(c.LeaveMember(member_id=member),)))

@@ -8,7 +8,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from coordinator.api import consumer_group_heartbeat as api
-from coordinator.consumer.commands import ConsumerGroupHeartbeatOutcome
+from coordinator.group.consumer.commands import ConsumerGroupHeartbeatOutcome
 from protocol.codec import encode_response
 
 OUTCOMES = [

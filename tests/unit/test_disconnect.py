@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.classic.state import GroupState
-from coordinator.config import GroupConfig
+from coordinator.group.classic.state import GroupState
+from coordinator.group.config import GroupConfig
 from tests.builders import JoinGroupBuilder, heartbeat, leave, sync
 from tests.context import GroupTestContext
 

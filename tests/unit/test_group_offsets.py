@@ -1,14 +1,14 @@
-"""The offset APIs' group decisions in the pure core (`coordinator/group_offsets.py`)."""
+"""The offset APIs' group decisions in the pure core (`coordinator/group/offset_decisions.py`)."""
 
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from coordinator import offset_commands as oc
-from coordinator.group_offsets import GroupOffsets
+from coordinator.group import offset_commands as oc
+from coordinator.group.offset_decisions import GroupOffsets
+from coordinator.group.offsets import OffsetStore
+from coordinator.group.result import RequestRef
 from coordinator.grouplog.records import GroupMetadataRecord, OffsetCommitRecord
-from coordinator.offsets import OffsetStore
-from coordinator.result import RequestRef
 from tests.bench.members import subscription
 from tests.builders import JoinGroupBuilder, protocols
 from tests.context import GroupTestContext

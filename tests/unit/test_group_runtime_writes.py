@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from coordinator.classic.state import GroupState
+from coordinator.group.classic.state import GroupState
 from coordinator.runtime import Broker
 from coordinator.settings import defaults
 from tests.fakes import GatedFileSystem

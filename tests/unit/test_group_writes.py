@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.classic.state import GroupState
+from coordinator.group.classic.state import GroupState
 from tests.builders import JoinGroupBuilder, heartbeat, leave, sync
 from tests.context import GroupTestContext
 from tests.unit.test_static_membership import static_group

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.classic.state import GroupState
+from coordinator.group.classic.state import GroupState
 from tests.builders import JoinGroupBuilder, heartbeat, leave, sync
 from tests.context import GroupTestContext
 

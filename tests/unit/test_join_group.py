@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.classic.state import GroupState
-from coordinator.config import GroupConfig
+from coordinator.group.classic.state import GroupState
+from coordinator.group.config import GroupConfig
 from tests.builders import JoinGroupBuilder, leave, protocols, sync
 from tests.context import GroupTestContext
 
@@ -72,7 +72,7 @@ def test_v0_uses_session_timeout_as_rebalance_timeout() -> None:
     from kio.static.primitive import i32Timedelta
 
     from coordinator.api import join_group
-    from coordinator.result import RequestRef
+    from coordinator.group.result import RequestRef
 
     req = JoinGroupRequest(
         group_id=GroupId("g"),

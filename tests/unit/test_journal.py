@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.events import (
+from coordinator.group.events import (
     GroupStabilized,
     MemberRemoved,
     RebalanceStarted,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.classic.state import GroupState
+from coordinator.group.classic.state import GroupState
 from tests.builders import JoinGroupBuilder, heartbeat, leave
 from tests.context import GroupTestContext
 
@@ -74,7 +74,7 @@ def test_static_member_with_wrong_member_id_is_fenced() -> None:
 
 def test_v0_response_folds_the_member_error() -> None:
     from coordinator.api import leave_group
-    from coordinator.outcomes import LeaveGroupOutcome, LeaveMemberOutcome
+    from coordinator.group.outcomes import LeaveGroupOutcome, LeaveMemberOutcome
 
     outcome = LeaveGroupOutcome(
         members=(

@@ -27,8 +27,8 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.api import offset_commit
 from coordinator.dataplane import api_versions
-from coordinator.offset_commands import OffsetCommitOutcome
-from coordinator.result import RequestRef
+from coordinator.group.offset_commands import OffsetCommitOutcome
+from coordinator.group.result import RequestRef
 from protocol.build import build
 from protocol.codec import decode_request, encode_response, response_type
 from protocol.errors import MalformedRequest

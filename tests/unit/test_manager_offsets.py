@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.classic.state import GroupState
-from coordinator.config import GroupConfig
+from coordinator.group.classic.state import GroupState
+from coordinator.group.config import GroupConfig
+from coordinator.group.manager import GroupCoordinator
 from coordinator.grouplog.records import GroupMetadataRecord
-from coordinator.manager import GroupCoordinator
 from tests.builders import JoinGroupBuilder, describe, heartbeat, leave, list_groups, sync
 from tests.context import GroupTestContext
 

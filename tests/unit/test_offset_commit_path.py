@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from coordinator import group_runtime
-from coordinator.events import journal_record
+from coordinator.group.events import journal_record
 from coordinator.grouplog.codec import encode_record, encode_records
 from coordinator.grouplog.records import (
     CoordinatorRecord,

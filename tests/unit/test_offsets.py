@@ -1,4 +1,4 @@
-"""`coordinator/offsets.py`: the committed-offset store, driven with a fake `now_ms`."""
+"""`coordinator/group/offsets.py`: the committed-offset store, driven with a fake `now_ms`."""
 
 from __future__ import annotations
 
@@ -6,20 +6,20 @@ from collections.abc import Iterable
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.grouplog.records import (
-    GroupMetadataKey,
-    GroupMetadataRecord,
-    OffsetCommitKey,
-    OffsetCommitRecord,
-    OffsetCommitValue,
-)
-from coordinator.offsets import (
+from coordinator.group.offsets import (
     ExpiryResult,
     FetchedOffset,
     GroupExpiryView,
     OffsetStore,
     OffsetStoreConfig,
     expire_timestamp_ms,
+)
+from coordinator.grouplog.records import (
+    GroupMetadataKey,
+    GroupMetadataRecord,
+    OffsetCommitKey,
+    OffsetCommitRecord,
+    OffsetCommitValue,
 )
 
 MINUTE = 60_000

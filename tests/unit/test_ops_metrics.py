@@ -6,7 +6,7 @@ from html.parser import HTMLParser
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from coordinator import events as ev
+from coordinator.group import events as ev
 from coordinator.ops import metrics as om
 from coordinator.ops import page
 

@@ -17,7 +17,7 @@ import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
-from coordinator.classic.state import GroupState
+from coordinator.group.classic.state import GroupState
 from coordinator.runtime import Broker
 from coordinator.settings import defaults
 from protocol.build import build

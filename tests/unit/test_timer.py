@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import random
 
-from coordinator.result import TimerKey
-from coordinator.timer import TimerWheel
+from coordinator.group.result import TimerKey
+from coordinator.group.timer import TimerWheel
 
 
 def test_fires_at_deadline_not_before() -> None:

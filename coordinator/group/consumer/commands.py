@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.consumer.member import Assignment
-from coordinator.result import RequestRef
+from coordinator.group.consumer.member import Assignment
+from coordinator.group.result import RequestRef
 
 __all__ = [
     "ConsumerGroupDescribe",

@@ -12,8 +12,8 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from coordinator.assignors.range import assign_range
-from coordinator.assignors.uniform import assign_uniform
+from coordinator.group.assignors.range import assign_range
+from coordinator.group.assignors.uniform import assign_uniform
 
 __all__ = ["ASSIGNORS", "Assignor", "MemberSpec", "TopicPartitionSet"]
 

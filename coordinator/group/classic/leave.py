@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from coordinator import commands as c
-from coordinator import events as ev
-from coordinator.classic import rebalance as rb
-from coordinator.classic.group import ClassicGroup
-from coordinator.classic.state import GroupState
-from coordinator.outcomes import LeaveGroupOutcome, LeaveMemberOutcome
-from coordinator.result import Reply
+from coordinator.group import commands as c
+from coordinator.group import events as ev
+from coordinator.group.classic import rebalance as rb
+from coordinator.group.classic.group import ClassicGroup
+from coordinator.group.classic.state import GroupState
+from coordinator.group.outcomes import LeaveGroupOutcome, LeaveMemberOutcome
+from coordinator.group.result import Reply
 
 __all__ = ["leave_group"]
 

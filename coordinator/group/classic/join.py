@@ -13,15 +13,15 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from coordinator import commands as c
-from coordinator import events as ev
-from coordinator.classic import rebalance as rb
-from coordinator.classic.group import ClassicGroup
-from coordinator.classic.member import ClassicGroupMember, Parked
-from coordinator.classic.state import GroupState
-from coordinator.classic.writes import StaticMemberWrite
-from coordinator.outcomes import JoinGroupOutcome, SyncGroupOutcome
-from coordinator.result import Reply
+from coordinator.group import commands as c
+from coordinator.group import events as ev
+from coordinator.group.classic import rebalance as rb
+from coordinator.group.classic.group import ClassicGroup
+from coordinator.group.classic.member import ClassicGroupMember, Parked
+from coordinator.group.classic.state import GroupState
+from coordinator.group.classic.writes import StaticMemberWrite
+from coordinator.group.outcomes import JoinGroupOutcome, SyncGroupOutcome
+from coordinator.group.result import Reply
 
 __all__ = ["join_group"]
 

@@ -2,8 +2,8 @@
 
 Version-free: `coordinator/api/<api>.py` builds a command from any request version and turns an
 outcome into the response of the request's version. The group coordinator core consumes the
-commands (group-level checks) and uses `coordinator.offsets.OffsetStore` for the partition-level
-work. Kept apart from `coordinator/commands.py` (the group membership APIs).
+commands (group-level checks) and uses `coordinator.group.offsets.OffsetStore` for the
+partition-level work. Kept apart from `coordinator/group/commands.py` (the group membership APIs).
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.offsets import (
+from coordinator.group.offsets import (
     DEFAULT_RETENTION_TIME_MS,
     CommitPartition,
     FetchedOffset,
     PartitionErrors,
 )
-from coordinator.result import RequestRef
+from coordinator.group.result import RequestRef
 
 # ----------------------------------------------------------------------------- OffsetCommit
 
@@ -32,7 +32,7 @@ class OffsetCommit:
     member_id: str = ""
     group_instance_id: str | None = None
     # v2-v4 only; -1 = use `offsets.retention.minutes`. Else the offsets get an explicit expire
-    # timestamp (see `coordinator.offsets.expire_timestamp_ms`).
+    # timestamp (see `coordinator.group.offsets.expire_timestamp_ms`).
     retention_time_ms: int = DEFAULT_RETENTION_TIME_MS
     # (topic, ((partition, offset, leader_epoch, metadata), ...)), in request order
     topics: tuple[tuple[str, tuple[CommitPartition, ...]], ...] = ()

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from coordinator.consumer.member import (
+from coordinator.group.consumer.member import (
     Assignment,
     ConsumerGroupMember,
     MemberState,

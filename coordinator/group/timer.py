@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from coordinator.result import TimerKey
+from coordinator.group.result import TimerKey
 
 __all__ = ["TimerWheel"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from coordinator.result import RequestRef
+from coordinator.group.result import RequestRef
 
 __all__ = [
     "Command",

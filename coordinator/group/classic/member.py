@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
-from coordinator.commands import Protocol
-from coordinator.result import RequestRef
+from coordinator.group.commands import Protocol
+from coordinator.group.result import RequestRef
 
 __all__ = ["ClassicGroupMember", "Parked"]
 

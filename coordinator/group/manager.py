@@ -13,7 +13,7 @@ What it leaves to others:
   disconnect grace of the dynamic members last heard from on it, `classic/rebalance.py`);
 * whether this node owns a group's partition and whether that partition is still loading is
   the runtime's check, before `handle` (`outcomes.error_outcome` shapes the answer);
-* the committed offsets live in `coordinator/offsets.py`; it asks `validate_offset_commit` for
+* the committed offsets live in `coordinator/group/offsets.py`; it asks `validate_offset_commit` for
   the group-side checks of SPEC §10 and `delete_group` when an Empty group loses its last
   offset.
 
@@ -33,35 +33,29 @@ from types import MappingProxyType
 
 from kio.schema.errors import ErrorCode
 
-from coordinator import commands as c
-from coordinator import events as ev
-from coordinator.classic import rebalance as rb
-from coordinator.classic.group import ClassicGroup
-from coordinator.classic.heartbeat import heartbeat
-from coordinator.classic.join import join_group
-from coordinator.classic.leave import leave_group
-from coordinator.classic.member import ClassicGroupMember
-from coordinator.classic.state import GroupState
-from coordinator.classic.sync import sync_group
-from coordinator.classic.writes import GroupDeletionWrite, finish, undo
-from coordinator.commands import Protocol
-from coordinator.config import GroupConfig
-from coordinator.consumer.commands import (
+from coordinator.group import commands as c
+from coordinator.group import events as ev
+from coordinator.group.classic import rebalance as rb
+from coordinator.group.classic.group import ClassicGroup
+from coordinator.group.classic.heartbeat import heartbeat
+from coordinator.group.classic.join import join_group
+from coordinator.group.classic.leave import leave_group
+from coordinator.group.classic.member import ClassicGroupMember
+from coordinator.group.classic.state import GroupState
+from coordinator.group.classic.sync import sync_group
+from coordinator.group.classic.writes import GroupDeletionWrite, finish, undo
+from coordinator.group.commands import Protocol
+from coordinator.group.config import GroupConfig
+from coordinator.group.consumer.commands import (
     ConsumerGroupDescribe,
     ConsumerGroupHeartbeat,
     ConsumerGroupHeartbeatOutcome,
 )
-from coordinator.consumer.config import ConsumerGroupConfig
-from coordinator.consumer.coordinator import TIMER_KINDS as CONSUMER_TIMER_KINDS
-from coordinator.consumer.coordinator import ConsumerGroupCoordinator
-from coordinator.consumer.heartbeat import GROUP_TYPE as CONSUMER_GROUP_TYPE
-from coordinator.grouplog.records import (
-    MAX_STORED_STRING_BYTES,
-    GroupMetadataKey,
-    GroupMetadataRecord,
-    GroupMetadataValue,
-)
-from coordinator.outcomes import (
+from coordinator.group.consumer.config import ConsumerGroupConfig
+from coordinator.group.consumer.coordinator import TIMER_KINDS as CONSUMER_TIMER_KINDS
+from coordinator.group.consumer.coordinator import ConsumerGroupCoordinator
+from coordinator.group.consumer.heartbeat import GROUP_TYPE as CONSUMER_GROUP_TYPE
+from coordinator.group.outcomes import (
     DescribedGroup,
     DescribedMember,
     DescribeGroupsOutcome,
@@ -73,7 +67,13 @@ from coordinator.outcomes import (
     ListGroupsOutcome,
     SyncGroupOutcome,
 )
-from coordinator.result import Reply, Result, TimerKey
+from coordinator.group.result import Reply, Result, TimerKey
+from coordinator.grouplog.records import (
+    MAX_STORED_STRING_BYTES,
+    GroupMetadataKey,
+    GroupMetadataRecord,
+    GroupMetadataValue,
+)
 
 __all__ = ["GroupCoordinator"]
 

@@ -32,12 +32,15 @@ from dataclasses import dataclass, replace
 
 from kio.schema.errors import ErrorCode
 
-from coordinator import events as ev
-from coordinator.assignors import ASSIGNORS, MemberSpec
-from coordinator.consumer.commands import ConsumerGroupHeartbeat, ConsumerGroupHeartbeatOutcome
-from coordinator.consumer.config import ConsumerGroupConfig
-from coordinator.consumer.group import ConsumerGroup, TopicImage
-from coordinator.consumer.member import (
+from coordinator.group import events as ev
+from coordinator.group.assignors import ASSIGNORS, MemberSpec
+from coordinator.group.consumer.commands import (
+    ConsumerGroupHeartbeat,
+    ConsumerGroupHeartbeatOutcome,
+)
+from coordinator.group.consumer.config import ConsumerGroupConfig
+from coordinator.group.consumer.group import ConsumerGroup, TopicImage
+from coordinator.group.consumer.member import (
     LEAVE_GROUP_EPOCH,
     LEAVE_GROUP_STATIC_EPOCH,
     Assignment,
@@ -46,7 +49,8 @@ from coordinator.consumer.member import (
     assignment_to_record,
     partition_count,
 )
-from coordinator.consumer.reconcile import reconcile
+from coordinator.group.consumer.reconcile import reconcile
+from coordinator.group.result import Result, TimerKey
 from coordinator.grouplog.records import (
     MAX_STORED_STRING_BYTES,
     ConsumerGroupCurrentMemberAssignmentKey,
@@ -64,7 +68,6 @@ from coordinator.grouplog.records import (
     ConsumerGroupTargetAssignmentMetadataValue,
     SubscribedTopicMetadata,
 )
-from coordinator.result import Result, TimerKey
 
 __all__ = ["ConsumerEnv", "HeartbeatError", "fence_member", "heartbeat"]
 

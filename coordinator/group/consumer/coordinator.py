@@ -1,7 +1,7 @@
 """Every consumer group of this node: dispatch, timers, replay, describe and the offset checks.
 
-`GroupCoordinator` (the classic side, `coordinator/manager.py`) owns one of these and routes the
-consumer group APIs to it; the two group types share one id space (a group id names either a
+`GroupCoordinator` (the classic side, `coordinator/group/manager.py`) owns one of these and routes
+the consumer group APIs to it; the two group types share one id space (a group id names either a
 classic or a consumer group, see the manager for the conflict rules).
 
 The broker's topics reach the core as a `TopicImage` value set by the runtime
@@ -17,8 +17,8 @@ from types import MappingProxyType
 
 from kio.schema.errors import ErrorCode
 
-from coordinator import events as ev
-from coordinator.consumer.commands import (
+from coordinator.group import events as ev
+from coordinator.group.consumer.commands import (
     ConsumerGroupDescribe,
     ConsumerGroupDescribeOutcome,
     ConsumerGroupHeartbeat,
@@ -26,9 +26,9 @@ from coordinator.consumer.commands import (
     DescribedConsumerGroup,
     DescribedConsumerMember,
 )
-from coordinator.consumer.config import ConsumerGroupConfig
-from coordinator.consumer.group import ConsumerGroup, ConsumerGroupState, TopicImage
-from coordinator.consumer.heartbeat import (
+from coordinator.group.consumer.config import ConsumerGroupConfig
+from coordinator.group.consumer.group import ConsumerGroup, ConsumerGroupState, TopicImage
+from coordinator.group.consumer.heartbeat import (
     ConsumerEnv,
     HeartbeatError,
     epoch_record,
@@ -37,13 +37,13 @@ from coordinator.consumer.heartbeat import (
     rebalance_key,
     session_key,
 )
-from coordinator.consumer.member import Assignment
+from coordinator.group.consumer.member import Assignment
+from coordinator.group.result import Reply, Result, TimerKey
 from coordinator.grouplog.records import (
     ConsumerGroupPartitionMetadataKey,
     ConsumerGroupRecord,
     ConsumerGroupTargetAssignmentMetadataKey,
 )
-from coordinator.result import Reply, Result, TimerKey
 
 __all__ = ["ConsumerGroupCoordinator"]
 

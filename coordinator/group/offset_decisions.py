@@ -17,18 +17,18 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from coordinator import offset_commands as oc
-from coordinator.classic.state import GroupState
-from coordinator.consumer_protocol import subscribed_topics
-from coordinator.grouplog.records import OffsetCommitRecord
-from coordinator.manager import GroupCoordinator
-from coordinator.offsets import (
+from coordinator.group import offset_commands as oc
+from coordinator.group.classic.state import GroupState
+from coordinator.group.consumer_protocol import subscribed_topics
+from coordinator.group.manager import GroupCoordinator
+from coordinator.group.offsets import (
     GroupExpiryView,
     OffsetStore,
     PartitionErrors,
     expire_timestamp_ms,
 )
-from coordinator.result import Result
+from coordinator.group.result import Result
+from coordinator.grouplog.records import OffsetCommitRecord
 
 __all__ = ["CommitDecision", "ExpiryDecision", "GroupOffsets"]
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from coordinator import commands as c
-from coordinator.classic import rebalance as rb
-from coordinator.classic.group import ClassicGroup
-from coordinator.classic.state import GroupState
-from coordinator.outcomes import HeartbeatOutcome
-from coordinator.result import Reply
+from coordinator.group import commands as c
+from coordinator.group.classic import rebalance as rb
+from coordinator.group.classic.group import ClassicGroup
+from coordinator.group.classic.state import GroupState
+from coordinator.group.outcomes import HeartbeatOutcome
+from coordinator.group.result import Reply
 
 __all__ = ["heartbeat"]
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from coordinator import commands as c
-from coordinator.consumer import commands as cc
+from coordinator.group import commands as c
+from coordinator.group.consumer import commands as cc
 
 __all__ = [
     "DescribeGroupsOutcome",

@@ -35,11 +35,11 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from coordinator.classic.member import ClassicGroupMember, Parked
-from coordinator.classic.state import GroupState, can_rebalance, transition_to
-from coordinator.commands import Protocol
+from coordinator.group.classic.member import ClassicGroupMember, Parked
+from coordinator.group.classic.state import GroupState, can_rebalance, transition_to
+from coordinator.group.commands import Protocol
+from coordinator.group.result import RequestRef
 from coordinator.grouplog.records import GroupMemberRecord, GroupMetadataValue
-from coordinator.result import RequestRef
 
 __all__ = ["ClassicGroup", "InitialJoin"]
 

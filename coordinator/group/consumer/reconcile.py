@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import replace
 
-from coordinator.consumer.member import Assignment, ConsumerGroupMember, MemberState
+from coordinator.group.consumer.member import Assignment, ConsumerGroupMember, MemberState
 
 __all__ = ["reconcile"]
 

@@ -16,16 +16,16 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from coordinator import commands as c
-from coordinator import events as ev
-from coordinator.classic import rebalance as rb
-from coordinator.classic.group import ClassicGroup
-from coordinator.classic.member import Parked
-from coordinator.classic.state import GroupState
-from coordinator.classic.writes import AssignmentWrite
+from coordinator.group import commands as c
+from coordinator.group import events as ev
+from coordinator.group.classic import rebalance as rb
+from coordinator.group.classic.group import ClassicGroup
+from coordinator.group.classic.member import Parked
+from coordinator.group.classic.state import GroupState
+from coordinator.group.classic.writes import AssignmentWrite
+from coordinator.group.outcomes import SyncGroupOutcome
+from coordinator.group.result import Reply
 from coordinator.grouplog.records import GroupMetadataKey, GroupMetadataRecord
-from coordinator.outcomes import SyncGroupOutcome
-from coordinator.result import Reply
 
 __all__ = ["sync_group", "validate_sync_group"]
 

@@ -45,15 +45,15 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from coordinator import events as ev
-from coordinator.classic.group import ClassicGroup, InitialJoin
-from coordinator.classic.member import ClassicGroupMember, Parked
-from coordinator.classic.state import GroupState
-from coordinator.config import GroupConfig
+from coordinator.group import events as ev
+from coordinator.group.classic.group import ClassicGroup, InitialJoin
+from coordinator.group.classic.member import ClassicGroupMember, Parked
+from coordinator.group.classic.state import GroupState
+from coordinator.group.config import GroupConfig
+from coordinator.group.outcomes import JoinedMember, JoinGroupOutcome, Outcome, SyncGroupOutcome
+from coordinator.group.result import Reply, Result, TimerKey
 from coordinator.grouplog.placement import partition_for
 from coordinator.grouplog.records import GroupMetadataKey, GroupMetadataRecord
-from coordinator.outcomes import JoinedMember, JoinGroupOutcome, Outcome, SyncGroupOutcome
-from coordinator.result import Reply, Result, TimerKey
 
 __all__ = [
     "Env",

@@ -50,8 +50,8 @@ class Result:
     replies: list[Reply] = field(default_factory=list)
     records: list[CoordinatorRecord] = field(default_factory=list)
     timers: list[TimerOp] = field(default_factory=list)
-    events: list[Any] = field(default_factory=list)  # coordinator.events dataclasses
-    # Changes waiting for `records` to be durable (coordinator/classic/writes.py); opaque here.
+    events: list[Any] = field(default_factory=list)  # coordinator.group.events dataclasses
+    # Changes waiting for `records` to be durable (`classic/writes.py`); opaque here.
     writes: list[Any] = field(default_factory=list)
 
     @classmethod

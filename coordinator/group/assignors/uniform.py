@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from coordinator.assignors import MemberSpec
+    from coordinator.group.assignors import MemberSpec
 
 
 def assign_uniform(

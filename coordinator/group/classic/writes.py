@@ -30,12 +30,12 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from coordinator import events as ev
-from coordinator.classic import rebalance as rb
-from coordinator.classic.group import ClassicGroup
-from coordinator.classic.member import ClassicGroupMember
-from coordinator.classic.state import GroupState
-from coordinator.commands import Protocol
+from coordinator.group import events as ev
+from coordinator.group.classic import rebalance as rb
+from coordinator.group.classic.group import ClassicGroup
+from coordinator.group.classic.member import ClassicGroupMember
+from coordinator.group.classic.state import GroupState
+from coordinator.group.commands import Protocol
 
 __all__ = ["AssignmentWrite", "GroupDeletionWrite", "StaticMemberWrite", "finish", "undo"]
 
