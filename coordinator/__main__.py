@@ -18,7 +18,7 @@ import coordinator.without_hypothesis  # noqa: F401  (first: before anything imp
 # tables takes most of a second, which `rebalanced groups ...` (an admin client) does not need.
 if TYPE_CHECKING:
     from coordinator.ops.http import OpsServer
-    from coordinator.runtime import Broker
+    from coordinator.runtime.broker import Broker
     from protocol.server import KafkaServer
 
 # Log lines are written through a buffer flushed every 100 ms (and at exit) rather than one
@@ -125,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return groups_main(arguments[1:])
     argv = arguments
-    from coordinator.runtime import Broker
+    from coordinator.runtime.broker import Broker
     from coordinator.settings import ConfigError, load
     from protocol.server import new_event_loop
 

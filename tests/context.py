@@ -15,7 +15,6 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.clock import ManualClock
 from coordinator.group import commands as c
 from coordinator.group.classic.group import ClassicGroup
 from coordinator.group.config import GroupConfig
@@ -26,6 +25,7 @@ from coordinator.group.outcomes import error_outcome
 from coordinator.group.result import RequestRef, Result
 from coordinator.group.timer import TimerWheel
 from coordinator.grouplog.records import CoordinatorRecord
+from coordinator.runtime.clock import ManualClock
 
 DEFAULT_CONFIG = GroupConfig(group_initial_rebalance_delay_ms=0)
 

@@ -6,7 +6,7 @@ import struct
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.context import RequestContext
+from coordinator.api.context import RequestContext
 from protocol.build import build
 from protocol.codec import response_type
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.context import RequestContext
+from coordinator.api.context import RequestContext
 from coordinator.dataplane.internal_topic import topic_by_id, topic_by_name
 from protocol.build import build
 from protocol.codec import response_type
@@ -27,7 +27,7 @@ from storage.legacy_convert import down_convert
 from storage.log import OffsetOutOfRange
 
 if TYPE_CHECKING:
-    from coordinator.runtime import Broker
+    from coordinator.runtime.broker import Broker
 
 FETCH = 1
 LEGACY_MAX_VERSION = 3  # v0-v3 read legacy message sets: magic 0 up to v1, magic 1 from v2

@@ -19,7 +19,7 @@ from coordinator.grouplog.log import TOPIC as OFFSETS_TOPIC
 from storage.log import OffsetOutOfRange, PartitionLog
 
 if TYPE_CHECKING:
-    from coordinator.runtime import Broker
+    from coordinator.runtime.broker import Broker
 
 __all__ = ["OFFSETS_TOPIC", "InternalTopic", "topic_by_id", "topic_by_name"]
 

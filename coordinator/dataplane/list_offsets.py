@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.context import RequestContext
+from coordinator.api.context import RequestContext
 from coordinator.dataplane.internal_topic import topic_by_name
 from protocol.build import build
 from protocol.codec import response_type
 
 if TYPE_CHECKING:
-    from coordinator.runtime import Broker
+    from coordinator.runtime.broker import Broker
 
 LIST_OFFSETS = 2
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = (

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from kio.schema.errors import ErrorCode
 
-from coordinator.context import RequestContext
+from coordinator.api.context import RequestContext
 from coordinator.dataplane.internal_topic import OFFSETS_TOPIC
 from protocol.build import build
 from protocol.codec import response_type
@@ -20,7 +20,7 @@ from storage.legacy import UnsupportedCompressionError
 from storage.legacy_convert import up_convert
 
 if TYPE_CHECKING:
-    from coordinator.runtime import Broker
+    from coordinator.runtime.broker import Broker
 
 PRODUCE = 0
 LEGACY_MAX_VERSION = 2  # v0-v2: legacy message sets

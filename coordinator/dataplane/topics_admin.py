@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.context import RequestContext
+from coordinator.api.context import RequestContext
 from coordinator.dataplane.internal_topic import (
     OFFSETS_TOPIC,
     InternalTopic,
@@ -21,7 +21,7 @@ from storage.log import InvalidConfigError, LogConfig
 from storage.topics import InvalidTopicError, Topic, TopicExistsError, valid_topic_name
 
 if TYPE_CHECKING:
-    from coordinator.runtime import Broker
+    from coordinator.runtime.broker import Broker
 
 METADATA, CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 3, 19, 20, 37
 

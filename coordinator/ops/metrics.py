@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.context import RequestContext
+from coordinator.api.context import RequestContext
 from coordinator.group import events as ev
 
 OTHER_GROUPS = "__other__"

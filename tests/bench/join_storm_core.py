@@ -38,12 +38,12 @@ from typing import Any
 from coordinator.api import heartbeat as heartbeat_api
 from coordinator.api import join_group as join_api
 from coordinator.api import sync_group as sync_api
-from coordinator.clock import ManualClock
 from coordinator.group import commands as c
 from coordinator.group.config import GroupConfig
 from coordinator.group.manager import GroupCoordinator
 from coordinator.group.result import RequestRef, Result
 from coordinator.group.timer import TimerWheel
+from coordinator.runtime.clock import ManualClock
 from protocol.codec import encode_response
 from tests.bench.members import HEARTBEAT_V, JOIN_V, SYNC_V, assignment, subscription
 

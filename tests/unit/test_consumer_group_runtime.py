@@ -13,7 +13,7 @@ import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
-from coordinator.runtime import Broker
+from coordinator.runtime.broker import Broker
 from coordinator.settings import defaults
 from protocol.build import build
 from storage.fs import FaultyFileSystem

@@ -17,7 +17,7 @@ from kio.schema.errors import ErrorCode
 from coordinator.grouplog.codec import encode_key
 from coordinator.grouplog.log import GroupLog, GroupLogLoadError
 from coordinator.grouplog.records import OffsetCommitKey
-from coordinator.runtime import Broker
+from coordinator.runtime.broker import Broker
 from coordinator.settings import defaults
 from storage.log import LogConfig
 from storage.record_batch import encode_batch

@@ -10,7 +10,7 @@ from typing import Any
 
 from kio.index import load_request_schema
 
-from coordinator.runtime import Broker
+from coordinator.runtime.broker import Broker
 from coordinator.settings import defaults
 from protocol.build import build
 from tests.fakes import FakeConnection, FakeContext, FakeHeader

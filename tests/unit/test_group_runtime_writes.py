@@ -16,7 +16,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from coordinator.group.classic.state import GroupState
-from coordinator.runtime import Broker
+from coordinator.runtime.broker import Broker
 from coordinator.settings import defaults
 from tests.fakes import GatedFileSystem
 from tests.unit.test_review_group_runtime import TOPIC, completing_group, send, sync, until

@@ -16,7 +16,7 @@ from coordinator.group.events import (
     journal_record,
     rebalance_cause,
 )
-from coordinator.journal import ACTIVE_NAME, CLOSED_PATTERN, Journal
+from coordinator.runtime.journal import ACTIVE_NAME, CLOSED_PATTERN, Journal
 
 
 class Wall:

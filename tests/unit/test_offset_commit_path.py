@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator import group_runtime
 from coordinator.group.events import journal_record
 from coordinator.grouplog.codec import encode_record, encode_records
 from coordinator.grouplog.records import (
@@ -23,6 +22,7 @@ from coordinator.grouplog.records import (
     offset_commit_record,
     offset_commit_value,
 )
+from coordinator.runtime import groups as group_runtime
 
 _names = st.text(max_size=12)
 _ints = st.integers(-(2**31), 2**31 - 1)

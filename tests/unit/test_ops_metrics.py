@@ -117,7 +117,7 @@ def test_assignment_decoding() -> None:
 def test_the_timed_context_sets_every_field_of_the_plain_one() -> None:
     import dataclasses
 
-    from coordinator.context import RequestContext
+    from coordinator.api.context import RequestContext
 
     class Header:
         api_key = 12
@@ -129,7 +129,7 @@ def test_the_timed_context_sets_every_field_of_the_plain_one() -> None:
 
 
 def test_every_request_is_counted_and_hot_ones_are_timed_one_in_eight() -> None:
-    from coordinator.context import RequestContext
+    from coordinator.api.context import RequestContext
     from protocol.codec import RequestHeader
 
     metrics = om.BrokerMetrics()

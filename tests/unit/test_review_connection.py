@@ -14,7 +14,7 @@ import pytest
 from kio.index import load_request_schema
 from kio.serial import entity_writer
 
-from coordinator.runtime import Broker
+from coordinator.runtime.broker import Broker
 from coordinator.settings import defaults
 from protocol.build import build
 from protocol.server import KafkaServer

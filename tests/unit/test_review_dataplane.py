@@ -14,7 +14,7 @@ from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 
-from coordinator.runtime import Broker
+from coordinator.runtime.broker import Broker
 from coordinator.settings import defaults
 from protocol.build import build
 from protocol.codec import RequestHeader, response_codec

@@ -18,7 +18,7 @@ from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
 from coordinator.group.classic.state import GroupState
-from coordinator.runtime import Broker
+from coordinator.runtime.broker import Broker
 from coordinator.settings import defaults
 from protocol.build import build
 from tests.fakes import FakeConnection, FakeContext, FakeHeader

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
-from coordinator.runtime import Broker
+from coordinator.runtime.broker import Broker
 from coordinator.settings import defaults
 from tests.fakes import GatedFileSystem
 from tests.unit._batches import make_batch

@@ -41,8 +41,7 @@ from coordinator.api import (
     offset_fetch,
     sync_group,
 )
-from coordinator.clock import SystemClock
-from coordinator.context import RequestContext
+from coordinator.api.context import RequestContext
 from coordinator.group import offset_commands as oc
 from coordinator.group.config import GroupConfig
 from coordinator.group.consumer.config import ConsumerGroupConfig
@@ -59,13 +58,14 @@ from coordinator.grouplog.records import (
     GroupMetadataRecord,
     OffsetCommitRecord,
 )
-from coordinator.journal import Journal
+from coordinator.runtime.clock import SystemClock
+from coordinator.runtime.journal import Journal
 from protocol.refusals import REFUSALS
 from storage.fs import REAL_FS, FileSystem
 from storage.log import LogConfig
 
 if TYPE_CHECKING:
-    from coordinator.runtime import Broker
+    from coordinator.runtime.broker import Broker
 
 log = structlog.get_logger("rebalanced.coordinator")
 events_log = structlog.get_logger("rebalanced.events")

@@ -17,13 +17,13 @@ from typing import IO, Any
 import structlog
 from kio.schema.errors import ErrorCode
 
-from coordinator.clock import SystemClock
-from coordinator.context import RequestContext
+from coordinator.api.context import RequestContext
 from coordinator.dataplane import api_versions, fetch, list_offsets, produce, topics_admin
 from coordinator.dataplane.producers import ProducerTable
 from coordinator.group.timer import TimerWheel
-from coordinator.group_runtime import GroupRuntime
 from coordinator.ops.metrics import BrokerMetrics
+from coordinator.runtime.clock import SystemClock
+from coordinator.runtime.groups import GroupRuntime
 from coordinator.settings import BrokerSettings
 from protocol.build import build
 from protocol.codec import RequestHeader, response_type
