@@ -193,7 +193,7 @@ async def fuzz_connection(port: int, corpus: list[bytes], seed: int, tally: Tall
 
 
 async def probe(port: int, stop_at: float, latencies: list[float]) -> None:
-    from coordinator.healthcheck import api_versions_request
+    from coordinator.cli.healthcheck import api_versions_request
 
     request = api_versions_request()
     reader, writer = await asyncio.open_connection("127.0.0.1", port)

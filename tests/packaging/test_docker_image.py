@@ -101,7 +101,7 @@ def test_image_runs_the_installed_scripts_unprivileged_with_a_data_volume() -> N
     final = dict(stages()[-1])
     scripts = pyproject()["project"]["scripts"]
     assert scripts["rebalanced"] == "coordinator.__main__:main"
-    assert scripts["rebalanced-healthcheck"] == "coordinator.healthcheck:main"
+    assert scripts["rebalanced-healthcheck"] == "coordinator.cli.healthcheck:main"
     assert final["ENTRYPOINT"] == '["rebalanced"]'
     assert final["USER"] not in ("root", "0")
     assert final["VOLUME"] == "/data"
