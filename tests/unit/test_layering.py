@@ -1,0 +1,72 @@
+"""The folders are the layers, and imports only go down.
+
+`storage/` knows segments and batches, nothing of ours outside it; the group core
+(`coordinator/group/`) does no I/O and sees neither the kio adapters nor the runtime; the group
+log's records and codec (`coordinator/grouplog/`) sit below the core. Checked on the source
+(every `import` and `from ... import`, also those inside functions or `TYPE_CHECKING`), so a
+wrong arrow fails here before it turns into an import cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+OURS = ("protocol", "coordinator", "storage", "forensics", "tests")
+
+
+def imported_modules(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+            # `from coordinator import group` names a module too
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def ours(module: str) -> bool:
+    return module.split(".")[0] in OURS
+
+
+def within(module: str, *packages: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def violations(folder: str, allowed: tuple[str, ...], forbidden_external: tuple[str, ...] = ()
+               ) -> list[str]:
+    found = []
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        for module in sorted(imported_modules(path)):
+            wrong = (ours(module) and not within(module, *allowed)) or within(
+                module, *forbidden_external)
+            if wrong:
+                found.append(f"{path.relative_to(ROOT)} imports {module}")
+    return found
+
+
+def test_storage_is_a_leaf() -> None:
+    assert violations("storage", ("storage",)) == []
+
+
+def test_the_group_log_records_and_codec_know_only_storage() -> None:
+    assert violations("coordinator/grouplog", ("coordinator.grouplog", "storage")) == []
+
+
+@pytest.mark.parametrize("folder", ["coordinator/group"])
+def test_the_group_core_is_pure(folder: str) -> None:
+    """No asyncio, no sockets or files, no kio adapters, no runtime: commands in, Result out."""
+    assert violations(folder, ("coordinator.group", "coordinator.grouplog.records",
+                               "coordinator.grouplog.placement"),
+                      forbidden_external=("asyncio", "socket", "structlog")) == []
+
+
+def test_the_api_adapters_do_not_reach_the_runtime() -> None:
+    assert violations("coordinator/api", ("coordinator.api", "coordinator.group", "protocol")
+                      ) == []
+
