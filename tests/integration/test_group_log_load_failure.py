@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 from tests.broker_process import BrokerProcess
-from tests.unit.test_group_log_loading import write_undecodable_commit
+from tests.integration.test_group_log_loading import write_undecodable_commit
 
 
 def test_an_unloadable_group_log_stops_the_process_non_zero(tmp_path: Path) -> None:

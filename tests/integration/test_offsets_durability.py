@@ -9,7 +9,8 @@
   restarted on the same data directory; after every restart each partition's committed offset
   must be at least the last acknowledged one. (SIGKILL keeps the page cache, so this checks
   that nothing is acknowledged before it is written and that recovery and compaction lose
-  nothing; that the fsync comes first is checked in `tests/unit/test_group_runtime_durability`.)
+  nothing; that the fsync comes first is checked in
+  `tests/integration/test_group_runtime_durability.py`.)
 * A flipped byte in a group-log segment stops the start-up with the file and byte position;
   `--repair` cuts the log there and starts.
 """

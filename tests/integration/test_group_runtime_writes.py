@@ -19,7 +19,7 @@ from coordinator.group.classic.state import GroupState
 from coordinator.runtime.broker import Broker
 from coordinator.settings import defaults
 from tests.fakes import GatedFileSystem
-from tests.unit.test_review_group_runtime import TOPIC, completing_group, send, sync, until
+from tests.integration.test_group_runtime import TOPIC, completing_group, send, sync, until
 
 NOT_AVAILABLE = ErrorCode.coordinator_not_available
 

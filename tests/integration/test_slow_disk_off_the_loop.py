@@ -20,9 +20,9 @@ from kio.schema.errors import ErrorCode
 from coordinator.runtime.broker import Broker
 from coordinator.settings import defaults
 from tests.fakes import GatedFileSystem
+from tests.integration.test_group_runtime import completing_group, sync, until
+from tests.integration.test_group_runtime_writes import heartbeat
 from tests.unit._batches import make_batch
-from tests.unit.test_group_runtime_writes import heartbeat
-from tests.unit.test_review_group_runtime import completing_group, sync, until
 
 TOPIC = "t"
 
