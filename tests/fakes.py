@@ -1,4 +1,5 @@
-"""In-memory stand-ins: a `RequestContext` that records responses, a disk that stalls fsyncs.
+"""In-memory stand-ins: a `RequestContext` that records responses, a disk that stalls fsyncs, a
+request handler that parks requests.
 
 Tests that drive the group runtime in-process (no sockets) hand it a `FakeContext`; hand-packed
 responses are decoded with kio so a test reads them like any other response entity.
@@ -7,14 +8,20 @@ responses are decoded with kio so a test reads them like any other response enti
 
 from __future__ import annotations
 
+import io
+import struct
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kio.serial import entity_reader
+from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
 
-from protocol.codec import response_codec
+from protocol.build import build
+from protocol.codec import RequestHeader, encode_response, response_codec, response_type
+from protocol.connection import Connection, ResponseSlot
 from storage.fs import FaultyFileSystem
 
 _MAIN = threading.main_thread()
@@ -111,3 +118,41 @@ class GatedFileSystem(FaultyFileSystem):
     def open(self) -> None:
         self.closed = False
         self.let_through(100)  # whatever is waiting now
+
+
+class ParkingHandler:
+    """Answers Heartbeats at once, except generation 0 which is parked until released."""
+
+    def __init__(self) -> None:
+        self.parked: list[tuple[Connection, ResponseSlot, RequestHeader]] = []
+        self.closed: list[int] = []
+
+    def answer(self, connection: Connection, slot: ResponseSlot, header: RequestHeader) -> None:
+        body = build(response_type(12, header.api_version), error_code=ErrorCode.none)
+        data = encode_response(12, header.api_version, header.correlation_id, body)
+        connection.complete(slot, data)
+
+    def handle(self, connection: Connection, slot: ResponseSlot, header: RequestHeader,
+               request: Any) -> None:
+        if request.generation_id == 0:
+            self.parked.append((connection, slot, header))
+        else:
+            self.answer(connection, slot, header)
+
+    def unsupported(self, *args: Any) -> bool:
+        return False
+
+    def connection_closed(self, connection: Connection) -> None:
+        self.closed.append(connection.id)
+
+
+def heartbeat_frame(correlation_id: int, generation: int) -> bytes:
+    cls = load_request_schema(12, 3)
+    buffer = io.BytesIO()
+    entity_writer(cls.__header_schema__)(buffer, cls.__header_schema__(
+        request_api_key=12, request_api_version=3, correlation_id=correlation_id,
+        client_id="t"))
+    entity_writer(cls)(buffer, cls(group_id="g", generation_id=generation, member_id="m",
+                                   group_instance_id=None))
+    body = buffer.getvalue()
+    return struct.pack(">i", len(body)) + body

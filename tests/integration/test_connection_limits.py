@@ -12,7 +12,8 @@ import pytest
 
 from coordinator.settings import ConfigError, load
 from protocol.server import KafkaServer
-from tests.unit.test_connection import ParkingHandler, heartbeat_frame, read_correlation_ids
+from tests.fakes import ParkingHandler, heartbeat_frame
+from tests.integration.test_connection_sockets import read_correlation_ids
 
 
 async def eventually(condition: Callable[[], bool], timeout: float = 10.0) -> None:

@@ -63,6 +63,12 @@ async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
         await b.stop()
 
 
+async def answered_within(connection: FakeConnection, seconds: float) -> None:
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not connection.out and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.01)
+
+
 def fetch_body(min_bytes: int, max_wait_ms: int, topics: list[dict[str, Any]]) -> dict[str, Any]:
     return {"replica_id": -1, "max_wait": datetime.timedelta(milliseconds=max_wait_ms),
             "min_bytes": min_bytes, "max_bytes": 1 << 20, "isolation_level": 0,
@@ -77,20 +83,21 @@ AT_LOG_END = [{"topic": "t", "partitions": [{
 
 async def test_fetch_with_min_bytes_zero_is_answered_at_once(broker: Broker) -> None:
     connection = send(broker, 1, 12, fetch_body(0, 2000, AT_LOG_END))
-    await asyncio.sleep(0.1)
+    # Well before its max_wait_ms: a parked Fetch would only be answered after 2 s.
+    await answered_within(connection, 1.0)
     assert connection.out, "Fetch(min_bytes=0) is still parked"
 
 
 async def test_fetch_of_no_partitions_is_answered_at_once(broker: Broker) -> None:
     connection = send(broker, 1, 12, fetch_body(1, 2000, []))
-    await asyncio.sleep(0.1)
+    await answered_within(connection, 1.0)
     assert connection.out, "Fetch([]) is still parked"
 
 
 async def test_fetch_at_log_end_with_min_bytes_one_waits(broker: Broker) -> None:
     """Control: the ordinary long-poll parks until max_wait."""
     connection = send(broker, 1, 12, fetch_body(1, 300, AT_LOG_END))
-    await asyncio.sleep(0.05)
+    assert len(broker.fetches) == 1  # parked in the purgatory, not answered
     assert connection.out == []
     for _ in range(100):
         if connection.out:

@@ -1,130 +1,13 @@
-"""The connection layer over a real loopback socket: ordering, parking, bad frames."""
+"""The connection layer over a recording transport: how responses are written and drained."""
 
 from __future__ import annotations
 
 import asyncio
-import io
 import struct
 from typing import Any
 
-from kio.index import load_request_schema
-from kio.schema.errors import ErrorCode
-from kio.serial import entity_writer
-
-from protocol.build import build
-from protocol.codec import RequestHeader, encode_response, response_type
-from protocol.connection import Connection, ResponseSlot
-from protocol.server import KafkaServer
-
-
-class ParkingHandler:
-    """Answers Heartbeats at once, except generation 0 which is parked until released."""
-
-    def __init__(self) -> None:
-        self.parked: list[tuple[Connection, ResponseSlot, RequestHeader]] = []
-        self.closed: list[int] = []
-
-    def answer(self, connection: Connection, slot: ResponseSlot, header: RequestHeader) -> None:
-        body = build(response_type(12, header.api_version), error_code=ErrorCode.none)
-        data = encode_response(12, header.api_version, header.correlation_id, body)
-        connection.complete(slot, data)
-
-    def handle(self, connection: Connection, slot: ResponseSlot, header: RequestHeader,
-               request: Any) -> None:
-        if request.generation_id == 0:
-            self.parked.append((connection, slot, header))
-        else:
-            self.answer(connection, slot, header)
-
-    def unsupported(self, *args: Any) -> bool:
-        return False
-
-    def connection_closed(self, connection: Connection) -> None:
-        self.closed.append(connection.id)
-
-
-def heartbeat_frame(correlation_id: int, generation: int) -> bytes:
-    cls = load_request_schema(12, 3)
-    buffer = io.BytesIO()
-    entity_writer(cls.__header_schema__)(buffer, cls.__header_schema__(
-        request_api_key=12, request_api_version=3, correlation_id=correlation_id,
-        client_id="t"))
-    entity_writer(cls)(buffer, cls(group_id="g", generation_id=generation, member_id="m",
-                                   group_instance_id=None))
-    body = buffer.getvalue()
-    return struct.pack(">i", len(body)) + body
-
-
-async def read_correlation_ids(reader: asyncio.StreamReader, count: int) -> list[int]:
-    ids = []
-    for _ in range(count):
-        size = struct.unpack(">i", await reader.readexactly(4))[0]
-        body = await reader.readexactly(size)
-        ids.append(struct.unpack_from(">i", body)[0])
-    return ids
-
-
-async def test_responses_follow_request_order_even_when_first_is_parked() -> None:
-    handler = ParkingHandler()
-    server = KafkaServer(handler, host="127.0.0.1", port=0, max_frame_bytes=1 << 20)
-    port = await server.start()
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(heartbeat_frame(1, 0) + heartbeat_frame(2, 5) + heartbeat_frame(3, 5))
-    await writer.drain()
-    while not handler.parked:
-        await asyncio.sleep(0.001)
-    await asyncio.sleep(0.01)
-    connection, slot, header = handler.parked.pop()
-    handler.answer(connection, slot, header)
-    assert await asyncio.wait_for(read_correlation_ids(reader, 3), 2) == [1, 2, 3]
-    writer.close()
-    await server.stop()
-
-
-async def test_bad_frame_closes_only_its_connection() -> None:
-    handler = ParkingHandler()
-    server = KafkaServer(handler, host="127.0.0.1", port=0, max_frame_bytes=1 << 20)
-    port = await server.start()
-    good_reader, good_writer = await asyncio.open_connection("127.0.0.1", port)
-    bad_reader, bad_writer = await asyncio.open_connection("127.0.0.1", port)
-    bad_writer.write(struct.pack(">i", -7))
-    assert await asyncio.wait_for(bad_reader.read(), 2) == b""
-    good_writer.write(heartbeat_frame(9, 1))
-    assert await asyncio.wait_for(read_correlation_ids(good_reader, 1), 2) == [9]
-    assert len(handler.closed) == 1
-    good_writer.close()
-    await server.stop()
-
-
-async def test_reading_pauses_when_too_many_requests_are_in_flight() -> None:
-    handler = ParkingHandler()
-    server = KafkaServer(handler, host="127.0.0.1", port=0, max_frame_bytes=1 << 20,
-                         max_in_flight=4)
-    port = await server.start()
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(b"".join(heartbeat_frame(i, 0) for i in range(20)))
-    await writer.drain()
-    await asyncio.sleep(0.05)
-    assert len(handler.parked) == 4  # reading stopped at the in-flight bound
-    while handler.parked:
-        handler.answer(*handler.parked.pop(0))
-        await asyncio.sleep(0.005)
-    assert await asyncio.wait_for(read_correlation_ids(reader, 20), 2) == list(range(20))
-    writer.close()
-    await server.stop()
-
-
-async def test_many_pipelined_requests_answered_synchronously() -> None:
-    handler = ParkingHandler()
-    server = KafkaServer(handler, host="127.0.0.1", port=0, max_frame_bytes=1 << 20,
-                         max_in_flight=8)
-    port = await server.start()
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(b"".join(heartbeat_frame(i, 1) for i in range(5000)))
-    await writer.drain()
-    assert await asyncio.wait_for(read_correlation_ids(reader, 5000), 10) == list(range(5000))
-    writer.close()
-    await server.stop()
+from protocol.connection import Connection
+from tests.fakes import ParkingHandler, heartbeat_frame
 
 
 class RecordingTransport:
