@@ -45,7 +45,7 @@ async def test_closed_connections_drop_only_their_parked_joins(tmp_path: Path) -
             if not broker.groups.loading:
                 break
             await asyncio.sleep(0.01)
-        runtime = broker.groups
+        runtime = broker.groups.applier  # where requests wait for their replies
         runtime._pending = ScanCountingDict()
         connections = 2_000
         contexts = [join(broker, f"g{i // 20}", connection=i) for i in range(connections)]

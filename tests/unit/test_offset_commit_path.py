@@ -22,7 +22,7 @@ from coordinator.grouplog.records import (
     offset_commit_record,
     offset_commit_value,
 )
-from coordinator.runtime import groups as group_runtime
+from coordinator.runtime import journaling
 
 _names = st.text(max_size=12)
 _ints = st.integers(-(2**31), 2**31 - 1)
@@ -96,7 +96,7 @@ def test_offsets_committed_journal_line_is_what_json_dumps_writes(
     payload = {"event": "offsets_committed", "group_id": group, "member_id": member,
                "generation_id": generation, "partitions": partitions}
     expected = json.dumps(journal_record(payload, ts), default=str) + "\n"
-    line = group_runtime._OFFSETS_COMMITTED_LINE % (
-        ts, group_runtime._json_string(group), group_runtime._json_string(member), generation,
+    line = journaling._OFFSETS_COMMITTED_LINE % (
+        ts, journaling._json_string(group), journaling._json_string(member), generation,
         partitions)
     assert line == expected

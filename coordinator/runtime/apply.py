@@ -1,0 +1,252 @@
+"""Applying the core's Results: timers, events, records made durable, then replies.
+
+For every Result, in order: timer changes to the wheel, events to the journal and metrics,
+records appended to the group log, and - only once those records are durable - the replies. A
+reply may answer a request parked earlier (the last JoinGroup of a rebalance completes them
+all). If the append or its fsync fails, no reply of that Result is delivered as success: each
+gets COORDINATOR_NOT_AVAILABLE, the offsets stay unacknowledged, the core undoes what waited for
+the write (`coordinator/group/classic/writes.py`) and other affected groups rebalance; the
+journal gets a `group_write_failed` line.
+
+Which request a reply answers is kept here (`park`), by `RequestRef`: the core never sees a
+connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol
+
+import structlog
+from kio.schema.errors import ErrorCode
+
+from coordinator.api.context import RequestContext
+from coordinator.group.events import RebalanceStarted
+from coordinator.group.manager import GroupCoordinator
+from coordinator.group.offsets import OffsetStore
+from coordinator.group.outcomes import error_outcome
+from coordinator.group.result import RequestRef, Result
+from coordinator.grouplog.log import GroupLog
+from coordinator.grouplog.records import (
+    ConsumerGroupRecord,
+    GroupMetadataRecord,
+    OffsetCommitRecord,
+)
+from coordinator.runtime.clock import Clock
+from coordinator.runtime.journaling import EventJournal
+
+if TYPE_CHECKING:
+    from coordinator.ops.metrics import BrokerMetrics
+
+log = structlog.get_logger("rebalanced.coordinator")
+
+
+class Timers(Protocol):
+    """The broker's timer wheel, as the group runtime uses it."""
+
+    def schedule(self, key: tuple[Any, ...], deadline_ms: int) -> None: ...
+
+    def cancel(self, key: tuple[Any, ...]) -> None: ...
+
+
+class ParkedFetches(Protocol):
+    """The data plane's parked Fetch long-polls, as a rebalance releases them."""
+
+    def __len__(self) -> int: ...
+
+    def release_clients(self, clients: set[tuple[str, str]]) -> None: ...
+
+
+@dataclass(slots=True)
+class _Pending:
+    ctx: RequestContext
+    module: ModuleType
+    command: Any
+
+
+def succeeded(done: asyncio.Future[Any]) -> bool:
+    return not done.cancelled() and done.exception() is None
+
+
+def _error_of(done: asyncio.Future[None]) -> str:
+    return "cancelled" if done.cancelled() else str(done.exception())
+
+
+class ResultApplier:
+    def __init__(self, manager: GroupCoordinator, offsets: OffsetStore, clock: Clock,
+                 timers: Timers, journal: EventJournal, fetches: ParkedFetches,
+                 metrics: BrokerMetrics | None) -> None:
+        self.manager = manager
+        self.offsets = offsets
+        self.clock = clock
+        self.timers = timers
+        self.journal = journal
+        self.fetches = fetches
+        self.metrics = metrics
+        self.group_log: GroupLog  # set when the group log is opened
+        self._pending: dict[RequestRef, _Pending] = {}
+        # Refs of `_pending` by connection, so that a closed connection finds its own without
+        # scanning everyone's (thousands of connections may close at once). Answered refs are
+        # left in place and pruned when a connection's list grows.
+        self._pending_by_connection: dict[int, list[RequestRef]] = {}
+        # Groups with a metadata write not yet completed -> how many (see `apply`).
+        self.group_writes: dict[str, int] = {}
+
+    # requests waiting for a reply -------------------------------------------------------------
+
+    def park(self, ref: RequestRef, ctx: RequestContext, module: ModuleType, command: Any
+             ) -> None:
+        """Remember whom a reply to `ref` answers, and how (the API's kio adapter)."""
+        self._pending[ref] = _Pending(ctx, module, command)
+        refs = self._pending_by_connection.get(ref.connection_id)
+        if refs is None:
+            self._pending_by_connection[ref.connection_id] = [ref]
+        else:
+            if len(refs) >= 8:
+                refs[:] = [r for r in refs if r in self._pending]
+            refs.append(ref)
+
+    def forget_connection(self, connection_id: int) -> None:
+        for ref in self._pending_by_connection.pop(connection_id, ()):
+            self._pending.pop(ref, None)
+
+    # applying ---------------------------------------------------------------------------------
+
+    def apply(self, result: Result, log_partition: int | None = None) -> None:
+        """Apply a Result; `log_partition` is the group-log partition of the request's group,
+        given while a write of that group's metadata is pending.
+
+        A Result without records may then depend on that write (a heartbeat of a member whose
+        new id is being written), so its replies wait until the group log has acknowledged
+        everything written to the partition so far, as Kafka's coordinator runtime defers a
+        read behind the last written offset. They wait for that offset only, not for the
+        partition to fall quiet (other groups may keep writing), and fail if a write up to it
+        fails.
+        """
+        self.apply_timers(result)
+        self.emit(result)
+        if not result.records:
+            waiting = (self.group_log.acknowledged(log_partition)
+                       if log_partition is not None else None)
+            if waiting is None:
+                self._deliver(result)
+            else:
+                waiting.add_done_callback(lambda done: self._deliver(result)
+                                          if succeeded(done) else self.fail(result))
+            return
+        self.write(result)
+
+    def write(self, result: Result, then: Callable[[bool], None] | None = None) -> None:
+        """Append `result.records`; once the append completed, deliver the replies (or fail
+        them), apply its offset records, hand the Result back to the core to finish or undo
+        what waited for the write, then call `then(durable)`."""
+        records = result.records
+        groups = [r.key.group for r in records
+                  if type(r) is GroupMetadataRecord or type(r) is ConsumerGroupRecord]
+        for group_id in groups:
+            self.group_writes[group_id] = self.group_writes.get(group_id, 0) + 1
+        try:
+            durable = self.group_log.append(records, self.clock.now_ms())
+        except Exception as exc:
+            # Whatever went wrong, the parked requests of this Result must still be answered.
+            log.exception("group log append failed")
+            durable = asyncio.get_running_loop().create_future()
+            durable.set_exception(exc)
+
+        def persisted(done: asyncio.Future[None]) -> None:
+            for group_id in groups:
+                left = self.group_writes[group_id] - 1
+                if left:
+                    self.group_writes[group_id] = left
+                else:
+                    del self.group_writes[group_id]
+            ok = succeeded(done)
+            if ok:
+                self._deliver(result)
+                self.offsets.apply_all(r for r in records if isinstance(r, OffsetCommitRecord))
+                follow = self.manager.records_durable(result, self.clock.now_ms())
+            else:
+                self.fail(result)
+                self._reload_consumer_groups({r.key.group for r in records
+                                              if isinstance(r, ConsumerGroupRecord)})
+                follow = self.manager.records_failed(result, self.clock.now_ms())
+                self.journal.event({"event": "group_write_failed",
+                                    "group_ids": sorted({r.key.group for r in records}),
+                                    "records": len(records), "error": _error_of(done)})
+            self.apply(follow)  # it depends on this write only, durable or failed by now
+            if then is not None:
+                then(ok)
+
+        durable.add_done_callback(persisted)
+
+    def _reload_consumer_groups(self, group_ids: set[str]) -> None:
+        """A consumer group's records did not become durable: its in-memory state ran ahead of
+        the log, so it is rebuilt from the log (cut back to its last durable point). Members
+        whose changes were lost get FENCED_MEMBER_EPOCH or UNKNOWN_MEMBER_ID and rejoin."""
+        consumer = self.manager.consumer
+        now = self.clock.now_ms()
+        for partition in sorted({self.group_log.partition_of(g) for g in group_ids}):
+            wanted = {g for g in group_ids if self.group_log.partition_of(g) == partition}
+            for group_id in wanted:
+                self.apply_timers(consumer.forget(group_id))
+            try:
+                records = list(self.group_log.replay_partition(partition))
+            except Exception:
+                log.exception("group log reload failed", partition=partition)
+                continue
+            for record in records:
+                if isinstance(record, ConsumerGroupRecord) and record.key.group in wanted:
+                    self.apply_timers(consumer.replay(record, now))
+            self.apply_timers(consumer.finish_replay(now))
+            log.warning("consumer groups reloaded after a failed write", groups=sorted(wanted))
+
+    def fail(self, result: Result) -> None:
+        """Answer every reply of `result` with the error of a failed group-log write."""
+        for reply in result.replies:
+            pending = self._pending.pop(reply.ref, None)
+            if pending is not None:
+                pending.ctx.respond(pending.module.to_response(
+                    error_outcome(pending.command, ErrorCode.coordinator_not_available),
+                    pending.ctx.version))
+
+    def apply_timers(self, result: Result) -> None:
+        for op in result.timers:
+            if op.deadline_ms is None:
+                self.timers.cancel(op.key)
+            else:
+                self.timers.schedule(op.key, op.deadline_ms)
+
+    def _deliver(self, result: Result) -> None:
+        for reply in result.replies:
+            pending = self._pending.pop(reply.ref, None)
+            if pending is None:
+                continue  # its connection closed; the core was told
+            ctx = pending.ctx
+            encode = getattr(pending.module, "encode", None)
+            if encode is not None:
+                ctx.respond_raw(encode(reply.outcome, ctx.version, ctx.header.correlation_id))
+            else:
+                ctx.respond(pending.module.to_response(reply.outcome, ctx.version))
+
+    def emit(self, result: Result) -> None:
+        for event in result.events:
+            self.journal.event(event.as_dict())
+            if self.metrics is not None:
+                self.metrics.on_event(event)
+            if isinstance(event, RebalanceStarted):
+                self._release_member_fetches(event.group_id)
+
+    def _release_member_fetches(self, group_id: str) -> None:
+        """A rebalance started: answer the group's members' parked Fetch long-polls now, so a
+        client blocked in a long fetch gets back to its poll loop and rejoins sooner. Fetches
+        carry no member id: they are matched by client id and host (a few extra wake-ups of
+        other clients sharing both are harmless: they are answered with what is there)."""
+        group = self.manager.group(group_id)
+        if group is None or not len(self.fetches):
+            return
+        clients = {(m.client_id, m.client_host) for m in group.members.values()}
+        if clients:
+            self.fetches.release_clients(clients)

@@ -1,0 +1,89 @@
+"""Background upkeep of the group log: offset expiry and compaction, each on its own interval.
+
+Expiry asks the core which offsets and groups are due (`GroupOffsets.expire`) and writes the
+tombstones through the same path as any Result (`ResultApplier.write`): they are applied, and
+deleted groups stay gone, only once durable. Compaction rewrites sealed segments on a worker
+thread (SPEC §11). Neither runs while the group log is still loading.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import structlog
+
+from coordinator.group.offset_decisions import GroupOffsets
+from coordinator.grouplog.log import GroupLog
+from coordinator.runtime.apply import ResultApplier
+from coordinator.runtime.clock import Clock
+from coordinator.runtime.journaling import EventJournal
+from coordinator.runtime.loading import GroupLogLoader
+
+if TYPE_CHECKING:
+    from coordinator.ops.metrics import BrokerMetrics
+
+log = structlog.get_logger("rebalanced.coordinator")
+
+
+class GroupLogMaintenance:
+    def __init__(self, core: GroupOffsets, applier: ResultApplier, loader: GroupLogLoader,
+                 clock: Clock, journal: EventJournal, metrics: BrokerMetrics | None, *,
+                 retention_check_interval_ms: int, cleaner_backoff_ms: int,
+                 delete_retention_ms: int) -> None:
+        self.core = core
+        self.applier = applier
+        self.loader = loader
+        self.clock = clock
+        self.journal = journal
+        self.metrics = metrics
+        self.retention_check_interval_ms = retention_check_interval_ms
+        self.cleaner_backoff_ms = cleaner_backoff_ms
+        self.delete_retention_ms = delete_retention_ms
+        self.group_log: GroupLog  # set when the group log is opened
+
+    # offset expiry ----------------------------------------------------------------------------
+
+    async def expiry_loop(self) -> None:
+        interval = self.retention_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.expire_offsets()
+            except Exception:
+                log.exception("offset expiry failed")
+
+    async def expire_offsets(self) -> None:
+        if self.loader.loading:
+            return
+        expired = self.core.expire(self.clock.now_ms())
+        removed = expired.result
+        if not removed.records:
+            return
+        self.applier.apply_timers(removed)
+        written: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        # Tombstones are applied and deleted groups stay gone only once durable (`write`).
+        self.applier.write(removed, written.set_result)
+        if not await written:
+            raise OSError("the group log did not take the expired offsets")
+        self.applier.emit(removed)
+        if self.metrics is not None:
+            self.metrics.offset_expirations += expired.expired_offsets
+        self.journal.event({"event": "offsets_expired", "partitions": expired.expired_offsets,
+                            "groups_deleted": expired.groups_deleted})
+
+    # compaction -------------------------------------------------------------------------------
+
+    async def cleaner_loop(self) -> None:
+        """Compact the group log every `log.cleaner.backoff.ms` on a worker thread (SPEC §11)."""
+        interval = self.cleaner_backoff_ms / 1000
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval)
+            if self.loader.loading:
+                continue  # replay reads the segments the cleaner would swap
+            try:
+                await loop.run_in_executor(None, self.group_log.compact, self.clock.now_ms(),
+                                           self.delete_retention_ms)
+            except Exception:
+                log.exception("group log compaction failed")
