@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import struct
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
+from coordinator.api.context import ClientRequest
 from protocol.build import build
 from protocol.codec import RequestHeader, encode_response, response_codec, response_type
 from protocol.connection import Connection, ResponseSlot
@@ -42,13 +43,27 @@ class FakeConnection:
     client_host: str = "/127.0.0.1"
 
 
-@dataclass
-class FakeContext:
-    """What the group runtime uses of a `RequestContext`: the response lands in `responses`."""
+class FakeContext(ClientRequest):
+    """A request answered in memory, for the group runtime and the data plane (the
+    `ClientRequest` protocol, as the broker's `RequestContext`): responses land in `responses`."""
 
-    header: FakeHeader
-    connection: FakeConnection
-    responses: list[Any] = field(default_factory=list)
+    def __init__(self, header: FakeHeader, connection: FakeConnection) -> None:
+        self._header = header
+        self._connection = connection
+        self._slot = object()
+        self.responses: list[Any] = []
+
+    @property
+    def header(self) -> FakeHeader:
+        return self._header
+
+    @property
+    def connection(self) -> FakeConnection:
+        return self._connection
+
+    @property
+    def slot(self) -> object:
+        return self._slot
 
     @property
     def version(self) -> int:

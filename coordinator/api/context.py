@@ -1,12 +1,75 @@
-"""One request in flight: who asked, in which version, and how to answer it."""
+"""One request in flight: who asked, in which version, and how to answer it.
+
+`ClientRequest` is what the API handlers (the group runtime, the data plane) may use of it;
+`RequestContext` is the broker's, over a real connection. Tests answer requests in memory with
+their own implementation of the same protocol (`tests/fakes.py`).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from protocol.codec import RequestHeader, encode_response
 from protocol.connection import Connection, ResponseSlot
+
+
+class HeaderView(Protocol):
+    @property
+    def api_key(self) -> int: ...
+
+    @property
+    def api_version(self) -> int: ...
+
+    @property
+    def correlation_id(self) -> int: ...
+
+    @property
+    def client_id(self) -> str | None: ...
+
+
+class ConnectionView(Protocol):
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def client_host(self) -> str: ...
+
+
+class ClientRequest(Protocol):
+    """One request as its handler sees it. `respond` encodes a kio response; `respond_raw`
+    takes a frame already encoded (hand-packed hot paths). Answering a request whose connection
+    has closed does nothing."""
+
+    @property
+    def header(self) -> HeaderView: ...
+
+    @property
+    def connection(self) -> ConnectionView: ...
+
+    @property
+    def slot(self) -> object:
+        """Its place in the connection's response order (an identity, for parking)."""
+        ...
+
+    @property
+    def version(self) -> int: ...
+
+    @property
+    def client_id(self) -> str: ...
+
+    @property
+    def client_host(self) -> str: ...
+
+    @property
+    def open(self) -> bool: ...
+
+    def respond(self, response: Any) -> None: ...
+
+    def respond_raw(self, framed: bytes | None) -> None: ...
 
 
 @dataclass(slots=True)

@@ -6,7 +6,7 @@ import struct
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.api.context import RequestContext
+from coordinator.api.context import ClientRequest
 from protocol.build import build
 from protocol.codec import response_type
 
@@ -49,7 +49,7 @@ def advertised(implemented: set[int]) -> list[dict[str, int]]:
     ]
 
 
-def handle(ctx: RequestContext, implemented: set[int]) -> None:
+def handle(ctx: ClientRequest, implemented: set[int]) -> None:
     cls = response_type(API_VERSIONS, ctx.version)
     ctx.respond(build(cls, error_code=ErrorCode.none, api_keys=advertised(implemented),
                       throttle_time=0))

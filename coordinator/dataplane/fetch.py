@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.api.context import RequestContext
-from coordinator.dataplane.internal_topic import topic_by_id, topic_by_name
+from coordinator.api.context import ClientRequest
+from coordinator.dataplane.internal_topic import TopicDirectory, topic_by_id, topic_by_name
 from protocol.build import build
 from protocol.codec import response_type
 from storage.batch import CorruptRecordError
@@ -26,29 +26,51 @@ from storage.legacy import UnsupportedCompressionError
 from storage.legacy_convert import down_convert
 from storage.log import OffsetOutOfRange
 
-if TYPE_CHECKING:
-    from coordinator.runtime.broker import Broker
-
 FETCH = 1
 LEGACY_MAX_VERSION = 3  # v0-v3 read legacy message sets: magic 0 up to v1, magic 1 from v2
 
 
+class Observer(Protocol):
+    def observe(self, value: float) -> None: ...
+
+
+class FetchMetrics(Protocol):
+    @property
+    def fetch_wakeup(self) -> Observer: ...
+
+
+class FetchHost(TopicDirectory, Protocol):
+    """What Fetch and its purgatory use of the broker."""
+
+    @property
+    def metrics(self) -> FetchMetrics | None: ...
+
+    @property
+    def fetches(self) -> FetchPurgatory: ...
+
+    def wall_ms(self) -> int: ...
+
+    def schedule(self, key: tuple[Any, ...], deadline_ms: int) -> None: ...
+
+    def cancel(self, key: tuple[Any, ...]) -> None: ...
+
+
 @dataclass(slots=True, eq=False)
 class ParkedFetch:
-    ctx: RequestContext
+    ctx: ClientRequest
     request: Any
     key: tuple[Any, ...]
     partitions: list[tuple[str, int]] = field(default_factory=list)
 
 
-def _topic_wanted(broker: Broker, version: int, fetch_topic: Any) -> tuple[Any, Any]:
+def _topic_wanted(broker: FetchHost, version: int, fetch_topic: Any) -> tuple[Any, Any]:
     """(topic or None, the request's identifier for it) by id from v13, by name before."""
     if version >= 13:
         return topic_by_id(broker, fetch_topic.topic_id), fetch_topic.topic_id
     return topic_by_name(broker, fetch_topic.topic), fetch_topic.topic
 
 
-def _read(broker: Broker, ctx: RequestContext, request: Any) -> tuple[list[dict[str, Any]], int,
+def _read(broker: FetchHost, ctx: ClientRequest, request: Any) -> tuple[list[dict[str, Any]], int,
                                                                        bool]:
     """Build the per-topic answer; returns (topics, bytes of records, any partition errored)."""
     version = ctx.version
@@ -113,12 +135,12 @@ def _read(broker: Broker, ctx: RequestContext, request: Any) -> tuple[list[dict[
     return topics_out, total, errored
 
 
-def _respond(ctx: RequestContext, topics: list[dict[str, Any]]) -> None:
+def _respond(ctx: ClientRequest, topics: list[dict[str, Any]]) -> None:
     ctx.respond(build(response_type(FETCH, ctx.version), throttle_time=0,
                       error_code=ErrorCode.none, session_id=0, responses=topics))
 
 
-def handle(broker: Broker, ctx: RequestContext, request: Any) -> None:
+def handle(broker: FetchHost, ctx: ClientRequest, request: Any) -> None:
     topics, total, errored = _read(broker, ctx, request)
     max_wait = int(request.max_wait.total_seconds() * 1000)
     # Kafka answers at once when the data reaches min_bytes (so min_bytes 0 never waits),
@@ -141,7 +163,7 @@ class FetchPurgatory:
     close forgets its own fetches without scanning everyone else's.
     """
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: FetchHost) -> None:
         self._broker = broker
         self._by_partition: dict[tuple[str, int], set[ParkedFetch]] = {}
         self._by_key: dict[tuple[Any, ...], ParkedFetch] = {}

@@ -13,15 +13,29 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from coordinator.grouplog.log import TOPIC as OFFSETS_TOPIC
+from coordinator.grouplog.log import GroupLog
 from storage.log import OffsetOutOfRange, PartitionLog
+from storage.topics import TopicStore
 
-if TYPE_CHECKING:
-    from coordinator.runtime.broker import Broker
+__all__ = ["OFFSETS_TOPIC", "InternalTopic", "TopicDirectory", "topic_by_id", "topic_by_name"]
 
-__all__ = ["OFFSETS_TOPIC", "InternalTopic", "topic_by_id", "topic_by_name"]
+
+class TopicDirectory(Protocol):
+    """Where the data plane finds topics: the user topics, and the group log to read."""
+
+    @property
+    def topics(self) -> TopicStore: ...
+
+    @property
+    def cluster_id(self) -> str: ...
+
+    @property
+    def group_log(self) -> GroupLog | None:
+        """None until the group log is opened."""
+        ...
 
 
 class ReadOnlyPartition:
@@ -83,8 +97,8 @@ class InternalTopic:
     is_internal: bool = True
 
 
-def offsets_topic(broker: Broker) -> InternalTopic | None:
-    group_log = getattr(broker.groups, "group_log", None)
+def offsets_topic(broker: TopicDirectory) -> InternalTopic | None:
+    group_log = broker.group_log
     if group_log is None:
         return None  # not started yet
     return InternalTopic(
@@ -92,18 +106,18 @@ def offsets_topic(broker: Broker) -> InternalTopic | None:
         [ReadOnlyPartition(group_log, i) for i in range(len(group_log.logs))])
 
 
-def offsets_topic_id(broker: Broker) -> uuid.UUID:
+def offsets_topic_id(broker: TopicDirectory) -> uuid.UUID:
     """Stable for a data directory (derived from its cluster id)."""
     return uuid.uuid5(uuid.NAMESPACE_URL, f"rebalanced:{broker.cluster_id}:{OFFSETS_TOPIC}")
 
 
-def topic_by_name(broker: Broker, name: str) -> Any:
+def topic_by_name(broker: TopicDirectory, name: str) -> Any:
     if name == OFFSETS_TOPIC:
         return offsets_topic(broker)
     return broker.topics.get(name)
 
 
-def topic_by_id(broker: Broker, topic_id: uuid.UUID) -> Any:
+def topic_by_id(broker: TopicDirectory, topic_id: uuid.UUID) -> Any:
     found = broker.topics.by_id(topic_id)
     if found is None and topic_id == offsets_topic_id(broker):
         return offsets_topic(broker)

@@ -11,24 +11,27 @@ time; for data produced now the two agree).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.api.context import RequestContext
-from coordinator.dataplane.internal_topic import topic_by_name
+from coordinator.api.context import ClientRequest
+from coordinator.dataplane.internal_topic import TopicDirectory, topic_by_name
 from protocol.build import build
 from protocol.codec import response_type
-
-if TYPE_CHECKING:
-    from coordinator.runtime.broker import Broker
 
 LIST_OFFSETS = 2
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = (
     -1, -2, -3, -4, -5, -6)
 
 
-def handle(broker: Broker, ctx: RequestContext, request: Any) -> None:
+class ListOffsetsHost(TopicDirectory, Protocol):
+    """What ListOffsets uses of the broker."""
+
+    def wall_ms(self) -> int: ...
+
+
+def handle(broker: ListOffsetsHost, ctx: ClientRequest, request: Any) -> None:
     if ctx.version == 0:
         _handle_v0(broker, ctx, request)
         return
@@ -69,7 +72,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> None:
                       topics=topics_out))
 
 
-def _handle_v0(broker: Broker, ctx: RequestContext, request: Any) -> None:
+def _handle_v0(broker: ListOffsetsHost, ctx: ClientRequest, request: Any) -> None:
     topics_out = []
     now_ms = broker.wall_ms()
     for wanted_topic in request.topics:

@@ -6,13 +6,13 @@ Produce v0-v2 carry legacy message sets (magic 0/1); they are up-converted to on
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 from kio.schema.errors import ErrorCode
 
-from coordinator.api.context import RequestContext
-from coordinator.dataplane.internal_topic import OFFSETS_TOPIC
+from coordinator.api.context import ClientRequest
+from coordinator.dataplane.internal_topic import OFFSETS_TOPIC, TopicDirectory
 from protocol.build import build
 from protocol.codec import response_type
 from storage.batch import CorruptRecordError, InvalidRecordError, MessageTooLargeError
@@ -20,14 +20,27 @@ from storage.legacy import UnsupportedCompressionError
 from storage.legacy_convert import up_convert
 
 if TYPE_CHECKING:
-    from coordinator.runtime.broker import Broker
+    from coordinator.dataplane.producers import ProducerTable  # it imports this module
 
 PRODUCE = 0
 LEGACY_MAX_VERSION = 2  # v0-v2: legacy message sets
 log = structlog.get_logger("rebalanced.produce")
 
 
-def handle(broker: Broker, ctx: RequestContext, request: Any) -> None:
+class ProduceHost(TopicDirectory, Protocol):
+    """What Produce uses of the broker."""
+
+    @property
+    def producers(self) -> ProducerTable: ...
+
+    def wall_ms(self) -> int: ...
+
+    def partition_appended(self, topic: str, partition: int) -> None:
+        """Wake the fetches parked on this partition."""
+        ...
+
+
+def handle(broker: ProduceHost, ctx: ClientRequest, request: Any) -> None:
     if request.acks not in (-1, 0, 1):
         ctx.respond(_all_failed(ctx, request, ErrorCode.invalid_required_acks,
                                 f"acks must be -1, 0 or 1, not {request.acks}"))
@@ -103,7 +116,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> None:
                       throttle_time=0))
 
 
-def _all_failed(ctx: RequestContext, request: Any, code: ErrorCode, message: str) -> Any:
+def _all_failed(ctx: ClientRequest, request: Any, code: ErrorCode, message: str) -> Any:
     return build(
         response_type(PRODUCE, ctx.version),
         throttle_time=0,

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.api.context import RequestContext
+from coordinator.api.context import ClientRequest
 from coordinator.dataplane.internal_topic import (
     OFFSETS_TOPIC,
     InternalTopic,
+    TopicDirectory,
     offsets_topic,
     offsets_topic_id,
     topic_by_id,
@@ -20,13 +21,36 @@ from protocol.codec import response_type
 from storage.log import InvalidConfigError, LogConfig
 from storage.topics import InvalidTopicError, Topic, TopicExistsError, valid_topic_name
 
-if TYPE_CHECKING:
-    from coordinator.runtime.broker import Broker
-
 METADATA, CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 3, 19, 20, 37
 
 
-def _partitions(broker: Broker, topic: Topic | InternalTopic) -> list[dict[str, Any]]:
+class Settings(Protocol):
+    def __getitem__(self, name: str) -> Any: ...
+
+
+class TopicsHost(TopicDirectory, Protocol):
+    """What Metadata and the topic admin APIs use of the broker."""
+
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def advertised(self) -> tuple[str, int]: ...
+
+    @property
+    def settings(self) -> Settings:
+        """`auto.create.topics.enable` and `num.partitions`."""
+        ...
+
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str], *,
+                     reason: str) -> Topic: ...
+
+    def delete_topic(self, name: str) -> None: ...
+
+    def add_partitions(self, name: str, total: int) -> None: ...
+
+
+def _partitions(broker: TopicsHost, topic: Topic | InternalTopic) -> list[dict[str, Any]]:
     node = broker.node_id
     return [
         {
@@ -42,7 +66,7 @@ def _partitions(broker: Broker, topic: Topic | InternalTopic) -> list[dict[str, 
     ]
 
 
-def _topic_entry(broker: Broker, topic: Topic | InternalTopic) -> dict[str, Any]:
+def _topic_entry(broker: TopicsHost, topic: Topic | InternalTopic) -> dict[str, Any]:
     return {
         "error_code": ErrorCode.none,
         "name": topic.name,
@@ -52,7 +76,7 @@ def _topic_entry(broker: Broker, topic: Topic | InternalTopic) -> dict[str, Any]
     }
 
 
-def metadata(broker: Broker, ctx: RequestContext, request: Any) -> None:
+def metadata(broker: TopicsHost, ctx: ClientRequest, request: Any) -> None:
     version = ctx.version
     requested = request.topics
     # v0 has no null: an empty list meant "all topics" until v1 made null mean that.
@@ -102,7 +126,7 @@ def metadata(broker: Broker, ctx: RequestContext, request: Any) -> None:
     ))
 
 
-def create_topics(broker: Broker, ctx: RequestContext, request: Any) -> None:
+def create_topics(broker: TopicsHost, ctx: ClientRequest, request: Any) -> None:
     results = []
     seen: set[str] = set()
     for creatable in request.topics:
@@ -154,7 +178,7 @@ def create_topics(broker: Broker, ctx: RequestContext, request: Any) -> None:
                       topics=results))
 
 
-def delete_topics(broker: Broker, ctx: RequestContext, request: Any) -> None:
+def delete_topics(broker: TopicsHost, ctx: ClientRequest, request: Any) -> None:
     if ctx.version >= 6:
         wanted = [(t.name, t.topic_id) for t in request.topics]
     else:
@@ -181,7 +205,7 @@ def delete_topics(broker: Broker, ctx: RequestContext, request: Any) -> None:
                       responses=results))
 
 
-def create_partitions(broker: Broker, ctx: RequestContext, request: Any) -> None:
+def create_partitions(broker: TopicsHost, ctx: ClientRequest, request: Any) -> None:
     results = []
     for wanted in request.topics:
         topic = broker.topics.get(wanted.name)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import structlog
 from kio.schema.errors import ErrorCode
 
-from coordinator.api.context import RequestContext
+from coordinator.api.context import ClientRequest
 from coordinator.group.events import RebalanceStarted
 from coordinator.group.manager import GroupCoordinator
 from coordinator.group.offsets import OffsetStore
@@ -62,7 +62,7 @@ class ParkedFetches(Protocol):
 
 @dataclass(slots=True)
 class _Pending:
-    ctx: RequestContext
+    ctx: ClientRequest
     module: ModuleType
     command: Any
 
@@ -97,7 +97,7 @@ class ResultApplier:
 
     # requests waiting for a reply -------------------------------------------------------------
 
-    def park(self, ref: RequestRef, ctx: RequestContext, module: ModuleType, command: Any
+    def park(self, ref: RequestRef, ctx: ClientRequest, module: ModuleType, command: Any
              ) -> None:
         """Remember whom a reply to `ref` answers, and how (the API's kio adapter)."""
         self._pending[ref] = _Pending(ctx, module, command)

@@ -17,10 +17,11 @@ from typing import IO, Any
 import structlog
 from kio.schema.errors import ErrorCode
 
-from coordinator.api.context import RequestContext
+from coordinator.api.context import ClientRequest, RequestContext
 from coordinator.dataplane import api_versions, fetch, list_offsets, produce, topics_admin
 from coordinator.dataplane.producers import ProducerTable
 from coordinator.group.timer import TimerWheel
+from coordinator.grouplog.log import GroupLog
 from coordinator.ops.metrics import BrokerMetrics
 from coordinator.runtime.clock import SystemClock
 from coordinator.runtime.groups import GroupRuntime
@@ -35,7 +36,7 @@ from storage.topics import Topic, TopicStore
 
 log = structlog.get_logger("rebalanced.broker")
 
-Handler = Callable[[RequestContext, Any], None]
+Handler = Callable[[ClientRequest, Any], None]
 
 
 class Broker:
@@ -208,6 +209,11 @@ class Broker:
     def partition_appended(self, topic: str, partition: int) -> None:
         self.fetches.appended(topic, partition)
 
+    @property
+    def group_log(self) -> GroupLog | None:
+        """The group log, read by the data plane as `__consumer_offsets` (None until opened)."""
+        return getattr(self.groups, "group_log", None)
+
     # requests ---------------------------------------------------------------------------------
 
     def handle(self, connection: Connection, slot: ResponseSlot, header: RequestHeader,
@@ -251,7 +257,7 @@ class Broker:
         self._handlers[api_key] = handler
         self.implemented.add(api_key)
 
-    def _init_producer_id(self, ctx: RequestContext, request: Any) -> None:
+    def _init_producer_id(self, ctx: ClientRequest, request: Any) -> None:
         cls = response_type(22, ctx.version)
         if request.transactional_id is not None:
             ctx.respond(build(cls, throttle_time=0,

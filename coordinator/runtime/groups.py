@@ -34,7 +34,7 @@ from coordinator.api import (
     offset_fetch,
     sync_group,
 )
-from coordinator.api.context import RequestContext
+from coordinator.api.context import ClientRequest
 from coordinator.group import offset_commands as oc
 from coordinator.group.config import GroupConfig
 from coordinator.group.consumer.config import ConsumerGroupConfig
@@ -66,7 +66,7 @@ _MEMBER_APIS: dict[int, ModuleType] = {
     68: consumer_group_heartbeat, 69: consumer_group_describe,
 }
 
-Handler = Callable[[RequestContext, Any], None]
+Handler = Callable[[ClientRequest, Any], None]
 
 
 class GroupHost(Timers, Protocol):
@@ -184,16 +184,16 @@ class GroupRuntime:
 
     # requests ---------------------------------------------------------------------------------
 
-    def _ref(self, ctx: RequestContext) -> RequestRef:
+    def _ref(self, ctx: ClientRequest) -> RequestRef:
         return RequestRef(ctx.connection.id, next(self._sequence))
 
-    def find_coordinator(self, ctx: RequestContext, request: Any) -> None:
+    def find_coordinator(self, ctx: ClientRequest, request: Any) -> None:
         host, port = self.host.advertised
         ctx.respond(find_coordinator.handle(request, ctx.version,
                                             (self.host.node_id, host, port),
                                             self.loader.is_still_loading))
 
-    def member_request(self, ctx: RequestContext, request: Any) -> None:
+    def member_request(self, ctx: ClientRequest, request: Any) -> None:
         module = _MEMBER_APIS[ctx.header.api_key]
         ref = self._ref(ctx)
         command = module.to_command(request, ctx.version, ref, ctx.client_id, ctx.client_host)
@@ -210,7 +210,7 @@ class GroupRuntime:
         self.applier.apply(result, self.group_log.partition_of(group_id)
                            if group_writes and group_id in group_writes else None)
 
-    def _waits_for_loading(self, ctx: RequestContext, command: Any, group_id: str | None
+    def _waits_for_loading(self, ctx: ClientRequest, command: Any, group_id: str | None
                            ) -> bool:
         """Does the request touch a group-log partition still being replayed?"""
         if ctx.header.api_key == list_groups.API_KEY:
@@ -220,7 +220,7 @@ class GroupRuntime:
             return any(self.loader.is_loading(g) for g in group_ids)
         return group_id is not None and self.loader.is_loading(group_id)
 
-    def offset_commit(self, ctx: RequestContext, request: Any) -> None:
+    def offset_commit(self, ctx: ClientRequest, request: Any) -> None:
         command = offset_commit.to_command(request, ctx.version, self._ref(ctx))
         if ctx.version == offset_commit.ZOOKEEPER_ONLY_VERSION:
             self._refuse_zookeeper_version(ctx, "OffsetCommit")
@@ -262,14 +262,14 @@ class GroupRuntime:
         else:
             durable.add_done_callback(committed)
 
-    def _answer_commit(self, ctx: RequestContext, outcome: oc.OffsetCommitOutcome) -> None:
+    def _answer_commit(self, ctx: ClientRequest, outcome: oc.OffsetCommitOutcome) -> None:
         ctx.respond_raw(offset_commit.encode(outcome, ctx.version, ctx.header.correlation_id))
 
     def _partition_exists(self, topic: str, partition: int) -> bool:
         found = self.host.topics.get(topic)
         return found is not None and 0 <= partition < len(found.partitions)
 
-    def _refuse_zookeeper_version(self, ctx: RequestContext, api: str) -> None:
+    def _refuse_zookeeper_version(self, ctx: ClientRequest, api: str) -> None:
         REFUSALS.refused(
             "request version answered UNSUPPORTED_VERSION", client_id=ctx.client_id,
             api_key=ctx.header.api_key, api_version=ctx.version, problem="zookeeper offsets",
@@ -278,7 +278,7 @@ class GroupRuntime:
                     "api_version >= (0, 8, 2), librdkafka broker.version.fallback >= 0.8.2)"),
             client_host=ctx.client_host)
 
-    def offset_fetch(self, ctx: RequestContext, request: Any) -> None:
+    def offset_fetch(self, ctx: ClientRequest, request: Any) -> None:
         command = offset_fetch.to_command(request, ctx.version, self._ref(ctx))
         results = []
         if ctx.version == offset_fetch.ZOOKEEPER_ONLY_VERSION:
@@ -308,7 +308,7 @@ class GroupRuntime:
         ctx.respond(offset_fetch.to_response(oc.OffsetFetchOutcome(groups=tuple(results)),
                                              ctx.version))
 
-    def offset_delete(self, ctx: RequestContext, request: Any) -> None:
+    def offset_delete(self, ctx: ClientRequest, request: Any) -> None:
         command = offset_delete.to_command(request, ctx.version, self._ref(ctx))
         if self.loader.is_loading(command.group_id):
             outcome = oc.OffsetDeleteOutcome(error=self.loader.unavailable(command.group_id))
@@ -324,7 +324,7 @@ class GroupRuntime:
         self.applier.write(result, lambda durable: ctx.respond(
             offset_delete.to_response(outcome if durable else failed, ctx.version)))
 
-    def delete_groups(self, ctx: RequestContext, request: Any) -> None:
+    def delete_groups(self, ctx: ClientRequest, request: Any) -> None:
         command = delete_groups.to_command(request, ctx.version, self._ref(ctx))
         outcome, deleted = self.core.delete_groups(
             command.group_ids, self.clock.now_ms(),

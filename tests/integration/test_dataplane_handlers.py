@@ -1,4 +1,7 @@
-"""Review findings on the data plane (Fetch/Produce/CreateTopics edge cases)."""
+"""The data-plane handlers in a started broker: when Fetch parks or answers, Produce edge cases.
+
+Requests go straight to the handlers through an in-memory request context (`tests/fakes.py`).
+"""
 
 from __future__ import annotations
 
@@ -12,43 +15,20 @@ from typing import Any
 import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader
 
 from coordinator.runtime.broker import Broker
 from coordinator.settings import defaults
 from protocol.build import build
-from protocol.codec import RequestHeader, response_codec
+from tests.fakes import FakeConnection, FakeContext, FakeHeader
 
 _ids = itertools.count(9000)
 
 
-class FakeConnection:
-    def __init__(self) -> None:
-        self.id = next(_ids)
-        self.closed = False
-        self.client_host = "/127.0.0.1"
-        self.out: list[bytes | None] = []
-
-    def complete(self, slot: object, data: bytes | None) -> None:
-        self.out.append(data)
-
-    def close(self) -> None:
-        self.closed = True
-
-
-def send(broker: Broker, api_key: int, version: int, body: dict[str, Any]) -> FakeConnection:
-    connection = FakeConnection()
+def send(broker: Broker, api_key: int, version: int, body: dict[str, Any]) -> FakeContext:
     request = build(load_request_schema(api_key, version), body)
-    broker.handle(connection, object(), RequestHeader(api_key, version, 1, "review"),  # type: ignore[arg-type]
-                  request)
-    return connection
-
-
-def decode(api_key: int, version: int, data: bytes) -> Any:
-    codec = response_codec(api_key, version)
-    _, used = entity_reader(codec.header_type)(data, 4)
-    body, _ = entity_reader(codec.response_type)(data, 4 + used)
-    return body
+    ctx = FakeContext(FakeHeader(api_key, version), FakeConnection(next(_ids)))
+    broker._handlers[api_key](ctx, request)
+    return ctx
 
 
 @pytest.fixture
@@ -63,9 +43,9 @@ async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
         await b.stop()
 
 
-async def answered_within(connection: FakeConnection, seconds: float) -> None:
+async def answered_within(ctx: FakeContext, seconds: float) -> None:
     deadline = asyncio.get_running_loop().time() + seconds
-    while not connection.out and asyncio.get_running_loop().time() < deadline:
+    while not ctx.responses and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.01)
 
 
@@ -82,34 +62,34 @@ AT_LOG_END = [{"topic": "t", "partitions": [{
 
 
 async def test_fetch_with_min_bytes_zero_is_answered_at_once(broker: Broker) -> None:
-    connection = send(broker, 1, 12, fetch_body(0, 2000, AT_LOG_END))
+    ctx = send(broker, 1, 12, fetch_body(0, 2000, AT_LOG_END))
     # Well before its max_wait_ms: a parked Fetch would only be answered after 2 s.
-    await answered_within(connection, 1.0)
-    assert connection.out, "Fetch(min_bytes=0) is still parked"
+    await answered_within(ctx, 1.0)
+    assert ctx.responses, "Fetch(min_bytes=0) is still parked"
 
 
 async def test_fetch_of_no_partitions_is_answered_at_once(broker: Broker) -> None:
-    connection = send(broker, 1, 12, fetch_body(1, 2000, []))
-    await answered_within(connection, 1.0)
-    assert connection.out, "Fetch([]) is still parked"
+    ctx = send(broker, 1, 12, fetch_body(1, 2000, []))
+    await answered_within(ctx, 1.0)
+    assert ctx.responses, "Fetch([]) is still parked"
 
 
 async def test_fetch_at_log_end_with_min_bytes_one_waits(broker: Broker) -> None:
     """Control: the ordinary long-poll parks until max_wait."""
-    connection = send(broker, 1, 12, fetch_body(1, 300, AT_LOG_END))
+    ctx = send(broker, 1, 12, fetch_body(1, 300, AT_LOG_END))
     assert len(broker.fetches) == 1  # parked in the purgatory, not answered
-    assert connection.out == []
+    assert ctx.responses == []
     for _ in range(100):
-        if connection.out:
+        if ctx.responses:
             break
         await asyncio.sleep(0.01)
-    assert connection.out and decode(1, 12, connection.out[0]).responses[0].partitions[
+    assert ctx.responses and ctx.responses[0].responses[0].partitions[
         0].error_code == ErrorCode.none
 
 
 async def test_produce_without_a_record_batch_is_invalid_record(broker: Broker) -> None:
-    connection = send(broker, 0, 9, {
+    ctx = send(broker, 0, 9, {
         "transactional_id": None, "acks": -1, "timeout": datetime.timedelta(seconds=1),
         "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": None}]}]})
-    response = decode(0, 9, connection.out[0])
+    response = ctx.answer
     assert response.responses[0].partition_responses[0].error_code == ErrorCode.invalid_record

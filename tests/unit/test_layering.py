@@ -70,3 +70,17 @@ def test_the_api_adapters_do_not_reach_the_runtime() -> None:
     assert violations("coordinator/api", ("coordinator.api", "coordinator.group", "protocol")
                       ) == []
 
+
+
+def test_the_data_plane_does_not_need_the_broker() -> None:
+    """Each handler states what it uses of the broker as a small protocol."""
+    assert violations("coordinator/dataplane", (
+        "coordinator.dataplane", "coordinator.api.context", "coordinator.grouplog.log",
+        "protocol", "storage")) == []
+
+
+def test_only_the_process_entry_point_knows_the_broker() -> None:
+    importers = [str(path.relative_to(ROOT))
+                 for path in sorted((ROOT / "coordinator").rglob("*.py"))
+                 if "coordinator.runtime.broker" in imported_modules(path)]
+    assert importers == ["coordinator/__main__.py"]
