@@ -4,7 +4,8 @@ Versions handled here: v0-v9 (kio 0.6.5 has v2-v10; v10 names topics by id and i
 advertised; v0-v1 are read by `protocol.legacy_versions`).
 
 * v0: offsets kept in ZooKeeper. Kafka 3.x without ZooKeeper answers UNSUPPORTED_VERSION on
-  every partition (the connection stays open); so does this broker (`group_runtime`).
+  every partition (the connection stays open); so does this broker
+  (`coordinator/runtime/groups.py`).
 * v1: group generation and member id, and a `commit_timestamp` per partition: -1 means "now",
   anything else is stored as the commit timestamp.
 

@@ -3,7 +3,8 @@
 Versions handled here: v0-v9 (kio has v1-v10; v10 names topics by id and is not advertised).
 
 * v0: same layout as v1, but offsets kept in ZooKeeper: Kafka 3.x without ZooKeeper answers
-  UNSUPPORTED_VERSION on every requested partition, and so does this broker (`group_runtime`).
+  UNSUPPORTED_VERSION on every requested partition, and so does this broker
+  (`coordinator/runtime/groups.py`).
 
 * v1: one group, topics required; no top-level error, so a group error is answered on every
   requested partition.
