@@ -65,7 +65,10 @@ async def test_a_connection_with_a_parked_request_is_not_idle() -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(heartbeat_frame(7, 0))  # generation 0: parked until answered
     await eventually(lambda: bool(handler.parked))
-    await asyncio.sleep(0.6)  # three idle limits with the request parked
+    # A control connection that only stays idle: once the idle sweep has closed it, the
+    # parked one has been idle as long, and must still be open.
+    idle_reader, _idle = await asyncio.open_connection("127.0.0.1", port)
+    assert await closed_by_peer(idle_reader)
     handler.answer(*handler.parked.pop())
     assert await asyncio.wait_for(read_correlation_ids(reader, 1), 5) == [7]
     writer.close()
@@ -113,7 +116,7 @@ async def test_reading_pauses_broker_wide_while_buffered_bytes_exceed_the_budget
     # Meanwhile a second client's requests are not read...
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(heartbeat_frame(2, 1))
-    await asyncio.sleep(0.2)
+    await eventually(lambda: bool(server.budget.waiting))  # its reading is paused
     assert not handler.parked and server.budget.used >= budget
     # ...until the large frame completes and is handled; then both are answered.
     big_writer.write(body[len(body) - 10:])

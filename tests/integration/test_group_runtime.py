@@ -93,6 +93,12 @@ async def completing_group(broker: Broker, group: str = "g") -> tuple[str, str, 
     return leader, follower, first.answer.generation_id
 
 
+def waiting_for_reply(broker: Broker, ctx: FakeContext) -> bool:
+    """The request reached the core and waits there for its reply (it is not answered)."""
+    return any(ref.connection_id == ctx.connection.id
+               for ref in broker.groups.applier._pending)
+
+
 class HeldAppends:
     """Replaces GroupLog.append: every append returns a future the test completes."""
 
@@ -118,7 +124,7 @@ async def test_a_follower_is_not_given_an_assignment_before_it_is_durable(
                        {leader: b"L", follower: b"F"})
     assert len(held.futures) == 1 and leader_sync.responses == []
     follower_sync = sync(broker, "g", generation, follower)
-    await asyncio.sleep(0.05)
+    await until(lambda: waiting_for_reply(broker, follower_sync), "the follower's sync parked")
     # The group record carrying this assignment is not durable yet: nobody may see it.
     assert follower_sync.responses == []
     held.futures[0].set_exception(OSError("disk full"))
@@ -133,7 +139,8 @@ async def test_a_failed_group_write_answers_the_leader_with_an_error(broker: Bro
     held = HeldAppends(broker)
     follower_sync = sync(broker, "g", generation, follower)
     leader_sync = sync(broker, "g", generation, leader, {leader: b"L", follower: b"F"})
-    await asyncio.sleep(0.02)
+    await until(lambda: waiting_for_reply(broker, follower_sync)
+                and waiting_for_reply(broker, leader_sync), "both syncs parked")
     assert follower_sync.responses == [] and leader_sync.responses == []
     held.futures[0].set_exception(OSError("disk full"))
     await until(lambda: follower_sync.responses and leader_sync.responses, "answers")
