@@ -14,10 +14,10 @@ from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
 from coordinator.runtime.broker import Broker
-from coordinator.settings import defaults
 from protocol.build import build
 from storage.fs import FaultyFileSystem
 from tests.fakes import FakeConnection, FakeContext, FakeHeader
+from tests.integration.in_process import started_broker
 
 TOPIC = "t"
 _connections = iter(range(5000, 10**9))
@@ -25,13 +25,8 @@ _connections = iter(range(5000, 10**9))
 
 @pytest.fixture
 async def broker(tmp_path: Path) -> AsyncIterator[tuple[Broker, FaultyFileSystem]]:
-    broker = Broker(defaults().with_overrides({"log.dirs": str(tmp_path / "data")}))
     fs = FaultyFileSystem()
-    broker.groups.fs = fs
-    await broker.start()
-    broker.create_topic(TOPIC, 4, {}, reason="test")
-    while broker.groups.loading:
-        await asyncio.sleep(0.01)
+    broker = await started_broker(tmp_path / "data", groups_fs=fs, partitions=4)
     try:
         yield broker, fs
     finally:

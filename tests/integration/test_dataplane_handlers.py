@@ -1,34 +1,23 @@
 """The data-plane handlers in a started broker: when Fetch parks or answers, Produce edge cases.
 
-Requests go straight to the handlers through an in-memory request context (`tests/fakes.py`).
+Requests go straight to the handlers through an in-memory request context (`in_process.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
-import itertools
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
 from coordinator.runtime.broker import Broker
 from coordinator.settings import defaults
-from protocol.build import build
-from tests.fakes import FakeConnection, FakeContext, FakeHeader
-
-_ids = itertools.count(9000)
-
-
-def send(broker: Broker, api_key: int, version: int, body: dict[str, Any]) -> FakeContext:
-    request = build(load_request_schema(api_key, version), body)
-    ctx = FakeContext(FakeHeader(api_key, version), FakeConnection(next(_ids)))
-    broker._handlers[api_key](ctx, request)
-    return ctx
+from tests.fakes import FakeContext
+from tests.integration.in_process import send
 
 
 @pytest.fixture

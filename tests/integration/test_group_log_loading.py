@@ -21,7 +21,7 @@ from coordinator.runtime.broker import Broker
 from coordinator.settings import defaults
 from storage.log import LogConfig
 from storage.record_batch import encode_batch
-from tests.integration.test_group_runtime import send
+from tests.integration.in_process import send
 
 
 def settings(data_dir: Path) -> Any:

@@ -1,58 +1,36 @@
-"""Review findings on how the group runtime applies Results: durability, restart, error codes.
+"""How the group runtime applies Results: durability, restart, error codes.
 
-Requests are fed to an in-process broker through a stand-in request context; the group log's
-`append` can be swapped for one whose durability the test completes by hand.
+Requests are fed to an in-process broker (`in_process.py`); the group log's `append` can be
+swapped for one whose durability the test completes by hand.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
-import itertools
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
 from coordinator.group.classic.state import GroupState
 from coordinator.runtime.broker import Broker
-from coordinator.settings import defaults
-from protocol.build import build
-from tests.fakes import FakeConnection, FakeContext, FakeHeader
-
-TOPIC = "t"
-_ids = itertools.count(5000)
-
-
-def send(broker: Broker, api_key: int, version: int, body: dict[str, Any],
-         connection: int | None = None) -> FakeContext:
-    request = build(load_request_schema(api_key, version), body)
-    ctx = FakeContext(FakeHeader(api_key, version), FakeConnection(connection or next(_ids)))
-    handler = broker._handlers[api_key]
-    handler(ctx, request)  # type: ignore[arg-type]
-    return ctx
-
-
-async def until(predicate: Any, what: str = "condition") -> None:
-    for _ in range(300):
-        if predicate():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
+from tests.fakes import FakeContext
+from tests.integration.in_process import (
+    TOPIC,
+    completing_group,
+    join,
+    send,
+    started_broker,
+    sync,
+    until,
+)
 
 
 async def start(data_dir: Path) -> Broker:
-    settings = defaults().with_overrides({"log.dirs": str(data_dir),
-                                          "group.initial.rebalance.delay.ms": "0"})
-    broker = Broker(settings)
-    await broker.start()
-    if broker.topics.get(TOPIC) is None:
-        broker.create_topic(TOPIC, 2, {}, reason="test")
-    await until(lambda: not broker.groups.loading, "load")
-    return broker
+    return await started_broker(data_dir, {"group.initial.rebalance.delay.ms": "0"})
 
 
 @pytest.fixture
@@ -62,35 +40,6 @@ async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
         yield b
     finally:
         await b.stop()
-
-
-def join(broker: Broker, group: str, member_id: str = "",
-         connection: int | None = None) -> FakeContext:
-    return send(broker, 11, 3, {
-        "group_id": group, "session_timeout": datetime.timedelta(seconds=10),
-        "rebalance_timeout": datetime.timedelta(seconds=10), "member_id": member_id,
-        "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b"m"}],
-    }, connection)
-
-
-def sync(broker: Broker, group: str, generation: int, member_id: str,
-         assignments: dict[str, bytes] | None = None) -> FakeContext:
-    return send(broker, 14, 3, {
-        "group_id": group, "generation_id": generation, "member_id": member_id,
-        "group_instance_id": None,
-        "assignments": [{"member_id": m, "assignment": a} for m, a in (assignments or {}).items()],
-    })
-
-
-async def completing_group(broker: Broker, group: str = "g") -> tuple[str, str, int]:
-    """Two members that got their JoinGroup answers: (leader, follower, generation)."""
-    first, second = join(broker, group), join(broker, group)
-    await until(lambda: first.responses and second.responses, "join answers")
-    assert first.answer.error_code == ErrorCode.none, first.answer
-    leader = first.answer.leader
-    ids = {first.answer.member_id, second.answer.member_id}
-    (follower,) = ids - {leader}
-    return leader, follower, first.answer.generation_id
 
 
 def waiting_for_reply(broker: Broker, ctx: FakeContext) -> bool:

@@ -20,20 +20,15 @@ from coordinator.settings import defaults
 from protocol.build import build
 from storage.fs import FaultyFileSystem
 from tests.fakes import FakeConnection, FakeContext, FakeHeader
+from tests.integration.in_process import started_broker
 
 TOPIC = "t"
 
 
 @pytest.fixture
 async def broker(tmp_path: Path) -> AsyncIterator[tuple[Broker, FaultyFileSystem]]:
-    settings = defaults().with_overrides({"log.dirs": str(tmp_path / "data")})
-    broker = Broker(settings)
     fs = FaultyFileSystem()
-    broker.groups.fs = fs
-    await broker.start()
-    broker.create_topic(TOPIC, 4, {}, reason="test")
-    while broker.groups.loading:
-        await asyncio.sleep(0.01)
+    broker = await started_broker(tmp_path / "data", groups_fs=fs, partitions=4)
     try:
         yield broker, fs
     finally:

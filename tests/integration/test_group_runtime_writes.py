@@ -17,23 +17,17 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.group.classic.state import GroupState
 from coordinator.runtime.broker import Broker
-from coordinator.settings import defaults
 from tests.fakes import GatedFileSystem
-from tests.integration.test_group_runtime import TOPIC, completing_group, send, sync, until
+from tests.integration.in_process import TOPIC, completing_group, send, started_broker, sync, until
 
 NOT_AVAILABLE = ErrorCode.coordinator_not_available
 
 
 @pytest.fixture
 async def gated(tmp_path: Path) -> AsyncIterator[tuple[Broker, GatedFileSystem]]:
-    settings = defaults().with_overrides({"log.dirs": str(tmp_path / "data"),
-                                          "group.initial.rebalance.delay.ms": "0"})
-    broker = Broker(settings)
     fs = GatedFileSystem()
-    broker.groups.fs = fs
-    await broker.start()
-    broker.create_topic(TOPIC, 2, {}, reason="test")
-    await until(lambda: not broker.groups.loading, "load")
+    broker = await started_broker(tmp_path / "data", {"group.initial.rebalance.delay.ms": "0"},
+                                  groups_fs=fs)
     try:
         yield broker, fs
     finally:

@@ -18,9 +18,8 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from coordinator.runtime.broker import Broker
-from coordinator.settings import defaults
 from tests.fakes import GatedFileSystem
-from tests.integration.test_group_runtime import completing_group, sync, until
+from tests.integration.in_process import completing_group, started_broker, sync, until
 from tests.integration.test_group_runtime_writes import heartbeat
 from tests.unit._batches import make_batch
 
@@ -29,14 +28,10 @@ TOPIC = "t"
 
 @pytest.fixture
 async def slow_disk(tmp_path: Path) -> AsyncIterator[tuple[Broker, GatedFileSystem]]:
-    settings = defaults().with_overrides({
-        "log.dirs": str(tmp_path / "data"), "group.initial.rebalance.delay.ms": "0",
-        "log.retention.check.interval.ms": "50"})
-    broker = Broker(settings)
     fs = GatedFileSystem()
-    broker.topics_fs = fs
-    await broker.start()
-    await until(lambda: not broker.groups.loading, "load")
+    broker = await started_broker(tmp_path / "data", {
+        "group.initial.rebalance.delay.ms": "0", "log.retention.check.interval.ms": "50"},
+        topics_fs=fs, partitions=None)
     try:
         yield broker, fs
     finally:
