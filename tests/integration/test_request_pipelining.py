@@ -1,4 +1,5 @@
-"""Review findings on the connection layer, driven over real sockets to an in-process broker."""
+"""Requests pipelined behind one that closes the connection are never run (real sockets to an
+in-process broker)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from kio.index import load_request_schema
 from kio.serial import entity_writer
 
 from coordinator.runtime.broker import Broker
-from coordinator.settings import defaults
 from protocol.build import build
 from protocol.server import KafkaServer
+from tests.integration.in_process import started_broker
 
 
 def frame(api_key: int, version: int, body: dict[str, Any], correlation_id: int = 1) -> bytes:
@@ -26,7 +27,7 @@ def frame(api_key: int, version: int, body: dict[str, Any], correlation_id: int 
     buffer = io.BytesIO()
     entity_writer(header_cls)(buffer, header_cls(
         request_api_key=api_key, request_api_version=version, correlation_id=correlation_id,
-        client_id="review"))
+        client_id="pipelining"))
     entity_writer(cls)(buffer, build(cls, body))
     payload = buffer.getvalue()
     return struct.pack(">i", len(payload)) + payload
@@ -34,12 +35,8 @@ def frame(api_key: int, version: int, body: dict[str, Any], correlation_id: int 
 
 @pytest.fixture
 async def served(tmp_path: Path) -> AsyncIterator[tuple[Broker, int]]:
-    settings = defaults().with_overrides({"log.dirs": str(tmp_path / "data"),
-                                          "group.initial.rebalance.delay.ms": "0"})
-    broker = Broker(settings)
-    await broker.start()
-    while broker.groups.loading:
-        await asyncio.sleep(0.01)
+    broker = await started_broker(tmp_path / "data", {"group.initial.rebalance.delay.ms": "0"},
+                                  partitions=None)
     server = KafkaServer(broker, host="127.0.0.1", port=0, max_frame_bytes=1 << 20)
     port = await server.start()
     try:
