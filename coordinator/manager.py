@@ -243,7 +243,8 @@ class GroupCoordinator:
         env = self._env(now_ms)
         try:
             group = migration.classic_to_consumer(env, classic, self.consumer.image,
-                                                  self.consumer.config.max_size, None)
+                                                  self.consumer.config.max_size,
+                                                  cmd.member_id or None)
         except migration.UpgradeRefused as exc:
             return Result.reply(cmd.ref, dataclasses.replace(refused, error_message=str(exc)))
         del self._groups[classic.group_id]
