@@ -12,8 +12,10 @@ parked in a rebalance of the classic group are answered REBALANCE_IN_PROGRESS (t
 
 Downgrade: the last consumer-protocol member of a consumer group whose other members all speak
 the classic protocol left or was fenced. Every record of the consumer group gets its tombstone,
-a classic group at the group epoch is written with each member's target assignment, and it
-starts a rebalance so that the members rejoin with JoinGroup.
+a classic group at the group epoch is written with each member's assignment, and it
+starts a rebalance so that the members rejoin with JoinGroup. (Kafka writes each member's
+target assignment into the classic group; this writes what the member may still own, see
+`consumer_to_classic`.)
 
 Both are pure: records, timers and events go into the given Result; the caller swaps the
 groups in its maps.
@@ -215,9 +217,15 @@ def consumer_to_classic(env: rb.Env, group: ConsumerGroup, image: TopicImage,
     classic.protocol_name = classic.select_protocol()
     classic.leader_id = next(iter(classic.members), None)
     for member in classic.members.values():
+        # Kafka stores each member's target assignment here. This stores what the member may
+        # still own (assigned or being revoked): until the rebalance ends, that is what it
+        # holds, and a new upgrade during the rebalance must not hand it to someone else.
         cm = group.members[member.member_id]
-        member.assignment = assignment_bytes(group, cm, image,
-                                             group.target.get(cm.member_id, {}))
+        owned = {t: p | cm.pending_revocation.get(t, frozenset())
+                 for t, p in cm.assigned.items()}
+        for t, p in cm.pending_revocation.items():
+            owned.setdefault(t, p)
+        member.assignment = assignment_bytes(group, cm, image, owned)
         rb.schedule_heartbeat(env, classic, member)
     rb.store_group(env, classic)
     env.result.events.append(ev.GroupConverted(
