@@ -160,7 +160,7 @@ def classic_to_consumer(env: rb.Env, classic: ClassicGroup, image: TopicImage, m
         env.result.schedule(session_key(group_id, converted.member_id), env.now_ms + timeout)
     env.result.events.append(ev.GroupConverted(
         ts_ms=env.now_ms, group_id=group_id, generation_id=epoch, direction="upgrade",
-        from_type=CLASSIC_GROUP_TYPE, to_type=CONSUMER_GROUP_TYPE, members=len(members),
+        from_type=CLASSIC_GROUP_TYPE, to_type=CONSUMER_GROUP_TYPE, member_count=len(members),
         reason="a consumer-protocol member joined the classic group", member_id=member_id))
     return group
 
@@ -231,7 +231,7 @@ def consumer_to_classic(env: rb.Env, group: ConsumerGroup, image: TopicImage,
     env.result.events.append(ev.GroupConverted(
         ts_ms=env.now_ms, group_id=group_id, generation_id=generation_id,
         direction="downgrade", from_type=CONSUMER_GROUP_TYPE, to_type=CLASSIC_GROUP_TYPE,
-        members=len(classic.members),
+        member_count=len(classic.members),
         reason="the last consumer-protocol member left the group", member_id=member_id))
     rb.prepare_rebalance(env, classic, f"downgrade group {group_id} from consumer to classic")
     return classic

@@ -78,7 +78,7 @@ def test_a_consumer_protocol_member_joins_a_classic_group_and_leaves_again(
         wait_until(lambda: len(group_events(broker, GROUP, "group_converted")) == 2, 10,
                    "the journal")
         converted = group_events(broker, GROUP, "group_converted")
-        assert [(e["direction"], e["members"]) for e in converted] == [
+        assert [(e["direction"], e["num_members"]) for e in converted] == [
             ("upgrade", 2), ("downgrade", 2)]
     finally:
         broker.stop()

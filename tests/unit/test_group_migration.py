@@ -79,7 +79,7 @@ def test_a_consumer_member_joining_converts_the_classic_group_with_its_members()
     assert newcomer.assigned == {} and newcomer.state is MemberState.UNRELEASED_PARTITIONS
     one_owner_each(ctx)
     (converted,) = ctx.events_named("group_converted")
-    assert (converted.direction, converted.from_type, converted.to_type, converted.members,
+    assert (converted.direction, converted.from_type, converted.to_type, converted.member_count,
             converted.generation_id) == ("upgrade", "classic", "consumer", 2, generation)
     # As Kafka writes it: the classic tombstone first, then the consumer group's records.
     tombstone = next(i for i, r in enumerate(ctx.records)
@@ -222,7 +222,7 @@ def test_the_last_consumer_member_leaving_downgrades_the_group() -> None:
     classic = ctx.group("g")
     assert classic.state.value == "PreparingRebalance" and classic.generation_id == epoch
     (down,) = [e for e in ctx.events_named("group_converted") if e.direction == "downgrade"]
-    assert (down.from_type, down.to_type, down.members) == ("consumer", "classic", 2)
+    assert (down.from_type, down.to_type, down.member_count) == ("consumer", "classic", 2)
     # Classic members still at the old epoch rejoin through ILLEGAL_GENERATION, as in Kafka.
     assert ctx.send(heartbeat(a, generation)).error is ErrorCode.illegal_generation
     assert ctx.records[-1].value is not None and isinstance(ctx.records[-1], GroupMetadataRecord)
