@@ -240,6 +240,23 @@ class GroupCoordinator:
             validate(self.consumer.config, cmd)
         except HeartbeatError:
             return self.consumer.heartbeat(cmd, now_ms)  # answered as if no group was there
+        # What would refuse the join in the converted group refuses it now, before anything
+        # is converted (Kafka discards the conversion with the failed join).
+        error: tuple[ErrorCode, str] | None = None
+        if len(classic.members) >= self.consumer.config.max_size:
+            error = (ErrorCode.group_max_size_reached,
+                     "The consumer group has reached its maximum capacity of "
+                     f"{self.consumer.config.max_size} members.")
+        elif cmd.instance_id is not None and cmd.instance_id in classic.static_members:
+            error = (ErrorCode.unreleased_instance_id,
+                     f"Static member {cmd.member_id} with instance id {cmd.instance_id} "
+                     "cannot join the group because the instance id is owned by another member.")
+        elif cmd.member_id in classic.members:
+            error = (ErrorCode.fenced_member_epoch,
+                     f"Member {cmd.member_id} is a classic member of the group.")
+        if error is not None:
+            return Result.reply(cmd.ref, dataclasses.replace(
+                refused, error=error[0], error_message=error[1]))
         env = self._env(now_ms)
         try:
             group = migration.classic_to_consumer(env, classic, self.consumer.image,

@@ -292,3 +292,11 @@ def test_a_failed_upgrade_write_leaves_the_classic_group() -> None:
     assert ctx.manager.consumer.group("g") is None
     group = ctx.group("g")
     assert group.generation_id == generation and len(group.members) == 2
+
+
+def test_a_join_the_converted_group_would_refuse_does_not_convert_it() -> None:
+    ctx = context(max_size=2)
+    stable_classic_group(ctx, 2, 6)
+    assert ctx.send(join("n")).error is ErrorCode.group_max_size_reached
+    assert ctx.manager.consumer.group("g") is None and ctx.manager.group("g") is not None
+    assert not ctx.events_named("group_converted")
