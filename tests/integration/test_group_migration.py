@@ -1,4 +1,5 @@
-"""Online migration with real clients: classic confluent-kafka consumers in a group, then a
+"""Online migration with real clients: classic consumers in a group (one confluent-kafka, one
+kafka-python; eager `range` or cooperative `cooperative-sticky`), then a confluent-kafka
 `group.protocol=consumer` one joins; the group becomes a consumer group with its classic members
 still in, everyone keeps consuming and the partitions are split without duplicates. When the
 consumer-protocol member leaves, the group goes back to the classic type.
@@ -37,13 +38,14 @@ def consumed_once(workers: list[ConsumerWorker], values: set[str]) -> bool:
     return set(seen) == values
 
 
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
 def test_a_consumer_protocol_member_joins_a_classic_group_and_leaves_again(
-        tmp_path: Path) -> None:
+        tmp_path: Path, strategy: str) -> None:
     broker = BrokerProcess(tmp_path / "data", **CONSUMER_GROUP_SETTINGS).start()
     try:
         make_topic(broker, TOPIC, PARTITIONS)
         with worker_pool(broker, tmp_path) as spawn:
-            classic = [spawn(client, TOPIC, GROUP, f"classic{i}")
+            classic = [spawn(client, TOPIC, GROUP, f"classic{i}", strategy=strategy)
                        for i, client in enumerate(("confluent", "kafka-python"))]
             wait_until(lambda: exact_split(classic, PARTITIONS), TIMEOUT_S,
                        "the classic members to split", classic, broker)
@@ -54,11 +56,21 @@ def test_a_consumer_protocol_member_joins_a_classic_group_and_leaves_again(
             for worker in classic:
                 worker.commit()
 
+            before = {w.name: (w.assignment, len(w.of("revoked"))) for w in classic}
             modern = spawn("confluent", TOPIC, GROUP, "modern", group_protocol="consumer")
             everyone = [*classic, modern]
             wait_until(lambda: exact_split(everyone, PARTITIONS), TIMEOUT_S,
                        "the three members to split", everyone, broker)
             assert not any(w.of("lost") for w in everyone)
+            for worker in classic:
+                owned, revocations = before[worker.name]
+                kept = worker.assignment
+                assert kept is not None and owned is not None and kept < owned
+                if strategy == "cooperative-sticky":
+                    # Only what moved to the newcomer was revoked: kept partitions never stopped.
+                    revoked = {p for r in worker.of("revoked")[revocations:]
+                               for p in r["partitions"]}
+                    assert revoked == owned - kept, (worker.name, revoked, owned, kept)
             second = {f"second-{i}" for i in range(60)}
             produce(broker, TOPIC, sorted(second), PARTITIONS)
             wait_until(lambda: consumed_once(everyone, second), TIMEOUT_S,
