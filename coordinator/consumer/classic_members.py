@@ -19,6 +19,9 @@ broker computes its target like any other member's; the classic APIs map onto re
   to another member once the member that had it reported (by rejoining) that it let it go.
 * LeaveGroup: the member is removed and the group epoch bumped.
 
+A static classic member (instance id) joining under a new member id replaces its old
+incarnation, inheriting its assignment, without a new group epoch.
+
 Timers: the session uses the member's own session timeout; after REBALANCE_IN_PROGRESS the
 member must rejoin, and after a JoinGroup it must sync, within its rebalance timeout, else it is
 fenced: `("consumer-classic", group_id, member_id)`, deadline in `group.classic_deadlines`.
@@ -52,6 +55,7 @@ from coordinator.consumer.heartbeat import (
     refresh_metadata,
     session_key,
 )
+from coordinator.consumer.heartbeat import _replace_static_member as replace_static_member
 from coordinator.consumer.member import Assignment, ConsumerGroupMember, MemberState
 from coordinator.outcomes import (
     HeartbeatOutcome,
@@ -187,10 +191,11 @@ def classic_join(env: ConsumerEnv, group: ConsumerGroup, cmd: c.JoinGroup) -> Jo
     if cmd.group_instance_id is not None:
         existing = group.static_member(cmd.group_instance_id)
         if existing is not None and existing.member_id != member_id:
-            # A static member coming back under a new member id while the old one is still
-            # in: Kafka replaces it; this coordinator fences the old one (a rebalance).
-            fence_member(env, group, existing, ev.RemovalCause.FENCED,
-                         "replaced by a classic member with the same instance id")
+            # A static member back under a new member id takes the place of the old one, with
+            # its assignment and without a new group epoch (Kafka's static member replacement;
+            # unlike the consumer protocol, the old one need not have left first).
+            replace_static_member(env, group, existing, replace(
+                existing, member_id=member_id, member_epoch=0, previous_member_epoch=0))
     try:
         subscription = parse_subscription(cmd.protocols[0].metadata)
     except EmbeddedProtocolError:

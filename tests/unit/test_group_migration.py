@@ -300,3 +300,27 @@ def test_a_join_the_converted_group_would_refuse_does_not_convert_it() -> None:
     assert ctx.send(join("n")).error is ErrorCode.group_max_size_reached
     assert ctx.manager.consumer.group("g") is None and ctx.manager.group("g") is not None
     assert not ctx.events_named("group_converted")
+
+
+def test_a_static_classic_member_restarting_takes_its_own_place_without_a_new_epoch() -> None:
+    ctx = context()
+    ctx.send(join("n"))
+    first = ctx.send(classic_join(instance_id="i-1"), 7)
+    rejoin(ctx, first.member_id, 7, instance_id="i-1")
+    kept = parts(ctx.send(beat("n", 1, {"t": range(6)})).assignment)
+    ctx.send(beat("n", 1, {"t": kept}))
+    group = consumer_group(ctx)
+    ctx.send(heartbeat(first.member_id, group.members[first.member_id].member_epoch,
+                       instance_id="i-1"), 7)
+    got = rejoin(ctx, first.member_id, 7, instance_id="i-1")
+    assert got == set(range(6)) - kept
+    epoch = group.group_epoch
+    again = ctx.send(classic_join(instance_id="i-1"), 8)  # a new process, a new member id
+    assert again.error is ErrorCode.none and again.member_id != first.member_id
+    synced = ctx.send(sync(again.member_id, again.generation_id, instance_id="i-1"), 8)
+    assert held(synced) == got
+    assert consumer_group(ctx).group_epoch == epoch
+    assert first.member_id not in consumer_group(ctx).members
+    (replaced,) = ctx.events_named("static_member_replaced")
+    assert replaced.old_member_id == first.member_id and not replaced.rebalance
+    one_owner_each(ctx)
