@@ -1,6 +1,8 @@
 """Counting for `/metrics`: plain ints and lists on the hot path, Prometheus families at scrape.
 
-A request costs two clock reads, a dict lookup and a bisect; group events (rare) update
+A request costs one slot increment in a flat list indexed by (API key, version) and a mask test;
+one request in `SAMPLE_EVERY[api]` of the hot APIs (every request of the rare ones) is also
+timed: two clock reads and a bisect into pre-computed bounds. Group events (rare) update
 per-group histograms and the rebalance history the group page shows. Nothing here formats or
 allocates metric objects until Prometheus scrapes: `snapshot()` copies the counters on the event
 loop (cheap, bounded), and `families()` turns a snapshot into prometheus-client metric families
@@ -25,10 +27,14 @@ from coordinator import events as ev
 from coordinator.context import RequestContext
 
 OTHER_GROUPS = "__other__"
-SAMPLED_APIS = frozenset({0, 1, 8, 12})  # Produce, Fetch, OffsetCommit, Heartbeat
-SAMPLE_EVERY = 8
+# Hot APIs have only one request in N timed (N a power of two); every other request is timed.
+# Heartbeats are the most frequent and the cheapest to answer, so they are sampled the most thinly.
+SAMPLE_EVERY = {0: 16, 1: 16, 8: 8, 12: 64, 68: 64}  # Produce, Fetch, OffsetCommit, Heartbeat,
+#                                                     ConsumerGroupHeartbeat
+_VERSION_BITS = 5  # a request's slot is api_key << _VERSION_BITS | api_version
 _MAX_API_KEYS = 128
-_MAX_VERSIONS = 32
+_MAX_VERSIONS = 1 << _VERSION_BITS
+_SLOTS = _MAX_API_KEYS * _MAX_VERSIONS
 _clock = time.perf_counter
 _bucket = bisect.bisect_left
 HISTORY_PER_GROUP = 10  # rebalances kept per group for the page
@@ -65,6 +71,11 @@ _CAUSES = (
 )
 
 
+_SAMPLING_HELP = "sampled: " + ", ".join(
+    f"one request in {every} of {API_NAMES[api_key]}" for api_key, every in SAMPLE_EVERY.items()
+) + "; every request of the other APIs."
+
+
 def rebalance_cause(reason: str) -> str:
     lowered = reason.lower()
     for needle, cause in _CAUSES:
@@ -85,7 +96,7 @@ class Histogram:
         self.total = 0.0
 
     def observe(self, value: float) -> None:
-        self.buckets[bisect.bisect_left(self.bounds, value)] += 1
+        self.buckets[_bucket(self.bounds, value)] += 1
         self.count += 1
         self.total += value
 
@@ -135,35 +146,38 @@ class GroupHistory:
 class TimedRequestContext(RequestContext):
     """A request context that reports its latency when answered (used only with metrics on)."""
 
-    __slots__ = ("metrics", "started")
+    __slots__ = ("histogram", "started")
 
-    def __init__(self, connection: Any, slot: Any, header: Any, metrics: BrokerMetrics) -> None:
+    def __init__(self, connection: Any, slot: Any, header: Any, histogram: Histogram) -> None:
         # The fields set directly: the dataclass __init__ through super() costs a heartbeat
         # measurably more.
         self.connection = connection
         self.slot = slot
         self.header = header
-        self.metrics = metrics
+        self.histogram = histogram
         self.started = _clock()
 
     def respond(self, response: Any) -> None:
         RequestContext.respond(self, response)
-        self.metrics.request_done(self.header, _clock() - self.started)
+        self.histogram.observe(_clock() - self.started)
 
     def respond_raw(self, framed: bytes | None) -> None:
         self.connection.complete(self.slot, framed)
-        self.metrics.request_done(self.header, _clock() - self.started)
+        self.histogram.observe(_clock() - self.started)
 
 
 class BrokerMetrics:
     def __init__(self, max_groups: int = 200) -> None:
         self.max_groups = max_groups
-        # (api_key, api_version) -> latency histogram; the count is the request count
-        # (api_key, api_version) -> latency histogram of the timed requests
-        self.requests: dict[tuple[int, int], Histogram] = {}
-        # api_key -> api_version -> requests received: every request, exactly
-        self.request_counts = [[0] * _MAX_VERSIONS for _ in range(_MAX_API_KEYS)]
-        self._received = 0
+        # Requests received per (api_key, api_version) slot: every request, exactly.
+        self.request_counts = [0] * _SLOTS
+        # Per slot: 0 to time every request, N - 1 to time one in N (N a power of two).
+        self._sample_masks = [0] * _SLOTS
+        for api_key, every in SAMPLE_EVERY.items():
+            for version in range(_MAX_VERSIONS):
+                self._sample_masks[api_key << _VERSION_BITS | version] = every - 1
+        # Latency of the timed requests per slot, created at a slot's first timed request.
+        self._latency: list[Histogram | None] = [None] * _SLOTS
         self.fetch_wakeup = Histogram(LATENCY_BOUNDS)
         self.offset_commits = 0  # offsets (partitions) committed
         self.offset_expirations = 0
@@ -180,25 +194,34 @@ class BrokerMetrics:
 
     def context(self, connection: Any, slot: Any, header: Any) -> RequestContext:
         """The context of one request: counted always; timed always for the rare APIs and for
-        one request in `SAMPLE_EVERY` of the hot ones (Produce, Fetch, OffsetCommit, Heartbeat),
-        whose latency histograms are therefore samples."""
-        api_key = header.api_key
-        version = header.api_version
-        if api_key < _MAX_API_KEYS and version < _MAX_VERSIONS:
-            self.request_counts[api_key][version] += 1
-        received = self._received = self._received + 1
-        if received % SAMPLE_EVERY and api_key in SAMPLED_APIS:
+        one request in `SAMPLE_EVERY[api]` of the hot ones, whose latency histograms are
+        therefore samples. Only requests the broker serves get here, so the slot is in range
+        (`slot_of` is checked against the served versions at start)."""
+        index = header.api_key << _VERSION_BITS | header.api_version
+        counts = self.request_counts
+        count = counts[index] = counts[index] + 1
+        if count & self._sample_masks[index]:
             return RequestContext(connection, slot, header)
-        return TimedRequestContext(connection, slot, header, self)
-
-    def request_done(self, header: Any, seconds: float) -> None:
-        key = (header.api_key, header.api_version)
-        histogram = self.requests.get(key)
+        histogram = self._latency[index]
         if histogram is None:
-            histogram = self.requests[key] = Histogram(LATENCY_BOUNDS)
-        histogram.buckets[_bucket(LATENCY_BOUNDS, seconds)] += 1
-        histogram.count += 1
-        histogram.total += seconds
+            histogram = self._latency[index] = Histogram(LATENCY_BOUNDS)
+        return TimedRequestContext(connection, slot, header, histogram)
+
+    @staticmethod
+    def slot_of(api_key: int, api_version: int) -> int | None:
+        """A request's counter slot, or None for keys and versions beyond the table."""
+        if 0 <= api_key < _MAX_API_KEYS and 0 <= api_version < _MAX_VERSIONS:
+            return api_key << _VERSION_BITS | api_version
+        return None
+
+    @property
+    def requests(self) -> dict[tuple[int, int], Histogram]:
+        """Latency of the timed requests by (api_key, api_version)."""
+        return {divmod(index, _MAX_VERSIONS): histogram
+                for index, histogram in enumerate(self._latency) if histogram is not None}
+
+    def request_count(self, api_key: int, api_version: int) -> int:
+        return self.request_counts[api_key << _VERSION_BITS | api_version]
 
     # events ----------------------------------------------------------------------------------
 
@@ -294,9 +317,8 @@ class BrokerMetrics:
                 since_last[group_id] = max(now_ms - history.last_stabilized_ms, 0) / 1000
         return {
             "requests": {k: h.copy() for k, h in self.requests.items()},
-            "request_counts": {(api_key, version): count
-                               for api_key, versions in enumerate(self.request_counts)
-                               for version, count in enumerate(versions) if count},
+            "request_counts": {divmod(index, _MAX_VERSIONS): count
+                               for index, count in enumerate(self.request_counts) if count},
             "fetch_wakeup": self.fetch_wakeup.copy(),
             "offset_commits": self.offset_commits,
             "offset_expirations": self.offset_expirations,
@@ -386,8 +408,8 @@ def families(snap: dict[str, Any]) -> Iterator[Any]:
                                    labels=["api", "version"])
     latency = HistogramMetricFamily(
         "rebalanced_request_latency_seconds",
-        "From a request's arrival to its answer (parked JoinGroup/Fetch included); one "
-        "request in 8 of Produce, Fetch, OffsetCommit and Heartbeat, every other request.",
+        "From a request's arrival to its answer (parked JoinGroup/Fetch included); "
+        + _SAMPLING_HELP,
         labels=["api", "version"])
     commit = HistogramMetricFamily(
         "rebalanced_offset_commit_latency_seconds",

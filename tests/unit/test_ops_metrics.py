@@ -66,18 +66,32 @@ def test_phases_history_and_the_group_cap() -> None:
 
 
 def test_request_latency_per_api_and_version() -> None:
+    from protocol.codec import RequestHeader
+
+    class Connection:
+        closed = False
+
+        def complete(self, slot: object, data: bytes | None) -> None:
+            pass
+
     metrics = om.BrokerMetrics()
-
-    class Header:
-        api_key = 12
-        api_version = 3
-
+    for _ in range(3):  # JoinGroup: every request is timed
+        metrics.context(Connection(), object(), RequestHeader(11, 5, 0, "c")).respond_raw(b"")
+    histogram = metrics.requests[(11, 5)]
+    assert histogram.count == 3 and dict(histogram.cumulative())["+Inf"] == 3
     for seconds in (0.0001, 0.0002, 0.003):
-        metrics.request_done(Header(), seconds)
-    histogram = metrics.requests[(12, 3)]
-    assert histogram.count == 3
-    assert dict(histogram.cumulative())["0.00025"] == 2
-    assert dict(histogram.cumulative())["+Inf"] == 3
+        histogram.observe(seconds)
+    assert dict(histogram.cumulative())["0.00025"] >= 2
+    assert histogram.count == 6
+
+
+def test_every_served_api_version_has_a_counter_slot() -> None:
+    from coordinator.dataplane.api_versions import SUPPORTED
+
+    slots = {om.BrokerMetrics.slot_of(key, version)
+             for key, (low, high) in SUPPORTED.items() for version in range(low, high + 1)}
+    assert None not in slots
+    assert len(slots) == sum(high - low + 1 for low, high in SUPPORTED.values())
 
 
 def test_page_escapes_what_clients_choose() -> None:
@@ -128,16 +142,27 @@ def test_the_timed_context_sets_every_field_of_the_plain_one() -> None:
         getattr(timed, f.name)  # an unset slot raises AttributeError
 
 
-def test_every_request_is_counted_and_hot_ones_are_timed_one_in_eight() -> None:
+def test_every_request_is_counted_and_hot_ones_are_sampled() -> None:
     from coordinator.context import RequestContext
     from protocol.codec import RequestHeader
 
     metrics = om.BrokerMetrics()
     contexts = [metrics.context(object(), object(), RequestHeader(12, 4, i, "c"))
-                for i in range(16)]
-    contexts += [metrics.context(object(), object(), RequestHeader(11, 5, 0, "c"))
-                 for _ in range(3)]
-    assert metrics.request_counts[12][4] == 16 and metrics.request_counts[11][5] == 3
-    timed = [type(c) is om.TimedRequestContext for c in contexts]
-    assert sum(timed[:16]) == 2 and all(timed[16:])
-    assert all(isinstance(c, RequestContext) for c in contexts)
+                for i in range(128)]
+    commits = [metrics.context(object(), object(), RequestHeader(8, 9, i, "c"))
+               for i in range(16)]
+    joins = [metrics.context(object(), object(), RequestHeader(11, 5, 0, "c"))
+             for _ in range(3)]
+    assert metrics.request_count(12, 4) == 128 and metrics.request_count(11, 5) == 3
+    assert metrics.request_count(8, 9) == 16 and metrics.request_count(12, 3) == 0
+
+    def timed(cs: list[RequestContext]) -> int:
+        return sum(type(c) is om.TimedRequestContext for c in cs)
+
+    assert timed(contexts) == 128 // om.SAMPLE_EVERY[12] == 2
+    assert timed(commits) == 16 // om.SAMPLE_EVERY[8] == 2
+    assert timed(joins) == 3
+    assert all(isinstance(c, RequestContext) for c in contexts + commits + joins)
+    snap = metrics.snapshot([], num_offsets=0, connections=0, now_ms=0)
+    assert snap["request_counts"] == {(12, 4): 128, (8, 9): 16, (11, 5): 3}
+    assert snap["requests"][(12, 4)].count == 0  # created when timed, answered later
