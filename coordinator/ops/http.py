@@ -82,7 +82,7 @@ class OpsServer:
             runtime = self._broker.groups
             snap = self._metrics.snapshot(runtime.manager.groups.values(),
                                           _num_offsets(runtime.offsets), self._connections(),
-                                          now_ms)
+                                          now_ms, runtime.manager.consumer.groups.values())
             body = await loop.run_in_executor(None, om.exposition, snap,
                                               self._exposition_cache)
             return "200 OK", "text/plain; version=0.0.4; charset=utf-8", body

@@ -19,7 +19,7 @@ from __future__ import annotations
 import bisect
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +84,34 @@ def rebalance_cause(reason: str) -> str:
     return "other"
 
 
+# A consumer group's new target assignment says why its group epoch moved.
+_CONSUMER_CAUSES = (
+    ("member joined", "member_join"),
+    ("subscription changed", "subscription_change"),
+    ("metadata changed", "metadata_change"),
+    ("(leave)", "leave"),
+    ("(session_expiry)", "session_expiry"),
+    ("(rebalance_timeout)", "rebalance_timeout"),
+    ("(fenced)", "fenced"),
+    ("(max_size)", "max_size"),
+    ("(disconnect)", "disconnect"),
+)
+
+
+def consumer_rebalance_cause(reason: str) -> str:
+    for needle, cause in _CONSUMER_CAUSES:
+        if needle in reason:
+            return cause
+    return "other"
+
+
+CLASSIC = "classic"
+CONSUMER = "consumer"
+# Rebalance phases per group type. A consumer group has no join or sync barrier: its rebalance
+# runs from a new target assignment until every member has reconciled to it.
+PHASES = {CLASSIC: ("join", "sync", "total"), CONSUMER: ("total",)}
+
+
 class Histogram:
     """Cumulative-at-export histogram: per-bucket counts, a count and a sum."""
 
@@ -131,8 +159,9 @@ class Rebalance:
     previous_state: str
     join_ms: int | None = None
     total_ms: int | None = None
-    outcome: str = "in progress"  # stabilized | emptied | in progress | dead
+    outcome: str = "in progress"  # stabilized | emptied | in progress | dead | superseded
     members: int | None = None
+    group_type: str = CLASSIC
 
 
 @dataclass(slots=True)
@@ -182,9 +211,15 @@ class BrokerMetrics:
         self.offset_commits = 0  # offsets (partitions) committed
         self.offset_expirations = 0
         self.offset_deletions = 0
-        self.completed_rebalances = 0
-        self.rebalances_by_cause: dict[str, int] = {}
-        self.members_removed: dict[str, int] = {}
+        self.completed_rebalances = 0  # classic groups (Kafka's group-completed-rebalance)
+        self.consumer_rebalances = 0  # consumer groups' new target assignments (Kafka's
+        #                               consumer-group-rebalance)
+        # (group type, cause) -> count
+        self.rebalances_by_cause: dict[tuple[str, str], int] = {}
+        self.members_removed: dict[tuple[str, str], int] = {}
+        # The live consumer groups by id (a read-only view the runtime sets): tells a consumer
+        # group's events apart and whether its members have all reconciled.
+        self.consumer_groups: Mapping[str, Any] = {}
         # group (or OTHER_GROUPS) -> phase -> histogram, capped at max_groups groups
         self.rebalance_seconds: dict[str, dict[str, Histogram]] = {}
         self.history: dict[str, GroupHistory] = {}
@@ -225,15 +260,24 @@ class BrokerMetrics:
 
     # events ----------------------------------------------------------------------------------
 
-    def _group_series(self, group_id: str) -> dict[str, Histogram]:
+    def _group_series(self, group_id: str, group_type: str = CLASSIC) -> dict[str, Histogram]:
         series = self.rebalance_seconds.get(group_id)
         if series is None:
             own = len(self.rebalance_seconds) - (OTHER_GROUPS in self.rebalance_seconds)
             if own >= self.max_groups:
                 group_id = OTHER_GROUPS
-            series = self.rebalance_seconds.setdefault(group_id, {
-                phase: Histogram(REBALANCE_BOUNDS) for phase in ("join", "sync", "total")})
+            series = self.rebalance_seconds.setdefault(group_id, {})
+        for phase in PHASES[group_type]:
+            if phase not in series:
+                series[phase] = Histogram(REBALANCE_BOUNDS)
         return series
+
+    def _group_type(self, group_id: str) -> str:
+        return CONSUMER if group_id in self.consumer_groups else CLASSIC
+
+    def _count(self, table: dict[tuple[str, str], int], group_type: str, cause: str) -> None:
+        key = (group_type, cause)
+        table[key] = table.get(key, 0) + 1
 
     def _history(self, group_id: str) -> GroupHistory:
         history = self.history.get(group_id)
@@ -245,9 +289,13 @@ class BrokerMetrics:
 
     def on_event(self, event: Any) -> None:
         self.group_version += 1
+        if event.group_id in self.consumer_groups or isinstance(
+                event, ev.TargetAssignmentComputed | ev.MemberReconciled):
+            self._on_consumer_event(event)
+            return
         if isinstance(event, ev.RebalanceStarted):
             cause = rebalance_cause(event.reason)
-            self.rebalances_by_cause[cause] = self.rebalances_by_cause.get(cause, 0) + 1
+            self._count(self.rebalances_by_cause, CLASSIC, cause)
             self._history(event.group_id).rebalances.append(Rebalance(
                 started_ms=event.ts_ms, generation_id=event.generation_id, reason=event.reason,
                 cause=cause, member_id=event.member_id, client_id=event.client_id,
@@ -272,11 +320,7 @@ class BrokerMetrics:
                 if current.join_ms is not None:
                     series["sync"].observe(max(event.duration_ms - current.join_ms, 0) / 1000)
         elif isinstance(event, ev.MemberRemoved):
-            cause = getattr(event.cause, "value", str(event.cause))
-            self.members_removed[cause] = self.members_removed.get(cause, 0) + 1
-            self._history(event.group_id).removed.append({
-                "ts_ms": event.ts_ms, "member_id": event.member_id, "client_id": event.client_id,
-                "client_host": event.client_host, "cause": cause, "reason": event.reason})
+            self._member_removed(event, CLASSIC)
         elif isinstance(event, ev.GroupEmpty | ev.GroupDead):
             current = self._open_rebalance(event.group_id)
             if current is not None:
@@ -286,6 +330,72 @@ class BrokerMetrics:
                 # A deleted group frees its slot under the per-group cap.
                 self.history.pop(event.group_id, None)
                 self.rebalance_seconds.pop(event.group_id, None)
+
+    def _member_removed(self, event: ev.MemberRemoved, group_type: str) -> None:
+        cause = getattr(event.cause, "value", str(event.cause))
+        self._count(self.members_removed, group_type, cause)
+        self._history(event.group_id).removed.append({
+            "ts_ms": event.ts_ms, "member_id": event.member_id, "client_id": event.client_id,
+            "client_host": event.client_host, "cause": cause, "reason": event.reason})
+
+    def _on_consumer_event(self, event: Any) -> None:
+        """A consumer group's rebalance: from a new target assignment (a group epoch bump) until
+        every member has reconciled to it; members keep their other partitions meanwhile."""
+        group_id = event.group_id
+        if isinstance(event, ev.TargetAssignmentComputed):
+            cause = consumer_rebalance_cause(event.reason)
+            self._count(self.rebalances_by_cause, CONSUMER, cause)
+            self.consumer_rebalances += 1
+            history = self._history(group_id)
+            current = self._open_rebalance(group_id)
+            if current is not None:  # a newer target before the members got to the last one
+                current.outcome = "superseded"
+                current.total_ms = max(event.ts_ms - current.started_ms, 0)
+            if event.reason.startswith("member removed") and history.removed:
+                # The target is computed at the next heartbeat of someone else: the culprit is
+                # the member that was removed, not that one.
+                removed = history.removed[-1]
+                member_id, client_id, client_host = (
+                    removed["member_id"], removed["client_id"], removed["client_host"])
+            else:
+                group = self.consumer_groups.get(group_id)
+                culprit = (group.members.get(event.member_id)
+                           if group is not None and event.member_id else None)
+                member_id = event.member_id
+                client_id = getattr(culprit, "client_id", None)
+                client_host = getattr(culprit, "client_host", None)
+            history.rebalances.append(Rebalance(
+                started_ms=event.ts_ms, generation_id=event.generation_id - 1,
+                reason=event.reason, cause=cause, member_id=member_id, client_id=client_id,
+                client_host=client_host, previous_state="", members=event.member_count,
+                group_type=CONSUMER))
+        elif isinstance(event, ev.MemberRemoved):
+            self._member_removed(event, CONSUMER)
+        elif isinstance(event, ev.GroupDead):
+            self.history.pop(group_id, None)
+            self.rebalance_seconds.pop(group_id, None)
+            return
+        self._maybe_reconciled(group_id, event.ts_ms)
+
+    def _maybe_reconciled(self, group_id: str, now_ms: int) -> None:
+        current = self._open_rebalance(group_id)
+        if current is None:
+            return
+        group = self.consumer_groups.get(group_id)
+        if group is None:
+            return
+        state = getattr(group.state, "value", "")
+        if state == "Empty":
+            current.outcome = "emptied"
+        elif state == "Stable" and group.assignment_epoch > current.generation_id:
+            current.outcome = "stabilized"
+        else:
+            return
+        current.total_ms = max(now_ms - current.started_ms, 0)
+        current.members = len(group.members)
+        self._history(group_id).last_stabilized_ms = now_ms
+        if current.outcome == "stabilized":
+            self._group_series(group_id, CONSUMER)["total"].observe(current.total_ms / 1000)
 
     def _open_rebalance(self, group_id: str) -> Rebalance | None:
         history = self.history.get(group_id)
@@ -301,15 +411,19 @@ class BrokerMetrics:
     # scrape ----------------------------------------------------------------------------------
 
     def snapshot(self, groups: Iterable[Any], num_offsets: int, connections: int,
-                 now_ms: int) -> dict[str, Any]:
+                 now_ms: int, consumer_groups: Iterable[Any] = ()) -> dict[str, Any]:
         """Copies of everything `families` exports, taken on the event loop."""
         by_state: dict[str, int] = {}
-        by_protocol: dict[str, int] = {}
+        consumer_by_state: dict[str, int] = {}
+        by_protocol: dict[str, int] = {CLASSIC: 0, CONSUMER: 0}
         for group in groups:
             state = getattr(group.state, "value", str(group.state))
             by_state[state] = by_state.get(state, 0) + 1
-            kind = getattr(group, "group_type", "classic")
-            by_protocol[kind] = by_protocol.get(kind, 0) + 1
+            by_protocol[CLASSIC] += 1
+        for group in consumer_groups:
+            state = getattr(group.state, "value", str(group.state)).lower()
+            consumer_by_state[state] = consumer_by_state.get(state, 0) + 1
+            by_protocol[CONSUMER] += 1
         since_last: dict[str, float] = {}
         for group_id, history in self.history.items():
             # Only groups with their own series: the same cap bounds this gauge.
@@ -324,6 +438,8 @@ class BrokerMetrics:
             "offset_expirations": self.offset_expirations,
             "offset_deletions": self.offset_deletions,
             "completed_rebalances": self.completed_rebalances,
+            "consumer_rebalances": self.consumer_rebalances,
+            "consumer_groups_by_state": consumer_by_state,
             "rebalances_by_cause": dict(self.rebalances_by_cause),
             "members_removed": dict(self.members_removed),
             "group_version": self.group_version,
@@ -340,6 +456,7 @@ class BrokerMetrics:
 _KAFKA = "kafka_server_group_coordinator_metrics_"
 _GMM = "kafka_coordinator_group_groupmetadatamanager_"
 _STATES = ("PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Empty")
+_CONSUMER_STATES = ("empty", "assigning", "reconciling", "stable", "dead")
 
 
 def _histogram(family: Any, labels: list[str], histogram: Histogram) -> None:
@@ -358,7 +475,7 @@ def families(snap: dict[str, Any]) -> Iterator[Any]:
     total_groups = sum(by_state.values())
     family = GaugeMetricFamily(_KAFKA + "group_count", "Groups by protocol (Kafka group-count).",
                                labels=["protocol"])
-    for protocol in sorted(set(snap["groups_by_protocol"]) | {"classic"}):
+    for protocol in sorted(set(snap["groups_by_protocol"]) | {CLASSIC, CONSUMER}):
         family.add_metric([protocol], snap["groups_by_protocol"].get(protocol, 0))
     yield family
     family = GaugeMetricFamily(_KAFKA + "classic_group_count",
@@ -367,7 +484,14 @@ def families(snap: dict[str, Any]) -> Iterator[Any]:
     for state in _STATES:
         family.add_metric([state], by_state.get(state, 0))
     yield family
-    yield GaugeMetricFamily(_GMM + "numgroups", "Groups (Kafka NumGroups).", value=total_groups)
+    family = GaugeMetricFamily(_KAFKA + "consumer_group_count",
+                               "Consumer groups by state (Kafka consumer-group-count).",
+                               labels=["state"])
+    for state in _CONSUMER_STATES:
+        family.add_metric([state], snap["consumer_groups_by_state"].get(state, 0))
+    yield family
+    yield GaugeMetricFamily(_GMM + "numgroups", "Classic groups (Kafka NumGroups).",
+                            value=total_groups)
     for state in _STATES:
         yield GaugeMetricFamily(_GMM + "numgroups" + state.lower(),
                                 f"Groups in {state} (Kafka NumGroups{state}).",
@@ -375,8 +499,13 @@ def families(snap: dict[str, Any]) -> Iterator[Any]:
     yield GaugeMetricFamily(_GMM + "numoffsets", "Committed offsets held (Kafka NumOffsets).",
                             value=snap["num_offsets"])
     yield CounterMetricFamily(_KAFKA + "group_completed_rebalance",
-                              "Rebalances completed (Kafka group-completed-rebalance-total).",
+                              "Classic group rebalances completed "
+                              "(Kafka group-completed-rebalance-total).",
                               value=snap["completed_rebalances"])
+    yield CounterMetricFamily(_KAFKA + "consumer_group_rebalance",
+                              "Consumer group rebalances: new target assignments "
+                              "(Kafka consumer-group-rebalance-total).",
+                              value=snap["consumer_rebalances"])
     yield CounterMetricFamily(_KAFKA + "offset_commit",
                               "Offsets committed (Kafka offset-commit-total).",
                               value=snap["offset_commits"])
@@ -387,15 +516,18 @@ def families(snap: dict[str, Any]) -> Iterator[Any]:
                               "Offsets deleted (Kafka offset-deletion-total).",
                               value=snap["offset_deletions"])
 
-    counter = CounterMetricFamily("rebalanced_rebalances", "Rebalances started, by cause.",
-                                  labels=["cause"])
-    for cause, count in sorted(snap["rebalances_by_cause"].items()):
-        counter.add_metric([cause], count)
+    counter = CounterMetricFamily(
+        "rebalanced_rebalances",
+        "Rebalances started (classic) or new target assignments (consumer), by group type "
+        "and cause.", labels=["protocol", "cause"])
+    for (protocol, cause), count in sorted(snap["rebalances_by_cause"].items()):
+        counter.add_metric([protocol, cause], count)
     yield counter
-    counter = CounterMetricFamily("rebalanced_members_removed", "Members removed, by cause.",
-                                  labels=["cause"])
-    for cause, count in sorted(snap["members_removed"].items()):
-        counter.add_metric([cause], count)
+    counter = CounterMetricFamily("rebalanced_members_removed",
+                                  "Members removed, by group type and cause.",
+                                  labels=["protocol", "cause"])
+    for (protocol, cause), count in sorted(snap["members_removed"].items()):
+        counter.add_metric([protocol, cause], count)
     yield counter
     gauge = GaugeMetricFamily("rebalanced_seconds_since_last_rebalance",
                               "Seconds since each group last completed a rebalance.",
@@ -443,8 +575,10 @@ def rebalance_families(snap: dict[str, Any]) -> Iterator[Any]:
 
     histogram = HistogramMetricFamily(
         "rebalanced_rebalance_duration_seconds",
-        "Rebalance duration per group and phase: join (start to JoinGroup answers), sync "
-        "(to the leader's assignment) and total (the time the group could not consume).",
+        "Rebalance duration per group and phase. Classic groups: join (start to JoinGroup "
+        "answers), sync (to the leader's assignment) and total (the time the group could not "
+        "consume). Consumer groups: total (a new target assignment until every member "
+        "reconciled to it).",
         labels=["group", "phase"])
     for group_id, phases in sorted(snap["rebalance_seconds"].items()):
         for phase, values in phases.items():

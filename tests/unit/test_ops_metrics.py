@@ -42,7 +42,7 @@ def test_phases_history_and_the_group_cap() -> None:
     assert metrics.rebalance_seconds[om.OTHER_GROUPS]["total"].count == 2
     a = metrics.rebalance_seconds["a"]
     assert (a["join"].total, a["sync"].total, a["total"].total) == (0.3, 0.1, 0.4)
-    assert metrics.rebalances_by_cause == {"leave": 4}
+    assert metrics.rebalances_by_cause == {("classic", "leave"): 4}
     assert metrics.completed_rebalances == 4
     [last] = metrics.history["d"].rebalances
     assert (last.cause, last.join_ms, last.total_ms, last.outcome) == ("leave", 300, 400,
@@ -51,7 +51,7 @@ def test_phases_history_and_the_group_cap() -> None:
     metrics.on_event(ev.MemberRemoved(ts_ms=5000, group_id="a", generation_id=1, member_id="m",
                                       group_instance_id=None, client_id="app", client_host="/h",
                                       cause=ev.RemovalCause.SESSION_EXPIRY))
-    assert metrics.members_removed == {"session_expiry": 1}
+    assert metrics.members_removed == {("classic", "session_expiry"): 1}
 
     snap = metrics.snapshot([], num_offsets=7, connections=3, now_ms=10_400)
     values = {(s.name, tuple(sorted(s.labels.items()))): s.value
