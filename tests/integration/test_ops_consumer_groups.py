@@ -11,6 +11,7 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.broker_process import BrokerProcess, free_port
+from tests.integration.group_workers import group_events
 from tests.integration.test_consumer_groups import CONSUMER_GROUP_SETTINGS
 from tests.integration.test_ops_endpoint import _Page, get, samples
 
@@ -31,7 +32,8 @@ def wait_for(condition: object, members: list[Consumer], what: str, seconds: flo
 
 
 @pytest.fixture(scope="module")
-def handed_over(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def handed_over(tmp_path_factory: pytest.TempPathFactory
+                ) -> Iterator[tuple[BrokerProcess, str]]:
     metrics_port = free_port()
     broker = BrokerProcess(tmp_path_factory.mktemp("ops-consumer") / "data",
                            **CONSUMER_GROUP_SETTINGS,
@@ -54,15 +56,16 @@ def handed_over(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         wait_for(lambda: len(survivor[0].assignment()) == 4, survivor,
                  "the survivor to own every partition")
         members = survivor
-        yield f"http://127.0.0.1:{metrics_port}"
+        yield broker, f"http://127.0.0.1:{metrics_port}"
     finally:
         for member in members:
             member.close()
         broker.stop()
 
 
-def test_metrics_count_the_consumer_group_and_its_rebalances(handed_over: str) -> None:
-    values = samples(get(handed_over + "/metrics")[2])
+def test_metrics_count_the_consumer_group_and_its_rebalances(
+        handed_over: tuple[BrokerProcess, str]) -> None:
+    values = samples(get(handed_over[1] + "/metrics")[2])
     k = "kafka_server_group_coordinator_metrics_"
     assert values[(k + "group_count", (("protocol", "consumer"),))] == 1
     assert values[(k + "group_count", (("protocol", "classic"),))] == 0
@@ -80,8 +83,9 @@ def test_metrics_count_the_consumer_group_and_its_rebalances(handed_over: str) -
                and ("api", "ConsumerGroupHeartbeat") in labels) >= 3
 
 
-def test_the_page_shows_the_consumer_group_and_why_it_last_rebalanced(handed_over: str) -> None:
-    status, _, body = get(handed_over + "/")
+def test_the_page_shows_the_consumer_group_and_why_it_last_rebalanced(
+        handed_over: tuple[BrokerProcess, str]) -> None:
+    status, _, body = get(handed_over[1] + "/")
     assert status == 200
     page = _Page()
     page.feed(body)
@@ -93,3 +97,17 @@ def test_the_page_shows_the_consumer_group_and_why_it_last_rebalanced(handed_ove
     assert "leave" in text  # the cause of the last rebalance
     assert any("member removed (leave)" in t for t in text)  # and the reason
     assert any(t.startswith("picker-0 on ") for t in text)  # the member that left, and host
+
+
+def test_the_journal_names_the_group_type_of_shared_events(
+        handed_over: tuple[BrokerProcess, str]) -> None:
+    broker, _ = handed_over
+    deadline = time.monotonic() + 30
+    removed: list[dict[str, object]] = []
+    while not removed and time.monotonic() < deadline:
+        removed = group_events(broker, GROUP, "member_removed")
+        if not removed:
+            time.sleep(0.1)  # the journal is flushed every 100 ms
+    assert [(e["group_type"], e["cause"]) for e in removed] == [("consumer", "leave")]
+    added = group_events(broker, GROUP, "member_added")
+    assert len(added) == 2 and all(e["group_type"] == "consumer" for e in added)
