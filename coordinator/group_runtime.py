@@ -549,6 +549,8 @@ class GroupRuntime:
                 ctx.respond(pending.module.to_response(reply.outcome, ctx.version))
 
     def _emit(self, result: Result) -> None:
+        if not result.events:
+            return
         consumer_groups = self.manager.consumer.groups
         for event in result.events:
             payload = event.as_dict()
