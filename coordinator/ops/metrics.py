@@ -21,6 +21,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import compress
 from typing import Any
 
@@ -468,10 +469,15 @@ def _histogram(family: Any, labels: list[str], histogram: Histogram) -> None:
 
 def families(snap: dict[str, Any]) -> Iterator[Any]:
     """prometheus-client metric families from a snapshot (runs off the event loop)."""
+    yield from state_families(snap)
+    yield from activity_families(snap)
+
+
+def state_families(snap: dict[str, Any]) -> Iterator[Any]:
+    """The families that change only with the groups and the commits."""
     from prometheus_client.core import (
         CounterMetricFamily,
         GaugeMetricFamily,
-        HistogramMetricFamily,
     )
 
     by_state: dict[str, int] = snap["groups_by_state"]
@@ -532,6 +538,22 @@ def families(snap: dict[str, Any]) -> Iterator[Any]:
     for (protocol, cause), count in sorted(snap["members_removed"].items()):
         counter.add_metric([protocol, cause], count)
     yield counter
+
+
+# What `state_families` reads: while these are unchanged its text is reused.
+_STATE_KEYS = ("groups_by_state", "groups_by_protocol", "consumer_groups_by_state",
+               "num_offsets", "completed_rebalances", "consumer_rebalances", "offset_commits",
+               "offset_expirations", "offset_deletions", "rebalances_by_cause", "members_removed")
+
+
+def activity_families(snap: dict[str, Any]) -> Iterator[Any]:
+    """The families that move with the traffic and the clock."""
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+    )
+
     gauge = GaugeMetricFamily("rebalanced_seconds_since_last_rebalance",
                               "Seconds since each group last completed a rebalance.",
                               labels=["group"])
@@ -541,26 +563,18 @@ def families(snap: dict[str, Any]) -> Iterator[Any]:
 
     requests = CounterMetricFamily("rebalanced_requests", "Requests answered, by API and version.",
                                    labels=["api", "version"])
-    latency = HistogramMetricFamily(
-        "rebalanced_request_latency_seconds",
-        "From a request's arrival to its answer (parked JoinGroup/Fetch included); "
-        + _SAMPLING_HELP,
-        labels=["api", "version"])
     commit = HistogramMetricFamily(
         "rebalanced_offset_commit_latency_seconds",
         "OffsetCommit from arrival to the durable answer, all versions.")
     merged = Histogram(LATENCY_BOUNDS)
     for (api_key, version), count in sorted(snap["request_counts"].items()):
         requests.add_metric([API_NAMES.get(api_key, str(api_key)), str(version)], count)
-    for (api_key, version), values in sorted(snap["requests"].items()):
-        labels = [API_NAMES.get(api_key, str(api_key)), str(version)]
-        _histogram(latency, labels, values)
+    for (api_key, _), values in sorted(snap["requests"].items()):
         if api_key == 8:
             merged.count += values.count
             merged.total += values.total
             merged.buckets = [a + b for a, b in zip(merged.buckets, values.buckets, strict=True)]
     yield requests
-    yield latency
     commit.add_metric([], merged.cumulative(), merged.total)
     yield commit
     wakeup = HistogramMetricFamily(
@@ -601,9 +615,44 @@ def _format(collect: Callable[[], Iterator[Any]]) -> bytes:
     return bytes(generate_latest(registry))
 
 
+def _latency_family(series: list[tuple[list[str], Histogram]]) -> Iterator[Any]:
+    from prometheus_client.core import HistogramMetricFamily
+
+    family = HistogramMetricFamily(
+        "rebalanced_request_latency_seconds",
+        "From a request's arrival to its answer (parked JoinGroup/Fetch included); "
+        + _SAMPLING_HELP,
+        labels=["api", "version"])
+    for labels, histogram in series:
+        _histogram(family, labels, histogram)
+    yield family
+
+
+def _request_latency(snap: dict[str, Any], cache: dict[str, Any] | None) -> bytes:
+    """The request latency histograms: most of the samples of a scrape, and between two
+    scrapes usually only the few busy APIs' change. Each (API, version) is formatted on its own
+    and its lines kept until its count moves."""
+    if cache is None:
+        cache = {}
+    header = cache.get("latency_header")
+    if header is None:
+        header = cache["latency_header"] = _format(lambda: _latency_family([]))
+    by_key: dict[tuple[int, int], tuple[int, bytes]] = cache.setdefault("latency", {})
+    parts = [header]
+    for key, histogram in sorted(snap["requests"].items()):
+        kept = by_key.get(key)
+        if kept is None or kept[0] != histogram.count:
+            series = [([API_NAMES.get(key[0], str(key[0])), str(key[1])], histogram)]
+            text = _format(partial(_latency_family, series))
+            kept = by_key[key] = (histogram.count, text[len(header):])
+        parts.append(kept[1])
+    return b"".join(parts)
+
+
 def exposition(snap: dict[str, Any], cache: dict[str, Any] | None = None) -> bytes:
     """The text format. With a `cache` (one per endpoint), the per-group rebalance histograms
-    are formatted again only after a group event: formatting is most of a scrape's cost."""
+    are formatted again only after a group event, and each request latency histogram only
+    after it changed: formatting is most of a scrape's cost."""
     version = snap["group_version"]
     if cache is not None and cache.get("version") == version:
         groups = cache["text"]
@@ -611,4 +660,12 @@ def exposition(snap: dict[str, Any], cache: dict[str, Any] | None = None) -> byt
         groups = _format(lambda: rebalance_families(snap))
         if cache is not None:
             cache.update(version=version, text=groups)
-    return _format(lambda: families(snap)) + groups
+    state_key = repr([snap[key] for key in _STATE_KEYS])
+    if cache is not None and cache.get("state_key") == state_key:
+        state = cache["state"]
+    else:
+        state = _format(lambda: state_families(snap))
+        if cache is not None:
+            cache.update(state_key=state_key, state=state)
+    return (state + _format(lambda: activity_families(snap)) + _request_latency(snap, cache)
+            + groups)

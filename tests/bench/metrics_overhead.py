@@ -5,8 +5,9 @@
 Each round runs the two subjects side by side at the same time (two brokers, two load
 generators in two threads), so that a shared machine's load falls on both alike; `--sequential`
 alternates them instead (off, on, on, off, ...). Reported: the median broker CPU per heartbeat /
-commit of each, and the median of the per-round ratios. "On" is `metrics.listener` set and
-/metrics plus the group page scraped every second during the load (see `ops_scrape.py`).
+commit of each, and the median of the per-round ratios. "On" is `metrics.listener` set,
+/metrics scraped every second and the group page fetched every 5 s (its own refresh) during the
+load (see `ops_scrape.py`).
 
 The subject started second in a round measures a few per cent more CPU per operation than the
 first, whichever it is (the two load generators share one interpreter), so the start order
