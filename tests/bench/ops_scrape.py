@@ -66,3 +66,49 @@ def overhead(results: dict[str, Any]) -> dict[str, Any]:
             out[scenario] = {"off_us": off, "on_us": on, "overhead_pct": (on / off - 1) * 100,
                              "scrapes": by_subject[SUBJECT].get("scrapes")}
     return out
+
+
+def scrape_cost(groups: int = 10, members: int = 10, scrapes: int = 40) -> dict[str, float]:
+    """Broker CPU per /metrics scrape and per page render, `groups` of `members` idle members."""
+    import asyncio
+    import tempfile
+    from pathlib import Path
+
+    from tests.bench import coordinator_bench as cb
+    from tests.bench.brokers import Rebalanced, free_port
+    from tests.bench.members import close_all
+
+    async def measure() -> dict[str, float]:
+        port = free_port()
+        broker = Rebalanced(Path(tempfile.mkdtemp(prefix="rebalanced-bench-")),
+                            {"metrics.listener": f"127.0.0.1:{port}"}).start()
+        try:
+            names = [f"scraped-{i // members}" for i in range(groups * members)]
+            conns, group_members = await cb._members(broker, len(names), names,
+                                                     session_ms=120_000, rebalance_ms=30_000)
+            await cb._form_groups(group_members, timeout=60)
+            stats = broker.stats()
+            out: dict[str, float] = {}
+            for path in ("/metrics", "/"):
+                def fetch(path: str = path) -> None:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}",
+                                                timeout=10) as response:
+                        response.read()
+
+                await asyncio.to_thread(fetch)  # warm
+                cpu = stats.cpu_seconds()
+                for _ in range(scrapes):
+                    await asyncio.to_thread(fetch)
+                out[path] = (stats.cpu_seconds() - cpu) / scrapes * 1000
+            await close_all(conns)
+            return out
+        finally:
+            broker.cleanup()
+
+    return asyncio.run(measure())
+
+
+if __name__ == "__main__":
+    # python -m tests.bench.ops_scrape: broker CPU per scrape of /metrics and of the page
+    for path, ms in scrape_cost().items():
+        print(f"{path}: {ms:.2f} ms of broker CPU per request (10 groups x 10 members)")
