@@ -5,8 +5,8 @@ one request in `SAMPLE_EVERY[api]` of the hot APIs (every request of the rare on
 timed: two clock reads and a bisect into pre-computed bounds. Group events (rare) update
 per-group histograms and the rebalance history the group page shows. Nothing here formats or
 allocates metric objects until Prometheus scrapes: `snapshot()` copies the counters on the event
-loop (cheap, bounded), and `families()` turns a snapshot into prometheus-client metric families
-off the loop.
+loop (cheap, bounded), and `exposition()` turns a snapshot into prometheus-client metric
+families and their text off the loop.
 
 Label cardinality is bounded: per-group series (rebalance durations, time since the last
 rebalance) exist for the first `metrics.max.groups` groups seen; later groups are counted under
@@ -465,12 +465,6 @@ _CONSUMER_STATES = ("empty", "assigning", "reconciling", "stable", "dead")
 
 def _histogram(family: Any, labels: list[str], histogram: Histogram) -> None:
     family.add_metric(labels, histogram.cumulative(), histogram.total)
-
-
-def families(snap: dict[str, Any]) -> Iterator[Any]:
-    """prometheus-client metric families from a snapshot (runs off the event loop)."""
-    yield from state_families(snap)
-    yield from activity_families(snap)
 
 
 def state_families(snap: dict[str, Any]) -> Iterator[Any]:

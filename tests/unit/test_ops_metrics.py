@@ -166,3 +166,38 @@ def test_every_request_is_counted_and_hot_ones_are_sampled() -> None:
     snap = metrics.snapshot([], num_offsets=0, connections=0, now_ms=0)
     assert snap["request_counts"] == {(12, 4): 128, (8, 9): 16, (11, 5): 3}
     assert snap["requests"][(12, 4)].count == 0  # created when timed, answered later
+
+
+def test_the_cached_exposition_equals_a_fresh_one() -> None:
+    from protocol.codec import RequestHeader
+
+    class Connection:
+        closed = False
+
+        def complete(self, slot: object, data: bytes | None) -> None:
+            pass
+
+    metrics = om.BrokerMetrics()
+    cache: dict[str, object] = {}
+
+    def serve(api_key: int, version: int, count: int) -> None:
+        for i in range(count):
+            metrics.context(Connection(), object(),
+                            RequestHeader(api_key, version, i, "c")).respond_raw(b"")
+
+    def scrape(now_ms: int) -> tuple[bytes, bytes]:
+        snap = metrics.snapshot([], num_offsets=3, connections=2, now_ms=now_ms)
+        return om.exposition(snap, cache), om.exposition(snap)
+
+    serve(11, 5, 2)
+    serve(12, 4, 64)
+    rebalance(metrics, "a", 0, "removing member m on LeaveGroup")
+    for step in range(3):
+        cached, fresh = scrape(1000 * step)
+        assert cached == fresh
+        serve(12, 4, 64)  # only the heartbeat histogram moves between these scrapes
+    metrics.offset_commits += 5
+    rebalance(metrics, "b", 5000, "adding new member m")
+    cached, fresh = scrape(9000)
+    assert cached == fresh
+    assert b'offset_commit_total 5.0' in cached and b'group="b"' in cached
