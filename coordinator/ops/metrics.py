@@ -161,7 +161,8 @@ class Rebalance:
     previous_state: str
     join_ms: int | None = None
     total_ms: int | None = None
-    outcome: str = "in progress"  # stabilized | emptied | in progress | dead | superseded
+    # stabilized | emptied | in progress | dead | superseded | converted
+    outcome: str = "in progress"
     members: int | None = None
     group_type: str = CLASSIC
 
@@ -292,6 +293,13 @@ class BrokerMetrics:
 
     def on_event(self, event: Any) -> None:
         self.group_version += 1
+        if isinstance(event, ev.GroupConverted):
+            # The group goes on as the other type: a rebalance of the old one ends here.
+            current = self._open_rebalance(event.group_id)
+            if current is not None:
+                current.outcome = "converted"
+                current.total_ms = max(event.ts_ms - current.started_ms, 0)
+            return
         if event.group_id in self.consumer_groups or isinstance(
                 event, ev.TargetAssignmentComputed | ev.MemberReconciled):
             self._on_consumer_event(event)

@@ -201,3 +201,13 @@ def test_the_cached_exposition_equals_a_fresh_one() -> None:
     cached, fresh = scrape(9000)
     assert cached == fresh
     assert b'offset_commit_total 5.0' in cached and b'group="b"' in cached
+
+
+def test_a_conversion_ends_the_open_rebalance_of_the_old_group_type() -> None:
+    metrics = om.BrokerMetrics()
+    metrics.on_event(started("g", 1000, "adding new member m"))
+    metrics.on_event(ev.GroupConverted(ts_ms=1600, group_id="g", generation_id=1,
+                                       direction="upgrade", from_type="classic",
+                                       to_type="consumer", member_count=2, reason="upgrade"))
+    [last] = metrics.history["g"].rebalances
+    assert (last.outcome, last.total_ms) == ("converted", 600)
