@@ -24,6 +24,7 @@ import structlog
 from kio.schema.errors import ErrorCode
 
 from coordinator.api.context import ClientRequest
+from coordinator.group.consumer.heartbeat import GROUP_TYPE as CONSUMER_GROUP_TYPE
 from coordinator.group.events import RebalanceStarted
 from coordinator.group.manager import GroupCoordinator
 from coordinator.group.offsets import OffsetStore
@@ -232,8 +233,15 @@ class ResultApplier:
                 ctx.respond(pending.module.to_response(reply.outcome, ctx.version))
 
     def emit(self, result: Result) -> None:
+        if not result.events:
+            return
+        consumer_groups = self.manager.consumer.groups
         for event in result.events:
-            self.journal.event(event.as_dict())
+            payload = event.as_dict()
+            if "group_type" not in payload and event.group_id in consumer_groups:
+                # The events both group types share name the consumer groups' type too.
+                payload["group_type"] = CONSUMER_GROUP_TYPE
+            self.journal.event(payload)
             if self.metrics is not None:
                 self.metrics.on_event(event)
             if isinstance(event, RebalanceStarted):
