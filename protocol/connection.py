@@ -16,7 +16,14 @@ from typing import Any, Protocol
 
 import structlog
 
-from protocol.codec import RequestHeader, decode_request, peek_header
+from protocol.codec import (
+    RequestHeader,
+    codec_needs_loading,
+    decode_request,
+    give_up_loading,
+    load_codecs,
+    peek_header,
+)
 from protocol.errors import MalformedRequest, UnsupportedApi
 from protocol.framing import FrameDecoder, FrameError
 from protocol.refusals import REFUSALS, client_id_of
@@ -24,6 +31,33 @@ from protocol.refusals import REFUSALS, client_id_of
 log = structlog.get_logger("rebalanced.connection")
 
 _connection_ids = itertools.count(1)
+
+# Codec loads running in worker threads, shared by the connections that wait for them.
+_codec_loads: dict[tuple[int, int], asyncio.Future[None]] = {}
+
+
+def _codec_loaded(api_key: int, api_version: int) -> asyncio.Future[None] | None:
+    """None once the codecs of (api_key, api_version) are ready (loaded here when no event loop
+    runs); else a future that completes when a worker thread has loaded them."""
+    key = (api_key, api_version)
+    future = _codec_loads.get(key)
+    if future is not None:
+        return future
+    try:
+        future = asyncio.get_running_loop().run_in_executor(None, load_codecs, api_key,
+                                                             api_version)
+    except RuntimeError:  # no event loop, or its executor is shut down
+        load_codecs(api_key, api_version)
+        return None
+    _codec_loads[key] = future
+
+    def finished(done: asyncio.Future[None]) -> None:
+        del _codec_loads[key]
+        if done.cancelled() or done.exception() is not None:
+            give_up_loading(api_key, api_version)  # decoded on the loop, as before
+
+    future.add_done_callback(finished)
+    return future
 
 
 class ResponseSlot:
@@ -93,9 +127,9 @@ class Connection(asyncio.Protocol):
 
     __slots__ = (
         "_backlog", "_backlog_bytes", "_budget", "_decoder", "_drained", "_handler", "_held",
-        "_max_in_flight", "_out", "_processing", "_queue", "_reading_paused", "_transport",
-        "_write_scheduled", "_writing_paused", "active", "client_host", "closed", "closing", "id",
-        "last_active",
+        "_loading_codec", "_max_in_flight", "_out", "_processing", "_queue", "_reading_paused",
+        "_transport", "_write_scheduled", "_writing_paused", "active", "client_host", "closed",
+        "closing", "id", "last_active",
     )
 
     def __init__(self, handler: RequestHandler, *, max_frame_bytes: int,
@@ -109,6 +143,8 @@ class Connection(asyncio.Protocol):
         self._backlog: list[bytes] = []
         self._backlog_bytes = 0
         self._processing = False
+        # Waiting for a worker thread to load the codec of the frame at the backlog's head.
+        self._loading_codec = False
         self._out: list[bytes] = []
         self._write_scheduled = False
         self._max_in_flight = max_in_flight
@@ -167,8 +203,10 @@ class Connection(asyncio.Protocol):
         self._process_backlog()
 
     def _process_backlog(self) -> None:
-        if self._processing:
-            return  # a handler answered synchronously; the outer loop carries on
+        if self._processing or self._loading_codec:
+            # A handler answered synchronously (the outer loop carries on), or the next frame
+            # waits for its codec.
+            return
         self._processing = True
         backlog = self._backlog
         handled = 0
@@ -177,9 +215,10 @@ class Connection(asyncio.Protocol):
             while (handled < len(backlog) and not self.closed and not self.closing
                    and len(self._queue) < self._max_in_flight):
                 frame = backlog[handled]
+                if not self._receive(frame):
+                    break
                 handled += 1
                 handled_bytes += len(frame)
-                self._receive(frame)
         finally:
             self._processing = False
             if handled and self._backlog is backlog:  # `close` drops the whole backlog
@@ -219,12 +258,21 @@ class Connection(asyncio.Protocol):
 
     # requests and responses -------------------------------------------------------------------
 
-    def _receive(self, body: bytes) -> None:
+    def _receive(self, body: bytes) -> bool:
+        """Handle one frame; False if it must wait for its codec (it stays in the backlog)."""
         try:
             api_key, api_version, correlation_id = peek_header(body)
         except MalformedRequest as exc:
             self._reject(str(exc))
-            return
+            return True
+        if codec_needs_loading(api_key, api_version):
+            # The first request of a version imports its schema: not on the event loop,
+            # where a client sending many versions once could hold every group up.
+            loading = _codec_loaded(api_key, api_version)
+            if loading is not None:
+                self._loading_codec = True
+                loading.add_done_callback(self._codec_ready)
+                return False
         try:
             header, request = decode_request(body)
         except UnsupportedApi:
@@ -234,12 +282,18 @@ class Connection(asyncio.Protocol):
                                         api_version=api_version, connection=self.id,
                                         client_host=self.client_host)
                 self.close()
-            return
+            return True
         except MalformedRequest as exc:
             self._reject(f"{exc}; frame starts {body[:48].hex()}", body, api_key, api_version)
-            return
+            return True
         slot = self._reserve(header)
         self._handler.handle(self, slot, header, request)
+        return True
+
+    def _codec_ready(self, _: asyncio.Future[None]) -> None:
+        self._loading_codec = False
+        if not self.closed and not self.closing:
+            self._process_backlog()
 
     def _reserve(self, header: RequestHeader | None) -> ResponseSlot:
         slot = ResponseSlot(header)
