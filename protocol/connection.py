@@ -10,6 +10,7 @@ full, so a fast producer cannot make the broker buffer without bound.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import itertools
 import sys
 from typing import Any, Protocol
@@ -32,8 +33,18 @@ log = structlog.get_logger("rebalanced.connection")
 
 _connection_ids = itertools.count(1)
 
-# Codec loads running in worker threads, shared by the connections that wait for them.
+# Codec loads running in their own thread, shared by the connections that wait for them. One
+# thread, started with the server (`start_codec_loader`): starting a thread waits until it
+# runs, which on a busy machine held the event loop for tens of milliseconds.
 _codec_loads: dict[tuple[int, int], asyncio.Future[None]] = {}
+_codec_loader: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def start_codec_loader() -> None:
+    global _codec_loader
+    if _codec_loader is None:
+        _codec_loader = concurrent.futures.ThreadPoolExecutor(1, "codec-load")
+        _codec_loader.submit(lambda: None).result()
 
 
 def _codec_loaded(api_key: int, api_version: int) -> asyncio.Future[None] | None:
@@ -44,9 +55,10 @@ def _codec_loaded(api_key: int, api_version: int) -> asyncio.Future[None] | None
     if future is not None:
         return future
     try:
-        future = asyncio.get_running_loop().run_in_executor(None, load_codecs, api_key,
-                                                             api_version)
-    except RuntimeError:  # no event loop, or its executor is shut down
+        start_codec_loader()
+        future = asyncio.get_running_loop().run_in_executor(_codec_loader, load_codecs,
+                                                             api_key, api_version)
+    except RuntimeError:  # no event loop
         load_codecs(api_key, api_version)
         return None
     _codec_loads[key] = future
@@ -246,6 +258,9 @@ class Connection(asyncio.Protocol):
                 self._held = 0
         if self._drained is not None:
             self._drained.set()
+        # The transport refers to this protocol: without the reference back, a closed
+        # connection is freed at once instead of waiting, as a cycle, for the collector.
+        self._transport = None
         self._handler.connection_closed(self)
 
     def pause_writing(self) -> None:
