@@ -24,8 +24,11 @@ How the group fares (a stall is anything over 100 ms):
   consumer;
 * `heartbeat_*_ms`: a member of a separate group heartbeats every 20 ms; each round trip;
 * `group_rebalances_during_fuzz`, from the broker's journal.
-The broker's RSS and open descriptors are sampled every 5 s, its CPU time over the window is
-reported. Exits non-zero if the broker died, logged a traceback, or the group rebalanced.
+The broker's RSS and open descriptors are sampled every 5 s, with the time its event-loop thread
+spent runnable but waiting for a CPU (`runqueue_wait_ms`, from /proc/PID/schedstat: on a shared
+machine, a stall that lines up with a large wait is the machine's); its CPU time over the window
+is reported, and when each stall over 100 ms happened (`*_at`, seconds into the window).
+Exits non-zero if the broker died, logged a traceback, or the group rebalanced.
 """
 
 from __future__ import annotations
@@ -416,6 +419,11 @@ def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def runqueue_wait_ms(pid: int) -> float:
+    """How long the process's main thread has waited, runnable, for a CPU (schedstat)."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e6
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -423,7 +431,8 @@ def cpu_seconds(pid: int) -> float:
 
 
 async def heartbeat_probe(port: int, ready: asyncio.Event, stop: asyncio.Event,
-                          latencies: list[float], errors: list[int]) -> None:
+                          latencies: list[float], errors: list[int],
+                          slow: list[tuple[float, float]]) -> None:
     """A member of its own group heartbeating every 20 ms: each answer's round trip."""
     from tests.bench.members import Member
     from tests.bench.wire import Connection
@@ -437,6 +446,8 @@ async def heartbeat_probe(port: int, ready: asyncio.Event, stop: asyncio.Event,
             started = time.perf_counter()
             code = await member.heartbeat(30)
             latencies.append((time.perf_counter() - started) * 1000)
+            if latencies[-1] > STALL_MS:
+                slow.append((time.monotonic(), latencies[-1]))
             if code:
                 errors.append(code)
             await asyncio.sleep(0.02)
@@ -460,6 +471,8 @@ def consumption(workers: list[Any], producer: Producer, since: float,
                       if since <= r["t"] <= until)
     times = [since] + [t for t, _ in received] + [until]
     gaps = [(b - a) * 1000 for a, b in itertools.pairwise(times)]
+    long_gaps = [{"t_s": round(a - since, 1), "ms": round((b - a) * 1000, 1)}
+                 for a, b in itertools.pairwise(times) if (b - a) * 1000 > STALL_MS]
     latencies = []
     for t, value in received:
         index = int(value)
@@ -469,6 +482,7 @@ def consumption(workers: list[Any], producer: Producer, since: float,
         "records_consumed_in_window": len(received),
         "group_longest_gap_ms": round(max(gaps), 1),
         "group_gaps_over_100ms": sum(1 for g in gaps if g > STALL_MS),
+        "group_gaps_over_100ms_at": long_gaps[:30],
         "produce_to_consume_p50_ms": round(percentile(latencies, 0.5), 1),
         "produce_to_consume_p99_ms": round(percentile(latencies, 0.99), 1),
         "produce_to_consume_max_ms": round(max(latencies, default=0.0), 1),
@@ -515,14 +529,17 @@ def run(frames: int, seconds: float, processes: int, connections: int, batch: in
             heartbeat_errors: list[int] = []
             window: list[float] = []
             broker_cpu: list[float] = []
+            slow: list[tuple[float, float]] = []
+            waits: list[float] = []
 
             async def supervise() -> None:
                 ready, stop = asyncio.Event(), asyncio.Event()
                 probe = asyncio.create_task(heartbeat_probe(broker.port, ready, stop,
-                                                            latencies, heartbeat_errors))
+                                                            latencies, heartbeat_errors, slow))
                 await asyncio.wait_for(ready.wait(), 60)
                 window.append(time.monotonic())
                 broker_cpu.append(cpu_seconds(pid))
+                waits.append(runqueue_wait_ms(pid))
                 go.set()
                 next_sample = 0.0
                 next_line = time.monotonic() + 30
@@ -532,8 +549,11 @@ def run(frames: int, seconds: float, processes: int, connections: int, batch: in
                     if broker.proc is None or broker.proc.poll() is not None:
                         raise RuntimeError("the broker died")
                     if now >= next_sample:
+                        waited = runqueue_wait_ms(pid)
                         samples.append({"t_s": round(now - window[0]), "rss_mb": rss_mb(pid),
-                                        "fds": open_fds(pid)})
+                                        "fds": open_fds(pid),
+                                        "runqueue_wait_ms": round(waited - waits[-1])})
+                        waits.append(waited)
                         next_sample = now + SAMPLE_S
                     if now >= next_line:
                         done = sum(p.value for p in progress)
@@ -588,6 +608,14 @@ def run(frames: int, seconds: float, processes: int, connections: int, batch: in
                 "heartbeat_p99_ms": round(percentile(latencies, 0.99), 1),
                 "heartbeat_max_ms": round(max(latencies, default=0.0), 1),
                 "heartbeats_over_100ms": sum(1 for v in latencies if v > STALL_MS),
+                "heartbeats_over_100ms_at": [{"t_s": round(t - window[0], 1), "ms": round(ms, 1)}
+                                             for t, ms in slow[:30]],
+                # Time the broker's event-loop thread was ready to run but waited for a CPU:
+                # a stall that lines up with a large wait is the machine's, not the broker's.
+                "broker_runqueue_wait_s": round((waits[-1] - waits[0]) / 1000, 1)
+                if waits else None,
+                "broker_runqueue_wait_max_ms_per_5s": max(
+                    (x.get("runqueue_wait_ms", 0) for x in samples if x), default=0),
                 **consumption(workers, producer, window[0], window[1]),
                 "group_rebalances_during_fuzz": len(group_events(
                     broker, GROUP, "rebalance_started")) - rebalances_before,
