@@ -90,6 +90,9 @@ def _request_codec(api_key: int, api_version: int) -> _RequestCodec:
     return codec
 
 
+# Read on every request by the connections: a dict lookup is cheaper than a call.
+LOADED_REQUEST_CODECS = _request_codecs
+
 # (api key, version) whose codecs failed to load: decoding them raises as it always did.
 _load_failed: set[tuple[int, int]] = set()
 

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import structlog
 
 from protocol.codec import (
+    LOADED_REQUEST_CODECS,
     RequestHeader,
     codec_needs_loading,
     decode_request,
@@ -280,7 +281,8 @@ class Connection(asyncio.Protocol):
         except MalformedRequest as exc:
             self._reject(str(exc))
             return True
-        if codec_needs_loading(api_key, api_version):
+        if ((api_key, api_version) not in LOADED_REQUEST_CODECS
+                and codec_needs_loading(api_key, api_version)):
             # The first request of a version imports its schema: not on the event loop,
             # where a client sending many versions once could hold every group up.
             loading = _codec_loaded(api_key, api_version)
