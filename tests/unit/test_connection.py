@@ -240,11 +240,14 @@ async def test_a_first_seen_version_loads_its_codec_off_the_event_loop(
     port = await server.start()
     waiting_reader, waiting_writer = await asyncio.open_connection("127.0.0.1", port)
     waiting_writer.write(heartbeat_frame(1, 5) + heartbeat_frame(2, 5))
+    deadline = asyncio.get_running_loop().time() + 10
+    while not loaded_in and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.01)
+    assert loaded_in and loaded_in[0] != threading.get_ident()
+    # The loop keeps answering other connections while the load is held in its thread.
     other_reader, other_writer = await asyncio.open_connection("127.0.0.1", port)
     other_writer.write(heartbeat_frame_v4(7))
-    # The loop keeps answering other connections while the load is held in its thread.
     assert await asyncio.wait_for(read_correlation_ids(other_reader, 1), 5) == [7]
-    assert loaded_in and loaded_in[0] != threading.get_ident()
     release.set()
     assert await asyncio.wait_for(read_correlation_ids(waiting_reader, 2), 5) == [1, 2]
     assert len(loaded_in) == 1
