@@ -25,6 +25,7 @@ FETCH_V = 5
 
 NONE = 0
 UNKNOWN_MEMBER_ID = 25
+COORDINATOR_LOAD_IN_PROGRESS = 14
 ILLEGAL_GENERATION = 22
 REBALANCE_IN_PROGRESS = 27
 MEMBER_ID_REQUIRED = 79
@@ -166,10 +167,18 @@ class Member:
             "group_instance_id": None, "protocol_type": "consumer",
             "protocols": [{"name": "range", "metadata": subscription([self.topic])}],
         }
-        for _ in range(4):
+        loading_retries = 100  # a just-started broker may still be reading its group log
+        attempt = 0
+        while attempt < 4:
+            attempt += 1
             sent_at = time.monotonic()
             reply = await self.conn.call(11, JOIN_V, body, timeout)
             code = reply.error_code.value
+            if code == COORDINATOR_LOAD_IN_PROGRESS and loading_retries:
+                loading_retries -= 1
+                attempt -= 1
+                await asyncio.sleep(0.05)
+                continue
             if code == MEMBER_ID_REQUIRED:
                 self.member_id = body["member_id"] = reply.member_id
                 continue
