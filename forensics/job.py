@@ -65,7 +65,9 @@ def run(spark: SparkSession, data_dir: Path, out_dir: Path, *, timelines: int = 
     generations = T.group_generations(records).cache() if records is not None else None
     moved = T.partitions_moved(generations) if generations is not None else None
     if has_journal:
-        rebalances = T.rebalances_from_journal(control)
+        rebalances = T.with_consumer_groups(T.rebalances_from_journal(control), control)
+        consumer_moved = T.consumer_partitions_moved(control)
+        moved = consumer_moved if moved is None else moved.unionByName(consumer_moved)
         sessions = T.member_sessions(control)
         states = T.group_states(control, data_end)
     elif generations is not None:

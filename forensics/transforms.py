@@ -142,6 +142,100 @@ def rebalances_from_journal(events: DataFrame) -> DataFrame:
             .withColumn("source", F.lit("journal")))
 
 
+TARGET = "target_assignment_computed"
+RECONCILED = "member_reconciled"
+_CONSUMER_CAUSE = {"leave": "member_leave"}  # else the removal cause itself
+
+
+def rebalances_from_consumer_groups(events: DataFrame) -> DataFrame:
+    """Consumer groups (KIP-848, docs/events.md §4) have no group-wide barrier: one row per
+    new group epoch, from its `target_assignment_computed` to the last `member_reconciled`
+    with `member_state` `stable` at that epoch before the next epoch's target (null while no
+    member has reconciled: `open`). The membership change is the member events since the
+    previous target; the cause is that change (`member_join`, `member_leave`, or the removal
+    cause), else `assignment_change` (a subscription or topic metadata change). Join and
+    sync phases do not exist here and stay null; `partitions_moved` is the event's own."""
+    consumer = events.filter(F.col("group_id").isNotNull() & F.col("event_type").isin(
+        TARGET, RECONCILED, "member_added", "member_removed"))
+    w = _in_order("group_id")
+    targets_so_far = F.sum((F.col("event_type") == TARGET).cast("int")).over(
+        w.rowsBetween(Window.unboundedPreceding, 0))
+    # A membership change leads to the next target: count it with that one.
+    is_change = F.col("event_type").isin("member_added", "member_removed")
+    marked = consumer.withColumn("rb", targets_so_far).withColumn(
+        "rb", F.when(is_change, F.col("rb") + 1)
+        .otherwise(F.col("rb")))
+    grouped = marked.groupBy("group_id", "rb").agg(
+        F.max(F.when(F.col("event_type") == TARGET, F.struct(
+            "ts", "generation", "reason", "member_id", "num_members", "assignor",
+            "moved_partitions"))).alias("target"),
+        F.collect_list(F.when(F.col("event_type") == RECONCILED, F.struct(
+            "ts", "generation", "member_state"))).alias("steps"),
+        F.collect_list(F.when(F.col("event_type") == "member_added",
+                              _member_struct(F.lit(None).cast("string")))).alias("added"),
+        F.collect_list(F.when(F.col("event_type") == "member_removed",
+                              _member_struct(F.col("cause")))).alias("removed"),
+    ).filter(F.col("target").isNotNull())
+    epoch = F.col("target.generation")
+    start_ts = F.col("target.ts")
+    stable = F.filter("steps", lambda s: (s["member_state"] == "stable")
+                      & (s["generation"] == epoch) & (s["ts"] >= start_ts))
+    end_ts = F.array_max(F.transform(stable, lambda s: s["ts"]))
+    culprit = F.col("target.member_id")
+    culprit_event = _first(F.filter(F.concat("added", "removed"),
+                                    lambda m: m["member_id"] == culprit))
+    removal = _first(F.col("removed")).getField("cause")
+    cause = (F.when(F.size("added") > 0, F.lit("member_join"))
+             .when(F.size("removed") > 0, F.coalesce(
+                 F.create_map(*[F.lit(x) for kv in _CONSUMER_CAUSE.items() for x in kv])
+                 [removal], removal))
+             .otherwise(F.lit("assignment_change")))
+    by_start = Window.partitionBy("group_id").orderBy("start_ts")
+    out = grouped.select(
+        "group_id",
+        epoch.alias("generation_to"),
+        start_ts.alias("start_ts"),
+        end_ts.alias("end_ts"),
+        F.lit(None).cast("long").alias("join_ms"),
+        F.lit(None).cast("long").alias("sync_ms"),
+        (end_ts - start_ts).alias("duration_ms"),
+        F.when(end_ts.isNotNull(), F.lit("stabilized")).otherwise(F.lit("open"))
+        .alias("outcome"),
+        cause.alias("cause"),
+        F.col("target.reason").alias("reason"),
+        culprit.alias("culprit_member_id"),
+        culprit_event.getField("group_instance_id").alias("culprit_instance_id"),
+        culprit_event.getField("client_id").alias("culprit_client_id"),
+        culprit_event.getField("client_host").alias("culprit_client_host"),
+        F.lit(None).cast("string").alias("from_state"),
+        F.col("target.num_members").alias("members_after"),
+        F.col("target.assignor").alias("protocol"),
+        F.lit(None).cast("long").alias("restarts"),
+        F.transform("added", lambda m: m["client_id"]).alias("members_joined"),
+        F.transform("removed", lambda m: F.concat_ws(":", m["client_id"], m["cause"]))
+        .alias("members_removed"),
+        F.col("target.moved_partitions").cast("long").alias("partitions_moved"),
+    )
+    return (out
+            .withColumn("generation_from", F.lag("generation_to").over(by_start))
+            .withColumn("members_before", F.lag("members_after").over(by_start))
+            .withColumn("inferred", F.lit(False))
+            .withColumn("source", F.lit("journal")))
+
+
+def with_consumer_groups(rebalances: DataFrame, events: DataFrame) -> DataFrame:
+    """The classic groups' rebalances and the consumer groups' epochs in one table."""
+    consumer = rebalances_from_consumer_groups(events)
+    return rebalances.unionByName(consumer.drop("partitions_moved"))
+
+
+def consumer_partitions_moved(events: DataFrame) -> DataFrame:
+    """(group_id, generation, partitions_moved) of consumer groups, from their journal."""
+    return events.filter(F.col("event_type") == TARGET).select(
+        "group_id", "generation", F.col("moved_partitions").cast("long")
+        .alias("partitions_moved"))
+
+
 def member_sessions(events: DataFrame) -> DataFrame:
     """One row per member: when it joined (or was put in place by a static restart), when it
     left and why. Members present before the journal starts have a null `joined_ts`."""
@@ -386,6 +480,8 @@ def rebalances_from_group_log(generations: DataFrame) -> DataFrame:
 
 
 def with_partitions_moved(rebalances: DataFrame, moved: DataFrame | None) -> DataFrame:
+    """`moved` (group_id, generation, partitions_moved): from the group log's assignments,
+    and for consumer groups from their `target_assignment_computed` events."""
     if moved is None:
         return rebalances.withColumn("partitions_moved", F.lit(None).cast("long"))
     return rebalances.join(
