@@ -92,8 +92,11 @@ class GroupCoordinator:
         self.config = config
         self._new_member_id = new_member_id
         # The consumer (KIP-848) groups; a group id names a group of one type only.
-        self.consumer = ConsumerGroupCoordinator(consumer_config or ConsumerGroupConfig(),
-                                                 new_member_id)
+        # One disconnect grace for both group types: this coordinator's setting.
+        self.consumer = ConsumerGroupCoordinator(
+            dataclasses.replace(consumer_config or ConsumerGroupConfig(),
+                                disconnect_grace_ms=config.group_member_disconnect_grace_ms),
+            new_member_id)
         self._groups: dict[str, ClassicGroup] = {}
         self._durable: dict[str, GroupMetadataValue] = {}
         # connection id -> groups where a request of that connection may be parked: the group
@@ -294,6 +297,10 @@ class GroupCoordinator:
                                                 member_id)
         result.merge(self.consumer.forget(group_id))
         self._groups[group_id] = classic
+        for member in classic.members.values():
+            if member.connection_id is not None:
+                self._members_by_connection.setdefault(member.connection_id, set()).add(
+                    (group_id, member.member_id))
         env.result.writes.append(migration.ConversionWrite(
             group_id=group_id, direction="downgrade", replaced=None))
         return result.merge(env.result)
@@ -509,10 +516,12 @@ class GroupCoordinator:
             group = self._groups.get(group_id)
             if group is not None:
                 group.forget_connection(connection_id)
+        consumer = self.consumer.connection_closed(connection_id, now_ms)
         members = self._members_by_connection.pop(connection_id, None)
         if not members:
-            return Result()
+            return consumer
         env = self._env(now_ms)
+        env.result.merge(consumer)
         for group_id, member_id in sorted(members):
             group = self._groups.get(group_id)
             member = group.members.get(member_id) if group is not None else None
@@ -543,8 +552,12 @@ class GroupCoordinator:
         standalone consumer using Kafka only for offsets).
         """
         if self.consumer.group(group_id) is not None:
-            return self.consumer.validate_offset_commit(
-                group_id, member_id, generation_id, api_version), Result()
+            error = self.consumer.validate_offset_commit(
+                group_id, member_id, generation_id, api_version)
+            if error is None and connection_id is not None and member_id:
+                return None, self.consumer.note_request(group_id, member_id, connection_id,
+                                                        now_ms)
+            return error, Result()
         env = self._env(now_ms)
         error = self._validate_offset_commit(
             env, group_id, member_id, generation_id, group_instance_id

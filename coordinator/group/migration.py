@@ -47,6 +47,7 @@ from coordinator.group.consumer.embedded_protocol import (
 from coordinator.group.consumer.group import ConsumerGroup, TopicImage
 from coordinator.group.consumer.heartbeat import (
     current_assignment_record,
+    disconnect_key,
     epoch_record,
     member_metadata_record,
     rebalance_key,
@@ -158,6 +159,13 @@ def classic_to_consumer(env: rb.Env, classic: ClassicGroup, image: TopicImage, m
         timeout = converted.classic.session_timeout_ms if converted.classic else 0
         group.session_deadlines[converted.member_id] = env.now_ms + timeout
         env.result.schedule(session_key(group_id, converted.member_id), env.now_ms + timeout)
+    for m in classic.members.values():
+        # Disconnect-fast failover carries over: the connection, and a grace already running.
+        if m.connection_id is not None:
+            group.connections[m.member_id] = m.connection_id
+        if m.disconnect_deadline_ms is not None:
+            group.disconnect_deadlines[m.member_id] = m.disconnect_deadline_ms
+            env.result.schedule(disconnect_key(group_id, m.member_id), m.disconnect_deadline_ms)
     env.result.events.append(ev.GroupConverted(
         ts_ms=env.now_ms, group_id=group_id, generation_id=epoch, direction="upgrade",
         from_type=CLASSIC_GROUP_TYPE, to_type=CONSUMER_GROUP_TYPE, member_count=len(members),
@@ -200,7 +208,7 @@ def consumer_to_classic(env: rb.Env, group: ConsumerGroup, image: TopicImage,
     result.records.append(ConsumerGroupRecord(key=epoch_record(group_id, 0).key, value=None))
     for mid in group.members:
         for key in (session_key(group_id, mid), rebalance_key(group_id, mid),
-                    classic_key(group_id, mid)):
+                    classic_key(group_id, mid), disconnect_key(group_id, mid)):
             result.cancel(key)
 
     classic = ClassicGroup(group_id=group_id, state=GroupState.STABLE,
@@ -227,6 +235,12 @@ def consumer_to_classic(env: rb.Env, group: ConsumerGroup, image: TopicImage,
             owned.setdefault(t, p)
         member.assignment = assignment_bytes(group, cm, image, owned)
         rb.schedule_heartbeat(env, classic, member)
+        # Disconnect-fast failover carries over (the coordinator indexes the connections).
+        member.connection_id = group.connections.get(member.member_id)
+        deadline = group.disconnect_deadlines.get(member.member_id)
+        if deadline is not None:
+            member.disconnect_deadline_ms = deadline
+            env.result.schedule(rb.disconnect_key(group_id, member.member_id), deadline)
     rb.store_group(env, classic)
     env.result.events.append(ev.GroupConverted(
         ts_ms=env.now_ms, group_id=group_id, generation_id=generation_id,

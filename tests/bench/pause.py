@@ -13,6 +13,10 @@ started at once. Timings: session 6 s / heartbeat 1 s, and each library's defaul
 and kafka-python 45 s / 3 s, aiokafka 10 s / 3 s). rebalanced runs with its default settings
 (including the 3 s initial rebalance delay of a new group).
 
+One case uses the consumer group protocol (confluent-kafka `group.protocol=consumer`, KIP-848) at
+the broker's defaults (session 45 s, heartbeat interval 5 s); Tansu has no KIP-848 groups, so
+that row is rebalanced's alone.
+
 Per run, over the time from the kill to the end of producing:
 
 * delay: worst produce->consume delay of the messages produced after the kill;
@@ -55,7 +59,7 @@ DRAIN_S = 15.0
 @dataclass(frozen=True)
 class Case:
     client: str  # confluent | kafka-python | aiokafka
-    strategy: str  # range | cooperative-sticky
+    strategy: str  # range | cooperative-sticky | consumer-protocol (KIP-848)
     stop: str  # kill | close | static-restart
     timing: str  # "6s/1s" | "defaults"
 
@@ -75,7 +79,7 @@ def cases(quick: bool) -> list[Case]:
                 Case("confluent", "range", "kill", fast),
                 Case("aiokafka", "range", "kill", fast),
                 Case("confluent", "cooperative-sticky", "kill", fast),
-                Case("confluent", "range", "close", fast)]
+                Case("confluent", "range", "close", fast), *KIP848_CASES]
     out = []
     for client, strategies in (("kafka-python", ("range", "cooperative-sticky")),
                                ("confluent", ("range", "cooperative-sticky")),
@@ -88,7 +92,13 @@ def cases(quick: bool) -> list[Case]:
     for client, strategy in (("confluent", "range"), ("confluent", "cooperative-sticky"),
                              ("kafka-python", "range"), ("aiokafka", "range")):
         out.append(Case(client, strategy, "kill", "defaults"))
+    out.extend(KIP848_CASES)
     return out
+
+
+# group.protocol=consumer: the broker's session (45 s) and heartbeat interval (5 s) apply.
+# Tansu has no ConsumerGroupHeartbeat, so only rebalanced runs these.
+KIP848_CASES = [Case("confluent", "consumer-protocol", "kill", "defaults")]
 
 
 # -- the producer -------------------------------------------------------------------------------
@@ -339,6 +349,9 @@ def run_all(selected: list[Case], brokers: list[str], workdir: Path) -> dict[str
     for case in selected:
         results[case.label] = {"case": asdict(case)}
         for name in brokers:
+            if case.strategy == "consumer-protocol" and name != "rebalanced":
+                results[case.label][name] = asdict(Run(error="no KIP-848 consumer groups"))
+                continue
             broker = make_broker(name, workdir)
             started = time.monotonic()
             try:

@@ -72,16 +72,23 @@ def run_confluent(args: argparse.Namespace, reporter: Reporter) -> None:
 
     config: dict[str, Any] = {
         "bootstrap.servers": args.bootstrap, "group.id": args.group,
-        "client.id": args.client_id, "partition.assignment.strategy": args.strategy,
+        "client.id": args.client_id,
         "enable.auto.commit": False, "auto.offset.reset": "earliest",
     }
-    if args.session_ms:
+    # "consumer-protocol": KIP-848, the broker assigns (no client assignor, the session and
+    # heartbeat interval are the broker's) and hands partitions over incrementally.
+    modern = args.strategy == "consumer-protocol"
+    if modern:
+        config["group.protocol"] = "consumer"
+    else:
+        config["partition.assignment.strategy"] = args.strategy
+    if args.session_ms and not modern:
         config["session.timeout.ms"] = args.session_ms
         config["heartbeat.interval.ms"] = args.heartbeat_ms
     if args.instance_id:
         config["group.instance.id"] = args.instance_id
     consumer = Consumer(config)
-    incremental = args.strategy == "cooperative-sticky"
+    incremental = modern or args.strategy == "cooperative-sticky"
     consumer.subscribe(
         [args.topic],
         on_assign=lambda c, ps: reporter.assigned((p.partition for p in ps), incremental),

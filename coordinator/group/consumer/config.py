@@ -19,6 +19,10 @@ class ConsumerGroupConfig:
     # `classic_members.py`); "downgrade"/"bidirectional" turn a consumer group whose last
     # consumer-protocol member left back into a classic group; "disabled" does neither.
     migration_policy: str = "bidirectional"
+    # group.member.disconnect.grace.ms, shared with the classic groups (the coordinator copies
+    # its own setting here): a dynamic member whose connection closed is fenced this long
+    # after, unless heard from again; -1 turns it off (`disconnect.py`).
+    disconnect_grace_ms: int = 1_000
 
     @property
     def upgrade_allowed(self) -> bool:

@@ -20,6 +20,7 @@ from kio.schema.errors import ErrorCode
 from coordinator.group import commands as c
 from coordinator.group import events as ev
 from coordinator.group.consumer import classic_members as cm
+from coordinator.group.consumer import disconnect
 from coordinator.group.consumer.commands import (
     ConsumerGroupDescribe,
     ConsumerGroupDescribeOutcome,
@@ -33,6 +34,7 @@ from coordinator.group.consumer.group import ConsumerGroup, ConsumerGroupState, 
 from coordinator.group.consumer.heartbeat import (
     ConsumerEnv,
     HeartbeatError,
+    disconnect_key,
     epoch_record,
     fence_member,
     heartbeat,
@@ -55,7 +57,8 @@ from coordinator.grouplog.records import (
 
 __all__ = ["ConsumerGroupCoordinator"]
 
-TIMER_KINDS = frozenset({"consumer-session", "consumer-rebalance", cm.CLASSIC_TIMER_KIND})
+TIMER_KINDS = frozenset({"consumer-session", "consumer-rebalance", "consumer-disconnect",
+                         cm.CLASSIC_TIMER_KIND})
 
 # READ, DELETE, DESCRIBE as a bit field (no authorizer: everything allowed), as the classic side.
 _GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
@@ -67,6 +70,9 @@ class ConsumerGroupCoordinator:
         self.image = TopicImage()
         self._new_member_id = new_member_id
         self._groups: dict[str, ConsumerGroup] = {}
+        # connection id -> (group id, member id) of dynamic members whose requests came on it;
+        # an entry is stale once the member moved to another connection (checked on close).
+        self._members_by_connection: dict[int, set[tuple[str, str]]] = {}
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -97,6 +103,9 @@ class ConsumerGroupCoordinator:
             outcome = ConsumerGroupHeartbeatOutcome(error=exc.error, error_message=exc.message,
                                                     member_id=cmd.member_id or None,
                                                     member_epoch=cmd.member_epoch)
+        else:
+            if outcome.member_id and outcome.member_epoch >= 0:
+                self._note_request(env, cmd.group_id, outcome.member_id, cmd.ref.connection_id)
         env.result.replies.append(Reply(cmd.ref, outcome))
         return env.result
 
@@ -126,12 +135,47 @@ class ConsumerGroupCoordinator:
                     outcome = HeartbeatOutcome(error=exc.error)
                 case c.LeaveGroup():  # pragma: no cover - answered per member
                     outcome = LeaveGroupOutcome(error=exc.error)
+        else:
+            member_id = (getattr(outcome, "member_id", None) if isinstance(cmd, c.JoinGroup)
+                         else None if isinstance(cmd, c.LeaveGroup) else cmd.member_id)
+            if member_id:
+                self._note_request(env, cmd.group_id, member_id, cmd.ref.connection_id)
         env.result.replies.append(Reply(cmd.ref, outcome))
+        return env.result
+
+    # -- connections (`disconnect.py`) -------------------------------------------------------
+
+    def _note_request(self, env: ConsumerEnv, group_id: str, member_id: str,
+                      connection_id: int) -> None:
+        group = self._groups.get(group_id)
+        if group is not None and disconnect.note_request(env, group, member_id, connection_id):
+            self._members_by_connection.setdefault(connection_id, set()).add(
+                (group_id, member_id))
+
+    def note_request(self, group_id: str, member_id: str, connection_id: int,
+                     now_ms: int) -> Result:
+        """A request other than a heartbeat (an OffsetCommit) spoke for the member."""
+        env = self._env(now_ms)
+        self._note_request(env, group_id, member_id, connection_id)
+        return env.result
+
+    def connection_closed(self, connection_id: int, now_ms: int) -> Result:
+        """Dynamic members whose latest request came on this connection are fenced after
+        the disconnect grace unless they are heard from again."""
+        members = self._members_by_connection.pop(connection_id, None)
+        env = self._env(now_ms)
+        for group_id, member_id in sorted(members or ()):
+            group = self._groups.get(group_id)
+            if group is not None:
+                disconnect.start_disconnect_grace(env, group, member_id, connection_id)
         return env.result
 
     def adopt(self, group: ConsumerGroup) -> None:
         """Take over a group built elsewhere (an upgraded classic group, `migration.py`)."""
         self._groups[group.group_id] = group
+        for member_id, connection_id in group.connections.items():
+            self._members_by_connection.setdefault(connection_id, set()).add(
+                (group.group_id, member_id))
 
     def describe(self, cmd: ConsumerGroupDescribe) -> Result:
         return Result.reply(cmd.ref, ConsumerGroupDescribeOutcome(
@@ -182,6 +226,8 @@ class ConsumerGroupCoordinator:
             return env.result
         if kind == cm.CLASSIC_TIMER_KIND:
             cm.on_classic_deadline(env, group, member_id)
+        elif kind == "consumer-disconnect":
+            disconnect.on_disconnect_deadline(env, group, member_id)
         elif kind == "consumer-session":
             deadline = group.session_deadlines.get(member_id)
             if deadline is None:
@@ -316,6 +362,7 @@ class ConsumerGroupCoordinator:
                 result.cancel(session_key(group_id, member_id))
                 result.cancel(rebalance_key(group_id, member_id))
                 result.cancel(cm.classic_key(group_id, member_id))
+                result.cancel(disconnect_key(group_id, member_id))
         return result
 
     def is_empty(self, group_id: str) -> bool:

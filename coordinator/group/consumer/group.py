@@ -90,6 +90,10 @@ class ConsumerGroup:
     # Classic-protocol members: the JoinGroup or SyncGroup they owe, by when
     # (`classic_members.py`): member id -> ("join" | "sync", deadline ms).
     classic_deadlines: dict[str, tuple[str, int]] = field(default_factory=dict)
+    # Disconnect-fast failover of dynamic members (`disconnect.py`): the connection of each
+    # member's latest request, and the fencing deadline of those whose connection closed.
+    connections: dict[str, int] = field(default_factory=dict)
+    disconnect_deadlines: dict[str, int] = field(default_factory=dict)
     exists: bool = False  # has a ConsumerGroupMetadata record (False: created by a request)
     # Why the group epoch last moved: the journal's reason for the next target assignment.
     epoch_reason: str = ""
@@ -162,6 +166,8 @@ class ConsumerGroup:
             self.session_deadlines.pop(member_id, None)
             self.rebalance_deadlines.pop(member_id, None)
             self.classic_deadlines.pop(member_id, None)
+            self.connections.pop(member_id, None)
+            self.disconnect_deadlines.pop(member_id, None)
             return
         base = old or ConsumerGroupMember(member_id=member_id)
         member = replace(

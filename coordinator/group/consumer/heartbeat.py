@@ -21,6 +21,7 @@ Timers (deadlines live in the group, the wheel holds wake-ups):
 
     ("consumer-session", group_id, member_id)    session timeout, moved by every heartbeat
     ("consumer-rebalance", group_id, member_id)  revocation deadline of the current epoch
+    ("consumer-disconnect", group_id, member_id) disconnect grace (`disconnect.py`)
 """
 
 from __future__ import annotations
@@ -80,6 +81,10 @@ def session_key(group_id: str, member_id: str) -> TimerKey:
 
 def rebalance_key(group_id: str, member_id: str) -> TimerKey:
     return ("consumer-rebalance", group_id, member_id)
+
+
+def disconnect_key(group_id: str, member_id: str) -> TimerKey:
+    return ("consumer-disconnect", group_id, member_id)
 
 
 @dataclass(slots=True)
@@ -599,8 +604,11 @@ def fence_member(env: ConsumerEnv, group: ConsumerGroup, member: ConsumerGroupMe
 def _drop_timers(env: ConsumerEnv, group: ConsumerGroup, member_id: str) -> None:
     group.session_deadlines.pop(member_id, None)
     group.rebalance_deadlines.pop(member_id, None)
+    group.connections.pop(member_id, None)
     env.result.cancel(session_key(group.group_id, member_id))
     env.result.cancel(rebalance_key(group.group_id, member_id))
+    group.disconnect_deadlines.pop(member_id, None)
+    env.result.cancel(disconnect_key(group.group_id, member_id))
 
 
 def owned_from_wire(topics: object) -> Assignment | None:
