@@ -21,6 +21,7 @@ from typing import ClassVar
 __all__ = [
     "AssignmentReceived",
     "Event",
+    "GroupConverted",
     "GroupDead",
     "GroupEmpty",
     "GroupStabilized",
@@ -144,6 +145,23 @@ class GroupDead(_EventBase):
     event: ClassVar[str] = "group_dead"
     generation_id: int
     reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupConverted(_EventBase):
+    """A group changed type with its members (`group.consumer.migration.policy`): `upgrade`
+    (classic -> consumer, a consumer-protocol member joined) or `downgrade` (consumer ->
+    classic, its last consumer-protocol member left). `generation_id` is the generation or
+    group epoch carried over; `member_count` how many members the new group starts with."""
+
+    event: ClassVar[str] = "group_converted"
+    generation_id: int
+    direction: str  # "upgrade" | "downgrade"
+    from_type: str
+    to_type: str
+    member_count: int
+    reason: str
+    member_id: str | None = None  # the member whose join or departure caused it
 
 
 # -- consumer groups (KIP-848) -----------------------------------------------------------------

@@ -35,6 +35,7 @@ from kio.schema.errors import ErrorCode
 
 from coordinator import commands as c
 from coordinator import events as ev
+from coordinator import migration
 from coordinator.classic import rebalance as rb
 from coordinator.classic.group import ClassicGroup
 from coordinator.classic.heartbeat import heartbeat
@@ -55,6 +56,7 @@ from coordinator.consumer.config import ConsumerGroupConfig
 from coordinator.consumer.coordinator import TIMER_KINDS as CONSUMER_TIMER_KINDS
 from coordinator.consumer.coordinator import ConsumerGroupCoordinator
 from coordinator.consumer.heartbeat import GROUP_TYPE as CONSUMER_GROUP_TYPE
+from coordinator.consumer.heartbeat import HeartbeatError, validate
 from coordinator.outcomes import (
     DescribedGroup,
     DescribedMember,
@@ -145,14 +147,13 @@ class GroupCoordinator:
     # -- the two group types side by side ---------------------------------------------------
 
     def _other_type_answered(self, env: rb.Env, cmd: c.Command) -> bool:
-        """A classic API naming a consumer group: answered as Kafka does when the group cannot
-        take classic members (JoinGroup INCONSISTENT_GROUP_PROTOCOL, the others
-        UNKNOWN_MEMBER_ID), except a JoinGroup to an empty consumer group, which replaces it.
-        True when answered here."""
+        """A classic API naming a consumer group. A JoinGroup to an empty consumer group
+        replaces it with a classic group (Kafka's `maybeDeleteEmptyConsumerGroup`); otherwise
+        the consumer group answers JoinGroup/SyncGroup/Heartbeat/LeaveGroup of its classic
+        members (`consumer/classic_members.py`). True when answered here."""
         group_id = getattr(cmd, "group_id", None)
         if not group_id or self.consumer.group(group_id) is None:
             return False
-        outcome: object
         match cmd:
             case c.JoinGroup() if self.consumer.is_empty(group_id):
                 # Kafka's `maybeDeleteEmptyConsumerGroup`: an empty consumer group gives way
@@ -165,37 +166,59 @@ class GroupCoordinator:
                 env.result.merge(removed)
                 return False
             case c.JoinGroup():
-                outcome = JoinGroupOutcome(error=ErrorCode.inconsistent_group_protocol,
-                                           member_id=cmd.member_id)
-            case c.SyncGroup():
-                outcome = SyncGroupOutcome(error=ErrorCode.unknown_member_id)
-            case c.Heartbeat():
-                outcome = HeartbeatOutcome(error=ErrorCode.unknown_member_id)
-            case c.LeaveGroup():
-                outcome = LeaveGroupOutcome(members=tuple(
-                    LeaveMemberOutcome(member_id=m.member_id,
-                                       group_instance_id=m.group_instance_id,
-                                       error=ErrorCode.unknown_member_id)
-                    for m in cmd.members))
+                error = self._invalid_join(cmd)
+                if error is not None:
+                    env.result.replies.append(Reply(cmd.ref, JoinGroupOutcome(
+                        error=error, member_id=cmd.member_id)))
+                    return True
+            case c.SyncGroup() if cmd.requires_protocol and (
+                    cmd.protocol_type is None or cmd.protocol_name is None):
+                env.result.replies.append(Reply(cmd.ref, SyncGroupOutcome(
+                    error=ErrorCode.inconsistent_group_protocol)))
+                return True
+            case c.SyncGroup() | c.Heartbeat() | c.LeaveGroup():
+                pass
             case _:
                 return False
-        env.result.replies.append(Reply(cmd.ref, outcome))
+        env.result.merge(self.consumer.classic_request(cmd, env.now_ms))  # type: ignore[arg-type]
+        # A classic member leaving never downgrades (only a consumer-protocol member does).
         return True
 
+    def _invalid_join(self, cmd: c.JoinGroup) -> ErrorCode | None:
+        """The JoinGroup checks made before the group is looked at (Kafka's order)."""
+        if not (self.config.group_min_session_timeout_ms <= cmd.session_timeout_ms
+                <= self.config.group_max_session_timeout_ms):
+            return ErrorCode.invalid_session_timeout
+        if cmd.protocol_type == "" or not cmd.protocols:
+            return ErrorCode.inconsistent_group_protocol
+        if unstorable_join_field(cmd) is not None:
+            return ErrorCode.invalid_request
+        return None
+
     def _consumer_group_heartbeat(self, cmd: ConsumerGroupHeartbeat, now_ms: int) -> Result:
-        """A classic group of that id: GROUP_ID_NOT_FOUND, unless it is Empty, the member joins
-        and `group.consumer.migration.policy` allows upgrades: then the classic group is deleted
-        (its tombstone written first) and a consumer group takes its place (Kafka's
-        `maybeDeleteEmptyClassicGroup`; committed offsets stay)."""
+        """A classic group of that id: GROUP_ID_NOT_FOUND, unless the member joins (epoch 0)
+        and `group.consumer.migration.policy` allows upgrades. An Empty classic group is
+        deleted (its tombstone written first) and a consumer group takes its place (Kafka's
+        `maybeDeleteEmptyClassicGroup`; committed offsets stay); one with members is
+        converted with them (`migration.classic_to_consumer`).
+
+        A consumer-protocol member leaving may leave only classic members behind: the group
+        then goes back to the classic type (`migration.consumer_to_classic`)."""
         classic = self._groups.get(cmd.group_id)
         if classic is None or classic.is_state(GroupState.DEAD):
-            return self.consumer.heartbeat(cmd, now_ms)
-        if (cmd.member_epoch != 0 or not classic.is_state(GroupState.EMPTY)
-                or not self.consumer.config.upgrade_allowed):
-            return Result.reply(cmd.ref, ConsumerGroupHeartbeatOutcome(
-                error=ErrorCode.group_id_not_found, member_id=cmd.member_id or None,
-                member_epoch=cmd.member_epoch,
-                error_message=f"Group {cmd.group_id} is not a consumer group."))
+            if cmd.member_epoch >= 0:  # the steady state: nobody leaves
+                return self.consumer.heartbeat(cmd, now_ms)
+            watch = self._downgrade_watch(cmd.group_id, cmd.member_id)
+            result = self.consumer.heartbeat(cmd, now_ms)
+            return self._maybe_downgrade(cmd.group_id, watch, result, now_ms, cmd.member_id)
+        refused = ConsumerGroupHeartbeatOutcome(
+            error=ErrorCode.group_id_not_found, member_id=cmd.member_id or None,
+            member_epoch=cmd.member_epoch,
+            error_message=f"Group {cmd.group_id} is not a consumer group.")
+        if cmd.member_epoch != 0 or not self.consumer.config.upgrade_allowed:
+            return Result.reply(cmd.ref, refused)
+        if not classic.is_state(GroupState.EMPTY):
+            return self._upgrade(classic, cmd, now_ms, refused)
         error, converted = self.delete_group(cmd.group_id, now_ms)
         if error is not None:  # pragma: no cover - Empty was checked above
             raise AssertionError(error)
@@ -206,6 +229,74 @@ class GroupCoordinator:
                                if not (isinstance(e, ev.GroupDead) and e.reason == "group deleted")]
         self._groups.pop(cmd.group_id, None)
         return converted.merge(self.consumer.heartbeat(cmd, now_ms))
+
+    # -- online migration with members (`coordinator/migration.py`) ------------------------
+
+    def _upgrade(self, classic: ClassicGroup, cmd: ConsumerGroupHeartbeat, now_ms: int,
+                 refused: ConsumerGroupHeartbeatOutcome) -> Result:
+        """A consumer-protocol member joins a classic group with members: convert it, then
+        let the member join the consumer group."""
+        try:
+            validate(self.consumer.config, cmd)
+        except HeartbeatError:
+            return self.consumer.heartbeat(cmd, now_ms)  # answered as if no group was there
+        # What would refuse the join in the converted group refuses it now, before anything
+        # is converted (Kafka discards the conversion with the failed join).
+        error: tuple[ErrorCode, str] | None = None
+        if len(classic.members) >= self.consumer.config.max_size:
+            error = (ErrorCode.group_max_size_reached,
+                     "The consumer group has reached its maximum capacity of "
+                     f"{self.consumer.config.max_size} members.")
+        elif cmd.instance_id is not None and cmd.instance_id in classic.static_members:
+            error = (ErrorCode.unreleased_instance_id,
+                     f"Static member {cmd.member_id} with instance id {cmd.instance_id} "
+                     "cannot join the group because the instance id is owned by another member.")
+        elif cmd.member_id in classic.members:
+            error = (ErrorCode.fenced_member_epoch,
+                     f"Member {cmd.member_id} is a classic member of the group.")
+        if error is not None:
+            return Result.reply(cmd.ref, dataclasses.replace(
+                refused, error=error[0], error_message=error[1]))
+        env = self._env(now_ms)
+        try:
+            group = migration.classic_to_consumer(env, classic, self.consumer.image,
+                                                  self.consumer.config.max_size,
+                                                  cmd.member_id or None)
+        except migration.UpgradeRefused as exc:
+            return Result.reply(cmd.ref, dataclasses.replace(refused, error_message=str(exc)))
+        del self._groups[classic.group_id]
+        self.consumer.adopt(group)
+        env.result.writes.append(migration.ConversionWrite(
+            group_id=classic.group_id, direction="upgrade", replaced=classic))
+        return env.result.merge(self.consumer.heartbeat(cmd, now_ms))
+
+    def _downgrade_watch(self, group_id: str, member_id: str) -> tuple[bool, int]:
+        """(is `member_id` a consumer-protocol member of the group, the group epoch), before a
+        change that may remove that member."""
+        group = self.consumer.group(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if group is None or member is None:
+            return False, 0
+        return member.classic is None, group.group_epoch
+
+    def _maybe_downgrade(self, group_id: str, watch: tuple[bool, int], result: Result,
+                         now_ms: int, member_id: str) -> Result:
+        was_consumer_member, epoch_before = watch
+        group = self.consumer.group(group_id)
+        if (group is None or not was_consumer_member or member_id in group.members
+                or not self.consumer.config.downgrade_allowed
+                or not migration.can_downgrade(group, self.config.group_max_size)):
+            return result
+        env = self._env(now_ms)
+        # The classic members' generation is the epoch they last joined at: the one before
+        # the departure bumped it, so their heartbeats get REBALANCE_IN_PROGRESS and rejoin.
+        classic = migration.consumer_to_classic(env, group, self.consumer.image, epoch_before,
+                                                member_id)
+        result.merge(self.consumer.forget(group_id))
+        self._groups[group_id] = classic
+        env.result.writes.append(migration.ConversionWrite(
+            group_id=group_id, direction="downgrade", replaced=None))
+        return result.merge(env.result)
 
     def _join_group(self, env: rb.Env, cmd: c.JoinGroup) -> None:
         def fail(error: ErrorCode) -> None:
@@ -383,7 +474,10 @@ class GroupCoordinator:
     def expire(self, key: TimerKey, now_ms: int) -> Result:
         """The wheel fired `key`; stale or early wake-ups are ignored or re-armed."""
         if key[0] in CONSUMER_TIMER_KINDS:
-            return self.consumer.expire(key, now_ms)
+            consumer_group_id = str(key[1])
+            watch = self._downgrade_watch(consumer_group_id, str(key[2]))
+            return self._maybe_downgrade(consumer_group_id, watch,
+                                         self.consumer.expire(key, now_ms), now_ms, str(key[2]))
         env = self._env(now_ms)
         kind, group_id = key[0], key[1]
         group = self._groups.get(str(group_id))
@@ -557,6 +651,10 @@ class GroupCoordinator:
         env = self._env(now_ms)
         undone: set[str] = set()
         for write in written.writes:
+            if isinstance(write, migration.ConversionWrite):
+                self._undo_conversion(env, write)
+                undone.add(write.group_id)
+                continue
             undo(env, self._groups, write)
             undone.add(write.group.group_id if isinstance(write, GroupDeletionWrite)
                        else write.group_id)
@@ -568,6 +666,22 @@ class GroupCoordinator:
             ):
                 rb.prepare_rebalance(env, group, "failed to persist the group metadata")
         return self._finish(env, None)
+
+    def _undo_conversion(self, env: rb.Env, write: migration.ConversionWrite) -> None:
+        """Back to what the log has (the runtime has already rebuilt the consumer side)."""
+        group_id = write.group_id
+        if write.direction == "downgrade":
+            classic = self._groups.pop(group_id, None)
+            if classic is not None:
+                for member in classic.members.values():
+                    rb.cancel_heartbeat(env, classic, member)
+                env.result.cancel(rb.join_key(group_id))
+            return
+        env.result.merge(self.consumer.forget(group_id))
+        durable = self._durable.get(group_id)
+        if durable is not None:
+            env.result.merge(self.replay(GroupMetadataRecord(
+                key=GroupMetadataKey(group=group_id), value=durable), env.now_ms))
 
     # -- recovery --------------------------------------------------------------------------
 

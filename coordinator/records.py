@@ -115,6 +115,15 @@ class ConsumerGroupMemberMetadataKey:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ClassicMemberMetadata:
+    """A member speaking the classic protocol (JoinGroup/SyncGroup) inside a consumer group:
+    its session timeout and its JoinGroup protocols (name, ConsumerProtocolSubscription)."""
+
+    session_timeout_ms: int
+    supported_protocols: tuple[tuple[str, bytes], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ConsumerGroupMemberMetadataValue:
     instance_id: str | None = None
     rack_id: str | None = None
@@ -124,6 +133,7 @@ class ConsumerGroupMemberMetadataValue:
     subscribed_topic_regex: str | None = None
     rebalance_timeout_ms: int = -1
     server_assignor: str | None = None
+    classic_member_metadata: ClassicMemberMetadata | None = None  # tagged field 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

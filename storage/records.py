@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias, cast
 
 from coordinator.records import (
+    ClassicMemberMetadata,
     ConsumerGroupCurrentMemberAssignmentKey,
     ConsumerGroupCurrentMemberAssignmentValue,
     ConsumerGroupKey,
@@ -227,7 +228,8 @@ CONSUMER_GROUP_SCHEMAS: Mapping[str, _Schema] = {
             _Field("SubscribedTopicRegex", "string", 0, nullable_from=0),
             _Field("RebalanceTimeoutMs", "int32", 0, default=-1),
             _Field("ServerAssignor", "string", 0, nullable_from=0),
-            # ClassicMemberMetadata (tag 0) is only written for classic-protocol members.
+            # ClassicMemberMetadata (tagged field 0, `_CLASSIC_MEMBER_METADATA`) is only
+            # written for members speaking the classic protocol inside a consumer group.
         ),
     ),
     "ConsumerGroupTargetAssignmentMetadataKey": _key_schema(
@@ -281,11 +283,13 @@ _INT_STRUCTS = {"int8": _I8, "int16": _I16, "int32": _I32, "int64": _I64}
 
 
 class _Reader:
-    __slots__ = ("buf", "pos")
+    __slots__ = ("buf", "pos", "tags")
 
     def __init__(self, buf: bytes | memoryview, pos: int = 0) -> None:
         self.buf = memoryview(buf)
         self.pos = pos
+        # Tagged fields seen, by tag, when the caller asked for them (`decode_with_tags`).
+        self.tags: dict[int, bytes] | None = None
 
     def _take(self, n: int) -> memoryview:
         end = self.pos + n
@@ -346,8 +350,10 @@ class _Reader:
 
     def skip_tagged_fields(self) -> None:
         for _ in range(self.uvarint()):
-            self.uvarint()  # tag: none are known to us
-            self._take(self.uvarint())
+            tag = self.uvarint()
+            data = self._take(self.uvarint())
+            if self.tags is not None:
+                self.tags[tag] = bytes(data)
 
     def at_end(self) -> bool:
         return self.pos == len(self.buf)
@@ -398,6 +404,22 @@ def _read_struct(r: _Reader, fields: Sequence[_Field], version: int, flexible: b
     if flexible:
         r.skip_tagged_fields()
     return out
+
+
+def decode_with_tags(record_name: str, raw: bytes | memoryview
+                     ) -> tuple[int, Fields, dict[int, bytes]]:
+    """`decode`, also returning the raw tagged fields by tag (of the top-level struct, and of
+    nested structs, which none of the records read this way have)."""
+    schema = SCHEMAS[record_name]
+    r = _Reader(raw)
+    r.tags = {}
+    version = r.read_int("int16")
+    if not schema.min_version <= version <= schema.max_version:
+        raise RecordDecodeError(f"{record_name} version {version} is not supported")
+    fields = _read_struct(r, schema.fields, version, schema.flexible(version))
+    if not r.at_end():
+        raise RecordDecodeError(f"{record_name} v{version}: {len(r.buf) - r.pos} trailing bytes")
+    return version, fields, r.tags
 
 
 def decode(record_name: str, raw: bytes | memoryview) -> tuple[int, Fields]:
@@ -879,6 +901,45 @@ def _consumer_value_fields(value: ConsumerGroupValue) -> Fields:
     raise AssertionError(f"not a consumer group value: {value!r}")
 
 
+# The tagged ClassicMemberMetadata of ConsumerGroupMemberMetadataValue (tag 0), flexible v0.
+_CLASSIC_MEMBER_METADATA_TAG = 0
+_CLASSIC_MEMBER_METADATA = (
+    _Field("SessionTimeoutMs", "int32", 0),
+    _Field("SupportedProtocols", "array", 0, struct=(
+        _Field("Name", "string", 0),
+        _Field("Metadata", "bytes", 0),
+    )),
+)
+
+
+def _with_classic_member_metadata(encoded: bytes, classic: ClassicMemberMetadata) -> bytes:
+    """`encoded` (a MemberMetadata value ending with an empty tagged-field section) with the
+    ClassicMemberMetadata tagged field in that section instead."""
+    payload: list[bytes] = []
+    _write_struct(payload, _CLASSIC_MEMBER_METADATA, {
+        "SessionTimeoutMs": classic.session_timeout_ms,
+        "SupportedProtocols": [{"Name": name, "Metadata": metadata}  # type: ignore[dict-item]
+                               for name, metadata in classic.supported_protocols],
+    }, 0, True)
+    data = b"".join(payload)
+    assert encoded.endswith(b"\x00")
+    return (encoded[:-1] + _uvarint(1) + _uvarint(_CLASSIC_MEMBER_METADATA_TAG)
+            + _uvarint(len(data)) + data)
+
+
+def _classic_member_metadata(raw: bytes | None) -> ClassicMemberMetadata | None:
+    if raw is None:
+        return None
+    r = _Reader(raw)
+    f = _read_struct(r, _CLASSIC_MEMBER_METADATA, 0, True)
+    protocols = f["SupportedProtocols"]
+    assert isinstance(protocols, list)
+    return ClassicMemberMetadata(
+        session_timeout_ms=_int(f["SessionTimeoutMs"]),
+        supported_protocols=tuple((_str(p["Name"]), _bytes(p["Metadata"]))  # type: ignore[arg-type]
+                                  for p in protocols))
+
+
 def _encode_consumer_group_record(record: ConsumerGroupRecord) -> tuple[bytes, bytes | None]:
     key = record.key
     version = _CONSUMER_GROUP_KEY_VERSIONS[type(key)]
@@ -890,7 +951,11 @@ def _encode_consumer_group_record(record: ConsumerGroupRecord) -> tuple[bytes, b
     key_bytes = encode(name + "Key", version, key_fields)
     if record.value is None:
         return key_bytes, None
-    return key_bytes, encode(name + "Value", 0, _consumer_value_fields(record.value))
+    value = encode(name + "Value", 0, _consumer_value_fields(record.value))
+    if (isinstance(record.value, ConsumerGroupMemberMetadataValue)
+            and record.value.classic_member_metadata is not None):
+        value = _with_classic_member_metadata(value, record.value.classic_member_metadata)
+    return key_bytes, value
 
 
 def _decode_consumer_group_record(key_version: int, key: bytes,
@@ -915,7 +980,7 @@ def _decode_consumer_group_record(key_version: int, key: bytes,
             typed_key = ConsumerGroupCurrentMemberAssignmentKey(group=group, member_id=member_id)
     if value is None:
         return ConsumerGroupRecord(key=typed_key, value=None)
-    _, f = decode(name + "Value", value)
+    _, f, tags = decode_with_tags(name + "Value", value)
     typed_value: ConsumerGroupValue
     match key_version:
         case 3:
@@ -940,6 +1005,8 @@ def _decode_consumer_group_record(key_version: int, key: bytes,
                 subscribed_topic_regex=_opt_str(f["SubscribedTopicRegex"]),
                 rebalance_timeout_ms=_int(f["RebalanceTimeoutMs"]),
                 server_assignor=_opt_str(f["ServerAssignor"]),
+                classic_member_metadata=_classic_member_metadata(
+                    tags.get(_CLASSIC_MEMBER_METADATA_TAG)),
             )
         case 6:
             typed_value = ConsumerGroupTargetAssignmentMetadataValue(

@@ -15,9 +15,15 @@ class ConsumerGroupConfig:
     # group.consumer.assignors: the first is the default when a member names none.
     assignors: tuple[str, ...] = ("uniform", "range")
     # group.consumer.migration.policy: "upgrade"/"bidirectional" let a consumer-protocol
-    # member take over an empty classic group; "disabled"/"downgrade" do not.
+    # member convert a classic group into a consumer group (its classic members stay, see
+    # `classic_members.py`); "downgrade"/"bidirectional" turn a consumer group whose last
+    # consumer-protocol member left back into a classic group; "disabled" does neither.
     migration_policy: str = "bidirectional"
 
     @property
     def upgrade_allowed(self) -> bool:
         return self.migration_policy in ("upgrade", "bidirectional")
+
+    @property
+    def downgrade_allowed(self) -> bool:
+        return self.migration_policy in ("downgrade", "bidirectional")

@@ -17,7 +17,9 @@ from types import MappingProxyType
 
 from kio.schema.errors import ErrorCode
 
+from coordinator import commands as c
 from coordinator import events as ev
+from coordinator.consumer import classic_members as cm
 from coordinator.consumer.commands import (
     ConsumerGroupDescribe,
     ConsumerGroupDescribeOutcome,
@@ -39,6 +41,12 @@ from coordinator.consumer.heartbeat import (
 )
 from coordinator.consumer.member import Assignment
 from coordinator.consumer.steady import steady_heartbeat
+from coordinator.outcomes import (
+    HeartbeatOutcome,
+    JoinGroupOutcome,
+    LeaveGroupOutcome,
+    SyncGroupOutcome,
+)
 from coordinator.records import (
     ConsumerGroupPartitionMetadataKey,
     ConsumerGroupRecord,
@@ -48,7 +56,7 @@ from coordinator.result import Reply, Result, TimerKey
 
 __all__ = ["ConsumerGroupCoordinator"]
 
-TIMER_KINDS = frozenset({"consumer-session", "consumer-rebalance"})
+TIMER_KINDS = frozenset({"consumer-session", "consumer-rebalance", cm.CLASSIC_TIMER_KIND})
 
 # READ, DELETE, DESCRIBE as a bit field (no authorizer: everything allowed), as the classic side.
 _GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
@@ -95,6 +103,39 @@ class ConsumerGroupCoordinator:
                                                     member_epoch=cmd.member_epoch)
         env.result.replies.append(Reply(cmd.ref, outcome))
         return env.result
+
+    def classic_request(self, cmd: c.JoinGroup | c.SyncGroup | c.Heartbeat | c.LeaveGroup,
+                        now_ms: int) -> Result:
+        """A classic-protocol request to an existing consumer group (`classic_members.py`)."""
+        env = self._env(now_ms)
+        group = self._groups[cmd.group_id]
+        outcome: object
+        try:
+            match cmd:
+                case c.JoinGroup():
+                    outcome = cm.classic_join(env, group, cmd)
+                case c.SyncGroup():
+                    outcome = cm.classic_sync(env, group, cmd)
+                case c.Heartbeat():
+                    outcome = cm.classic_heartbeat(env, group, cmd)
+                case c.LeaveGroup():
+                    outcome = cm.classic_leave(env, group, cmd)
+        except HeartbeatError as exc:
+            match cmd:
+                case c.JoinGroup():
+                    outcome = JoinGroupOutcome(error=exc.error, member_id=cmd.member_id)
+                case c.SyncGroup():
+                    outcome = SyncGroupOutcome(error=exc.error)
+                case c.Heartbeat():
+                    outcome = HeartbeatOutcome(error=exc.error)
+                case c.LeaveGroup():  # pragma: no cover - answered per member
+                    outcome = LeaveGroupOutcome(error=exc.error)
+        env.result.replies.append(Reply(cmd.ref, outcome))
+        return env.result
+
+    def adopt(self, group: ConsumerGroup) -> None:
+        """Take over a group built elsewhere (an upgraded classic group, `migration.py`)."""
+        self._groups[group.group_id] = group
 
     def describe(self, cmd: ConsumerGroupDescribe) -> Result:
         return Result.reply(cmd.ref, ConsumerGroupDescribeOutcome(
@@ -143,7 +184,9 @@ class ConsumerGroupCoordinator:
         member = group.members.get(member_id) if group is not None else None
         if group is None or member is None:
             return env.result
-        if kind == "consumer-session":
+        if kind == cm.CLASSIC_TIMER_KIND:
+            cm.on_classic_deadline(env, group, member_id)
+        elif kind == "consumer-session":
             deadline = group.session_deadlines.get(member_id)
             if deadline is None:
                 return env.result
@@ -179,6 +222,8 @@ class ConsumerGroupCoordinator:
         member = group.members.get(member_id)
         if member is None:
             return ErrorCode.unknown_member_id
+        if member.classic is not None:  # its generation is its member epoch
+            return None if member_epoch == member.member_epoch else ErrorCode.illegal_generation
         if api_version < 9:
             return ErrorCode.unsupported_version
         if member_epoch != member.member_epoch:
@@ -195,7 +240,8 @@ class ConsumerGroupCoordinator:
         if member is None:
             return ErrorCode.unknown_member_id
         if member_epoch != member.member_epoch:
-            return ErrorCode.stale_member_epoch
+            return (ErrorCode.illegal_generation if member.classic is not None
+                    else ErrorCode.stale_member_epoch)
         return None
 
     def delete_group(self, group_id: str, now_ms: int) -> tuple[ErrorCode | None, Result]:
@@ -241,7 +287,9 @@ class ConsumerGroupCoordinator:
         had = set(group.members)
         group.apply(record)
         for member_id in set(group.members) - had:
-            deadline = now_ms + self.config.session_timeout_ms
+            classic = group.members[member_id].classic
+            deadline = now_ms + (classic.session_timeout_ms if classic is not None
+                                 else self.config.session_timeout_ms)
             group.session_deadlines[member_id] = deadline
             env.result.schedule(session_key(group_id, member_id), deadline)
         return env.result
@@ -271,6 +319,7 @@ class ConsumerGroupCoordinator:
             for member_id in group.members:
                 result.cancel(session_key(group_id, member_id))
                 result.cancel(rebalance_key(group_id, member_id))
+                result.cancel(cm.classic_key(group_id, member_id))
         return result
 
     def is_empty(self, group_id: str) -> bool:

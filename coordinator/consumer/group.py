@@ -87,6 +87,9 @@ class ConsumerGroup:
     # Deadlines live here; the wheel only holds wake-ups (see `heartbeat.py`).
     session_deadlines: dict[str, int] = field(default_factory=dict)
     rebalance_deadlines: dict[str, tuple[int, int]] = field(default_factory=dict)  # epoch, ms
+    # Classic-protocol members: the JoinGroup or SyncGroup they owe, by when
+    # (`classic_members.py`): member id -> ("join" | "sync", deadline ms).
+    classic_deadlines: dict[str, tuple[str, int]] = field(default_factory=dict)
     exists: bool = False  # has a ConsumerGroupMetadata record (False: created by a request)
     # Why the group epoch last moved: the journal's reason for the next target assignment.
     epoch_reason: str = ""
@@ -158,6 +161,7 @@ class ConsumerGroup:
                     del self.static_members[old.instance_id]
             self.session_deadlines.pop(member_id, None)
             self.rebalance_deadlines.pop(member_id, None)
+            self.classic_deadlines.pop(member_id, None)
             return
         base = old or ConsumerGroupMember(member_id=member_id)
         member = replace(
@@ -170,6 +174,7 @@ class ConsumerGroup:
             subscribed_topic_regex=value.subscribed_topic_regex,
             rebalance_timeout_ms=value.rebalance_timeout_ms,
             server_assignor=value.server_assignor,
+            classic=value.classic_member_metadata,
         )
         self.members[member_id] = member
         if member.instance_id is not None:

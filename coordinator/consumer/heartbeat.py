@@ -213,7 +213,8 @@ def member_metadata_record(group_id: str, m: ConsumerGroupMember) -> ConsumerGro
             instance_id=m.instance_id, rack_id=m.rack_id, client_id=m.client_id,
             client_host=m.client_host, subscribed_topic_names=m.subscribed_topic_names,
             subscribed_topic_regex=m.subscribed_topic_regex,
-            rebalance_timeout_ms=m.rebalance_timeout_ms, server_assignor=m.server_assignor))
+            rebalance_timeout_ms=m.rebalance_timeout_ms, server_assignor=m.server_assignor,
+            classic_member_metadata=m.classic))
 
 
 def current_assignment_record(group_id: str, m: ConsumerGroupMember) -> ConsumerGroupRecord:
@@ -507,7 +508,7 @@ def _find_member(group: ConsumerGroup, member_id: str, cmd: ConsumerGroupHeartbe
                 f"Static member {member_id} with instance id {cmd.instance_id} cannot join the "
                 f"group because the instance id is owned by {existing.member_id} member.")
         return replace(existing, member_id=member_id, member_epoch=0,
-                       previous_member_epoch=0), existing
+                       previous_member_epoch=0, classic=None), existing
     if existing is None:
         raise HeartbeatError(ErrorCode.unknown_member_id,
                              f"Instance id {cmd.instance_id} is unknown.")

@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from coordinator.records import TopicAssignment
+from coordinator.records import ClassicMemberMetadata, TopicAssignment
 
 __all__ = [
     "LEAVE_GROUP_EPOCH",
@@ -51,6 +51,12 @@ class ConsumerGroupMember:
     state: MemberState = MemberState.STABLE
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+    # Set for a member that speaks the classic protocol (JoinGroup/SyncGroup) in this group.
+    classic: ClassicMemberMetadata | None = None
+
+    @property
+    def uses_classic_protocol(self) -> bool:
+        return self.classic is not None
 
     def subscription_equals(self, other: ConsumerGroupMember) -> bool:
         """Same MemberMetadata record (what a ConsumerGroupMemberMetadataValue holds)."""
@@ -63,6 +69,7 @@ class ConsumerGroupMember:
             and self.subscribed_topic_regex == other.subscribed_topic_regex
             and self.rebalance_timeout_ms == other.rebalance_timeout_ms
             and self.server_assignor == other.server_assignor
+            and self.classic == other.classic
         )
 
     def assignment_equals(self, other: ConsumerGroupMember) -> bool:

@@ -49,6 +49,7 @@ def steady_heartbeat(config: ConsumerGroupConfig, image: TopicImage,
     member_id = cmd.member_id
     member = group.members.get(member_id)
     if (member is None or member.member_epoch != cmd.member_epoch
+            or member.classic is not None  # a classic-protocol member: the full path decides
             or member.state is not _STABLE
             or member.member_epoch != group.assignment_epoch
             or group.group_epoch != group.assignment_epoch

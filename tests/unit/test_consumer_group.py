@@ -184,7 +184,8 @@ def test_regex_subscription_picks_up_a_new_topic() -> None:
 def test_classic_and_consumer_groups_share_one_id_space() -> None:
     ctx = context()
     ctx.send(join("a", group="cg"))
-    assert ctx.send(JoinGroupBuilder(group="cg")).error is ErrorCode.inconsistent_group_protocol
+    other_type = JoinGroupBuilder(group="cg", protocol_type="connect")
+    assert ctx.send(other_type).error is ErrorCode.inconsistent_group_protocol
     ctx.stable_group(1, group="classic")
     assert ctx.send(join("x", group="classic")).error is ErrorCode.group_id_not_found
 
