@@ -113,3 +113,19 @@ def test_the_steady_state_heartbeat_of_librdkafka_is_read_by_hand() -> None:
     assert hand is not None
     assert hand[:3] == (1, 9, "rdkafka")
     assert decoded(frame, hand=True) == decoded(frame, hand=False)
+
+
+# A steady-state heartbeat as librdkafka 2.16 (confluent-kafka, `group.protocol=consumer`) sent
+# it to this broker, once reconciled: group "capg", epoch 1, every optional field null.
+LIBRDKAFKA_STEADY_FRAME = bytes.fromhex(
+    "0044000100000007000772646b61666b6100056361706717476d7772424e484e53576146727130386e62"
+    "51357351000000010000ffffffff0000000000")
+
+
+def test_a_frame_librdkafka_sent_is_read_by_hand_as_kio_reads_it() -> None:
+    hand = fast_requests.decode_consumer_group_heartbeat(LIBRDKAFKA_STEADY_FRAME)
+    assert hand is not None
+    version, _, client_id, fields = hand
+    assert (version, client_id, fields.group_id, fields.member_epoch) == (1, "rdkafka", "capg", 1)
+    assert (decoded(LIBRDKAFKA_STEADY_FRAME, hand=True)
+            == decoded(LIBRDKAFKA_STEADY_FRAME, hand=False))
