@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-unit test-integration lint bench bench-pause forensics bench-forensics clean docker-test fuzz soak
+.PHONY: install run test test-unit test-integration lint bench bench-pause forensics bench-forensics clean docker-test fuzz soak browser
 
 $(STAMP): pyproject.toml setup.py storage/_legacy_speedups.c
 	$(PYTHON) -m venv $(VENV)
@@ -13,13 +13,26 @@ $(STAMP): pyproject.toml setup.py storage/_legacy_speedups.c
 	$(BIN)/pip install --quiet -e '.[test,forensics]'
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) browser
+
+# A headless browser for the group page's screenshot test: chromium-headless-shell (the
+# smallest Debian chromium package), only when running as root with apt and no chromium yet.
+# Quiet; if apt cannot reach its mirror the install goes on and that one test skips.
+BROWSERS := chromium chromium-browser chromium-headless-shell chrome-headless-shell
+browser:
+	@found=; for b in $(BROWSERS); do command -v $$b >/dev/null 2>&1 && found=$$b; done; \
+	if [ -z "$$found" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing chromium-headless-shell (apt) for the page screenshot test"; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends chromium-headless-shell; } >/dev/null 2>&1 || \
+			echo "chromium not installed (apt failed): the screenshot test will skip"; \
+	fi
 
 run: $(STAMP)
 	$(BIN)/rebalanced --log.dirs ./data --listeners PLAINTEXT://127.0.0.1:9092 \
 		--metrics.listener 127.0.0.1:9404
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/ruff check protocol coordinator storage forensics tests
 	$(BIN)/mypy
 	$(BIN)/pytest -q -p no:cacheprovider tests

@@ -46,6 +46,7 @@ from coordinator.clock import SystemClock
 from coordinator.config import GroupConfig
 from coordinator.consumer.config import ConsumerGroupConfig
 from coordinator.consumer.group import TopicImage, TopicInfo
+from coordinator.consumer.heartbeat import GROUP_TYPE as CONSUMER_GROUP_TYPE
 from coordinator.context import RequestContext
 from coordinator.events import JOURNAL_SCHEMA_VERSION, RebalanceStarted, journal_record
 from coordinator.group_offsets import GroupOffsets
@@ -124,6 +125,8 @@ class GroupRuntime:
             assignors=settings["group.consumer.assignors"],
             migration_policy=settings["group.consumer.migration.policy"],
         ))
+        if broker.metrics is not None:
+            broker.metrics.consumer_groups = self.manager.consumer.groups  # a live view
         self._topic_image_version = 0
         self.offsets = OffsetStore(self.config)
         self.core = GroupOffsets(self.manager, self.offsets)  # the offset APIs' decisions
@@ -546,8 +549,15 @@ class GroupRuntime:
                 ctx.respond(pending.module.to_response(reply.outcome, ctx.version))
 
     def _emit(self, result: Result) -> None:
+        if not result.events:
+            return
+        consumer_groups = self.manager.consumer.groups
         for event in result.events:
-            self._event(event.as_dict())
+            payload = event.as_dict()
+            if "group_type" not in payload and event.group_id in consumer_groups:
+                # The events both group types share name the consumer groups' type too.
+                payload["group_type"] = CONSUMER_GROUP_TYPE
+            self._event(payload)
             if self.broker.metrics is not None:
                 self.broker.metrics.on_event(event)
             if isinstance(event, RebalanceStarted):

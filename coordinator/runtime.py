@@ -212,9 +212,6 @@ class Broker:
 
     def handle(self, connection: Connection, slot: ResponseSlot, header: RequestHeader,
                request: Any) -> None:
-        metrics = self.metrics
-        ctx = (RequestContext(connection, slot, header) if metrics is None
-               else metrics.context(connection, slot, header))
         handler = self._handlers.get(header.api_key)
         supported = api_versions.SUPPORTED.get(header.api_key)
         if supported is not None and not supported[0] <= header.api_version <= supported[1]:
@@ -227,6 +224,10 @@ class Broker:
                                     client_host=connection.client_host)
             connection.close()
             return
+        metrics = self.metrics
+        # Counted once known to be served: the metrics' slot table covers every served version.
+        ctx = (RequestContext(connection, slot, header) if metrics is None
+               else metrics.context(connection, slot, header))
         try:
             handler(ctx, request)
         except Exception:

@@ -125,9 +125,13 @@ class GroupAdmin:
         futures = self._client.describe_consumer_groups([group_id],
                                                         request_timeout=self.timeout_s)
         offsets_future = self._committed_future(group_id) if with_offsets else None
-        description = self._wait(futures[group_id], f"describing group {group_id!r}")
+        description = self._description(group_id, futures[group_id])
         committed = (self._committed_result(group_id, offsets_future)
                      if offsets_future is not None else {})
+        return description, committed
+
+    def _description(self, group_id: str, future: Future[Any]) -> GroupDescription:
+        description = self._wait(future, f"describing group {group_id!r}")
         members = tuple(
             Member(
                 member_id=m.member_id, client_id=m.client_id or "", host=m.host or "",
@@ -147,7 +151,7 @@ class GroupAdmin:
             coordinator=((coordinator.id, coordinator.host, coordinator.port)
                          if coordinator is not None else (-1, "", -1)),
             members=members,
-        ), committed
+        )
 
     def committed(self, group_id: str) -> dict[TopicPartition, int]:
         """The group's committed offsets (partitions without one are left out)."""
@@ -187,7 +191,10 @@ class GroupAdmin:
     def list_offsets(self, partitions: Iterable[TopicPartition], spec: str,
                      timestamp_ms: int = 0) -> dict[TopicPartition, int]:
         """Earliest, latest or by-timestamp offsets in one request per broker."""
-        from confluent_kafka import KafkaException
+        return self._offsets_result(self._offsets_futures(partitions, spec, timestamp_ms), spec)
+
+    def _offsets_futures(self, partitions: Iterable[TopicPartition], spec: str,
+                         timestamp_ms: int = 0) -> dict[Any, Future[Any]]:
         from confluent_kafka import TopicPartition as KafkaTopicPartition
         from confluent_kafka.admin import OffsetSpec
 
@@ -197,9 +204,14 @@ class GroupAdmin:
         offset_spec = {"earliest": OffsetSpec.earliest, "latest": OffsetSpec.latest}.get(spec)
         chosen = (offset_spec() if offset_spec is not None
                   else OffsetSpec.for_timestamp(timestamp_ms))
-        futures = self._client.list_offsets(
+        return self._client.list_offsets(  # type: ignore[no-any-return]
             {KafkaTopicPartition(t, p): chosen for t, p in wanted},
             request_timeout=self.timeout_s)
+
+    def _offsets_result(self, futures: dict[Any, Future[Any]], spec: str
+                        ) -> dict[TopicPartition, int]:
+        from confluent_kafka import KafkaException
+
         out: dict[TopicPartition, int] = {}
         for tp, future in futures.items():
             try:
@@ -212,6 +224,21 @@ class GroupAdmin:
                                  f"{self.timeout_s:g} s") from None
             out[(tp.topic, tp.partition)] = info.offset
         return out
+
+    def describe_with_log_ends(self, group_id: str) -> tuple[
+            GroupDescription, dict[TopicPartition, int], dict[TopicPartition, int]]:
+        """The group, its committed offsets and the log-end offsets of its partitions, with
+        the requests overlapped: the log ends of the committed partitions are asked for as
+        soon as the offsets arrive, while the group description may still be on its way."""
+        describe = self._client.describe_consumer_groups([group_id],
+                                                         request_timeout=self.timeout_s)
+        committed = self._committed_result(group_id, self._committed_future(group_id))
+        ends_of_committed = self._offsets_futures(sorted(committed), "latest")
+        description = self._description(group_id, describe[group_id])
+        assigned = {tp for m in description.members for tp in m.assignment}
+        log_ends = self._offsets_result(ends_of_committed, "latest")
+        log_ends.update(self.list_offsets(sorted(assigned - set(committed)), "latest"))
+        return description, committed, log_ends
 
     def alter_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
         """Commit all the new offsets in one OffsetCommit request."""

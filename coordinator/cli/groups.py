@@ -142,24 +142,30 @@ def cmd_list(admin: GroupAdmin, args: argparse.Namespace) -> int:
 def _existing(admin: GroupAdmin, group_id: str) -> tuple[GroupDescription, dict[TopicPartition,
                                                                                   int]]:
     description, committed = admin.describe_with_offsets(group_id)
+    _check_exists(group_id, description, committed)
+    return description, committed
+
+
+def _check_exists(group_id: str, description: GroupDescription,
+                  committed: dict[TopicPartition, int]) -> None:
     if description.state in ("Dead", "Unknown") and not description.members and not committed:
         raise AdminError(f"consumer group {group_id!r} does not exist")
-    return description, committed
 
 
 def cmd_describe(admin: GroupAdmin, args: argparse.Namespace) -> int:
     view = args.view or "offsets"
-    description, committed = _existing(admin, args.group)
-    if view == "state":
-        return _describe_state(description, args)
-    if view == "members":
+    if view in ("state", "members"):
+        description, committed = _existing(admin, args.group)
+        if view == "state":
+            return _describe_state(description, args)
         return _describe_members(description, args)
+    description, committed, log_end = admin.describe_with_log_ends(args.group)
+    _check_exists(args.group, description, committed)
     owner: dict[TopicPartition, Member] = {}
     for assigned in description.members:
         for tp in assigned.assignment:
             owner[tp] = assigned
     partitions = sorted(set(committed) | set(owner))
-    log_end = admin.list_offsets(partitions, "latest")
     rows: list[dict[str, Any]] = []
     for tp in partitions:
         current = committed.get(tp)

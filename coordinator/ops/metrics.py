@@ -1,10 +1,12 @@
 """Counting for `/metrics`: plain ints and lists on the hot path, Prometheus families at scrape.
 
-A request costs two clock reads, a dict lookup and a bisect; group events (rare) update
+A request costs one slot increment in a flat list indexed by (API key, version) and a mask test;
+one request in `SAMPLE_EVERY[api]` of the hot APIs (every request of the rare ones) is also
+timed: two clock reads and a bisect into pre-computed bounds. Group events (rare) update
 per-group histograms and the rebalance history the group page shows. Nothing here formats or
 allocates metric objects until Prometheus scrapes: `snapshot()` copies the counters on the event
-loop (cheap, bounded), and `families()` turns a snapshot into prometheus-client metric families
-off the loop.
+loop (cheap, bounded), and `exposition()` turns a snapshot into prometheus-client metric
+families and their text off the loop.
 
 Label cardinality is bounded: per-group series (rebalance durations, time since the last
 rebalance) exist for the first `metrics.max.groups` groups seen; later groups are counted under
@@ -17,18 +19,24 @@ from __future__ import annotations
 import bisect
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
+from itertools import compress
 from typing import Any
 
 from coordinator import events as ev
 from coordinator.context import RequestContext
 
 OTHER_GROUPS = "__other__"
-SAMPLED_APIS = frozenset({0, 1, 8, 12})  # Produce, Fetch, OffsetCommit, Heartbeat
-SAMPLE_EVERY = 8
+# Hot APIs have only one request in N timed (N a power of two); every other request is timed.
+# Heartbeats are the most frequent and the cheapest to answer, so they are sampled the most thinly.
+SAMPLE_EVERY = {0: 16, 1: 16, 8: 8, 12: 64, 68: 64}  # Produce, Fetch, OffsetCommit, Heartbeat,
+#                                                     ConsumerGroupHeartbeat
+_VERSION_BITS = 5  # a request's slot is api_key << _VERSION_BITS | api_version
 _MAX_API_KEYS = 128
-_MAX_VERSIONS = 32
+_MAX_VERSIONS = 1 << _VERSION_BITS
+_SLOTS = _MAX_API_KEYS * _MAX_VERSIONS
 _clock = time.perf_counter
 _bucket = bisect.bisect_left
 HISTORY_PER_GROUP = 10  # rebalances kept per group for the page
@@ -65,12 +73,45 @@ _CAUSES = (
 )
 
 
+_SAMPLING_HELP = "sampled: " + ", ".join(
+    f"one request in {every} of {API_NAMES[api_key]}" for api_key, every in SAMPLE_EVERY.items()
+) + "; every request of the other APIs."
+
+
 def rebalance_cause(reason: str) -> str:
     lowered = reason.lower()
     for needle, cause in _CAUSES:
         if needle in lowered:
             return cause
     return "other"
+
+
+# A consumer group's new target assignment says why its group epoch moved.
+_CONSUMER_CAUSES = (
+    ("member joined", "member_join"),
+    ("subscription changed", "subscription_change"),
+    ("metadata changed", "metadata_change"),
+    ("(leave)", "leave"),
+    ("(session_expiry)", "session_expiry"),
+    ("(rebalance_timeout)", "rebalance_timeout"),
+    ("(fenced)", "fenced"),
+    ("(max_size)", "max_size"),
+    ("(disconnect)", "disconnect"),
+)
+
+
+def consumer_rebalance_cause(reason: str) -> str:
+    for needle, cause in _CONSUMER_CAUSES:
+        if needle in reason:
+            return cause
+    return "other"
+
+
+CLASSIC = "classic"
+CONSUMER = "consumer"
+# Rebalance phases per group type. A consumer group has no join or sync barrier: its rebalance
+# runs from a new target assignment until every member has reconciled to it.
+PHASES = {CLASSIC: ("join", "sync", "total"), CONSUMER: ("total",)}
 
 
 class Histogram:
@@ -85,7 +126,7 @@ class Histogram:
         self.total = 0.0
 
     def observe(self, value: float) -> None:
-        self.buckets[bisect.bisect_left(self.bounds, value)] += 1
+        self.buckets[_bucket(self.bounds, value)] += 1
         self.count += 1
         self.total += value
 
@@ -120,8 +161,10 @@ class Rebalance:
     previous_state: str
     join_ms: int | None = None
     total_ms: int | None = None
-    outcome: str = "in progress"  # stabilized | emptied | in progress | dead
+    # stabilized | emptied | in progress | dead | superseded | converted
+    outcome: str = "in progress"
     members: int | None = None
+    group_type: str = CLASSIC
 
 
 @dataclass(slots=True)
@@ -135,42 +178,51 @@ class GroupHistory:
 class TimedRequestContext(RequestContext):
     """A request context that reports its latency when answered (used only with metrics on)."""
 
-    __slots__ = ("metrics", "started")
+    __slots__ = ("histogram", "started")
 
-    def __init__(self, connection: Any, slot: Any, header: Any, metrics: BrokerMetrics) -> None:
+    def __init__(self, connection: Any, slot: Any, header: Any, histogram: Histogram) -> None:
         # The fields set directly: the dataclass __init__ through super() costs a heartbeat
         # measurably more.
         self.connection = connection
         self.slot = slot
         self.header = header
-        self.metrics = metrics
+        self.histogram = histogram
         self.started = _clock()
 
     def respond(self, response: Any) -> None:
         RequestContext.respond(self, response)
-        self.metrics.request_done(self.header, _clock() - self.started)
+        self.histogram.observe(_clock() - self.started)
 
     def respond_raw(self, framed: bytes | None) -> None:
         self.connection.complete(self.slot, framed)
-        self.metrics.request_done(self.header, _clock() - self.started)
+        self.histogram.observe(_clock() - self.started)
 
 
 class BrokerMetrics:
     def __init__(self, max_groups: int = 200) -> None:
         self.max_groups = max_groups
-        # (api_key, api_version) -> latency histogram; the count is the request count
-        # (api_key, api_version) -> latency histogram of the timed requests
-        self.requests: dict[tuple[int, int], Histogram] = {}
-        # api_key -> api_version -> requests received: every request, exactly
-        self.request_counts = [[0] * _MAX_VERSIONS for _ in range(_MAX_API_KEYS)]
-        self._received = 0
+        # Requests received per (api_key, api_version) slot: every request, exactly.
+        self.request_counts = [0] * _SLOTS
+        # Per slot: 0 to time every request, N - 1 to time one in N (N a power of two).
+        self._sample_masks = [0] * _SLOTS
+        for api_key, every in SAMPLE_EVERY.items():
+            for version in range(_MAX_VERSIONS):
+                self._sample_masks[api_key << _VERSION_BITS | version] = every - 1
+        # Latency of the timed requests per slot, created at a slot's first timed request.
+        self._latency: list[Histogram | None] = [None] * _SLOTS
         self.fetch_wakeup = Histogram(LATENCY_BOUNDS)
         self.offset_commits = 0  # offsets (partitions) committed
         self.offset_expirations = 0
         self.offset_deletions = 0
-        self.completed_rebalances = 0
-        self.rebalances_by_cause: dict[str, int] = {}
-        self.members_removed: dict[str, int] = {}
+        self.completed_rebalances = 0  # classic groups (Kafka's group-completed-rebalance)
+        self.consumer_rebalances = 0  # consumer groups' new target assignments (Kafka's
+        #                               consumer-group-rebalance)
+        # (group type, cause) -> count
+        self.rebalances_by_cause: dict[tuple[str, str], int] = {}
+        self.members_removed: dict[tuple[str, str], int] = {}
+        # The live consumer groups by id (a read-only view the runtime sets): tells a consumer
+        # group's events apart and whether its members have all reconciled.
+        self.consumer_groups: Mapping[str, Any] = {}
         # group (or OTHER_GROUPS) -> phase -> histogram, capped at max_groups groups
         self.rebalance_seconds: dict[str, dict[str, Histogram]] = {}
         self.history: dict[str, GroupHistory] = {}
@@ -180,37 +232,56 @@ class BrokerMetrics:
 
     def context(self, connection: Any, slot: Any, header: Any) -> RequestContext:
         """The context of one request: counted always; timed always for the rare APIs and for
-        one request in `SAMPLE_EVERY` of the hot ones (Produce, Fetch, OffsetCommit, Heartbeat),
-        whose latency histograms are therefore samples."""
-        api_key = header.api_key
-        version = header.api_version
-        if api_key < _MAX_API_KEYS and version < _MAX_VERSIONS:
-            self.request_counts[api_key][version] += 1
-        received = self._received = self._received + 1
-        if received % SAMPLE_EVERY and api_key in SAMPLED_APIS:
+        one request in `SAMPLE_EVERY[api]` of the hot ones, whose latency histograms are
+        therefore samples. Only requests the broker serves get here, so the slot is in range
+        (`slot_of` is checked against the served versions at start)."""
+        index = header.api_key << _VERSION_BITS | header.api_version
+        counts = self.request_counts
+        count = counts[index] = counts[index] + 1
+        if count & self._sample_masks[index]:
             return RequestContext(connection, slot, header)
-        return TimedRequestContext(connection, slot, header, self)
-
-    def request_done(self, header: Any, seconds: float) -> None:
-        key = (header.api_key, header.api_version)
-        histogram = self.requests.get(key)
+        histogram = self._latency[index]
         if histogram is None:
-            histogram = self.requests[key] = Histogram(LATENCY_BOUNDS)
-        histogram.buckets[_bucket(LATENCY_BOUNDS, seconds)] += 1
-        histogram.count += 1
-        histogram.total += seconds
+            histogram = self._latency[index] = Histogram(LATENCY_BOUNDS)
+        return TimedRequestContext(connection, slot, header, histogram)
+
+    @staticmethod
+    def slot_of(api_key: int, api_version: int) -> int | None:
+        """A request's counter slot, or None for keys and versions beyond the table."""
+        if 0 <= api_key < _MAX_API_KEYS and 0 <= api_version < _MAX_VERSIONS:
+            return api_key << _VERSION_BITS | api_version
+        return None
+
+    @property
+    def requests(self) -> dict[tuple[int, int], Histogram]:
+        """Latency of the timed requests by (api_key, api_version)."""
+        used = compress(zip(range(_SLOTS), self._latency, strict=True), self._latency)
+        return {divmod(index, _MAX_VERSIONS): histogram
+                for index, histogram in used if histogram is not None}
+
+    def request_count(self, api_key: int, api_version: int) -> int:
+        return self.request_counts[api_key << _VERSION_BITS | api_version]
 
     # events ----------------------------------------------------------------------------------
 
-    def _group_series(self, group_id: str) -> dict[str, Histogram]:
+    def _group_series(self, group_id: str, group_type: str = CLASSIC) -> dict[str, Histogram]:
         series = self.rebalance_seconds.get(group_id)
         if series is None:
             own = len(self.rebalance_seconds) - (OTHER_GROUPS in self.rebalance_seconds)
             if own >= self.max_groups:
                 group_id = OTHER_GROUPS
-            series = self.rebalance_seconds.setdefault(group_id, {
-                phase: Histogram(REBALANCE_BOUNDS) for phase in ("join", "sync", "total")})
+            series = self.rebalance_seconds.setdefault(group_id, {})
+        for phase in PHASES[group_type]:
+            if phase not in series:
+                series[phase] = Histogram(REBALANCE_BOUNDS)
         return series
+
+    def _group_type(self, group_id: str) -> str:
+        return CONSUMER if group_id in self.consumer_groups else CLASSIC
+
+    def _count(self, table: dict[tuple[str, str], int], group_type: str, cause: str) -> None:
+        key = (group_type, cause)
+        table[key] = table.get(key, 0) + 1
 
     def _history(self, group_id: str) -> GroupHistory:
         history = self.history.get(group_id)
@@ -222,9 +293,20 @@ class BrokerMetrics:
 
     def on_event(self, event: Any) -> None:
         self.group_version += 1
+        if isinstance(event, ev.GroupConverted):
+            # The group goes on as the other type: a rebalance of the old one ends here.
+            current = self._open_rebalance(event.group_id)
+            if current is not None:
+                current.outcome = "converted"
+                current.total_ms = max(event.ts_ms - current.started_ms, 0)
+            return
+        if event.group_id in self.consumer_groups or isinstance(
+                event, ev.TargetAssignmentComputed | ev.MemberReconciled):
+            self._on_consumer_event(event)
+            return
         if isinstance(event, ev.RebalanceStarted):
             cause = rebalance_cause(event.reason)
-            self.rebalances_by_cause[cause] = self.rebalances_by_cause.get(cause, 0) + 1
+            self._count(self.rebalances_by_cause, CLASSIC, cause)
             self._history(event.group_id).rebalances.append(Rebalance(
                 started_ms=event.ts_ms, generation_id=event.generation_id, reason=event.reason,
                 cause=cause, member_id=event.member_id, client_id=event.client_id,
@@ -249,11 +331,7 @@ class BrokerMetrics:
                 if current.join_ms is not None:
                     series["sync"].observe(max(event.duration_ms - current.join_ms, 0) / 1000)
         elif isinstance(event, ev.MemberRemoved):
-            cause = getattr(event.cause, "value", str(event.cause))
-            self.members_removed[cause] = self.members_removed.get(cause, 0) + 1
-            self._history(event.group_id).removed.append({
-                "ts_ms": event.ts_ms, "member_id": event.member_id, "client_id": event.client_id,
-                "client_host": event.client_host, "cause": cause, "reason": event.reason})
+            self._member_removed(event, CLASSIC)
         elif isinstance(event, ev.GroupEmpty | ev.GroupDead):
             current = self._open_rebalance(event.group_id)
             if current is not None:
@@ -263,6 +341,72 @@ class BrokerMetrics:
                 # A deleted group frees its slot under the per-group cap.
                 self.history.pop(event.group_id, None)
                 self.rebalance_seconds.pop(event.group_id, None)
+
+    def _member_removed(self, event: ev.MemberRemoved, group_type: str) -> None:
+        cause = getattr(event.cause, "value", str(event.cause))
+        self._count(self.members_removed, group_type, cause)
+        self._history(event.group_id).removed.append({
+            "ts_ms": event.ts_ms, "member_id": event.member_id, "client_id": event.client_id,
+            "client_host": event.client_host, "cause": cause, "reason": event.reason})
+
+    def _on_consumer_event(self, event: Any) -> None:
+        """A consumer group's rebalance: from a new target assignment (a group epoch bump) until
+        every member has reconciled to it; members keep their other partitions meanwhile."""
+        group_id = event.group_id
+        if isinstance(event, ev.TargetAssignmentComputed):
+            cause = consumer_rebalance_cause(event.reason)
+            self._count(self.rebalances_by_cause, CONSUMER, cause)
+            self.consumer_rebalances += 1
+            history = self._history(group_id)
+            current = self._open_rebalance(group_id)
+            if current is not None:  # a newer target before the members got to the last one
+                current.outcome = "superseded"
+                current.total_ms = max(event.ts_ms - current.started_ms, 0)
+            if event.reason.startswith("member removed") and history.removed:
+                # The target is computed at the next heartbeat of someone else: the culprit is
+                # the member that was removed, not that one.
+                removed = history.removed[-1]
+                member_id, client_id, client_host = (
+                    removed["member_id"], removed["client_id"], removed["client_host"])
+            else:
+                group = self.consumer_groups.get(group_id)
+                culprit = (group.members.get(event.member_id)
+                           if group is not None and event.member_id else None)
+                member_id = event.member_id
+                client_id = getattr(culprit, "client_id", None)
+                client_host = getattr(culprit, "client_host", None)
+            history.rebalances.append(Rebalance(
+                started_ms=event.ts_ms, generation_id=event.generation_id - 1,
+                reason=event.reason, cause=cause, member_id=member_id, client_id=client_id,
+                client_host=client_host, previous_state="", members=event.member_count,
+                group_type=CONSUMER))
+        elif isinstance(event, ev.MemberRemoved):
+            self._member_removed(event, CONSUMER)
+        elif isinstance(event, ev.GroupDead):
+            self.history.pop(group_id, None)
+            self.rebalance_seconds.pop(group_id, None)
+            return
+        self._maybe_reconciled(group_id, event.ts_ms)
+
+    def _maybe_reconciled(self, group_id: str, now_ms: int) -> None:
+        current = self._open_rebalance(group_id)
+        if current is None:
+            return
+        group = self.consumer_groups.get(group_id)
+        if group is None:
+            return
+        state = getattr(group.state, "value", "")
+        if state == "Empty":
+            current.outcome = "emptied"
+        elif state == "Stable" and group.assignment_epoch > current.generation_id:
+            current.outcome = "stabilized"
+        else:
+            return
+        current.total_ms = max(now_ms - current.started_ms, 0)
+        current.members = len(group.members)
+        self._history(group_id).last_stabilized_ms = now_ms
+        if current.outcome == "stabilized":
+            self._group_series(group_id, CONSUMER)["total"].observe(current.total_ms / 1000)
 
     def _open_rebalance(self, group_id: str) -> Rebalance | None:
         history = self.history.get(group_id)
@@ -278,15 +422,19 @@ class BrokerMetrics:
     # scrape ----------------------------------------------------------------------------------
 
     def snapshot(self, groups: Iterable[Any], num_offsets: int, connections: int,
-                 now_ms: int) -> dict[str, Any]:
+                 now_ms: int, consumer_groups: Iterable[Any] = ()) -> dict[str, Any]:
         """Copies of everything `families` exports, taken on the event loop."""
         by_state: dict[str, int] = {}
-        by_protocol: dict[str, int] = {}
+        consumer_by_state: dict[str, int] = {}
+        by_protocol: dict[str, int] = {CLASSIC: 0, CONSUMER: 0}
         for group in groups:
             state = getattr(group.state, "value", str(group.state))
             by_state[state] = by_state.get(state, 0) + 1
-            kind = getattr(group, "group_type", "classic")
-            by_protocol[kind] = by_protocol.get(kind, 0) + 1
+            by_protocol[CLASSIC] += 1
+        for group in consumer_groups:
+            state = getattr(group.state, "value", str(group.state)).lower()
+            consumer_by_state[state] = consumer_by_state.get(state, 0) + 1
+            by_protocol[CONSUMER] += 1
         since_last: dict[str, float] = {}
         for group_id, history in self.history.items():
             # Only groups with their own series: the same cap bounds this gauge.
@@ -294,14 +442,16 @@ class BrokerMetrics:
                 since_last[group_id] = max(now_ms - history.last_stabilized_ms, 0) / 1000
         return {
             "requests": {k: h.copy() for k, h in self.requests.items()},
-            "request_counts": {(api_key, version): count
-                               for api_key, versions in enumerate(self.request_counts)
-                               for version, count in enumerate(versions) if count},
+            # compress: the few used slots of the table, found at C speed
+            "request_counts": {divmod(index, _MAX_VERSIONS): self.request_counts[index]
+                               for index in compress(range(_SLOTS), self.request_counts)},
             "fetch_wakeup": self.fetch_wakeup.copy(),
             "offset_commits": self.offset_commits,
             "offset_expirations": self.offset_expirations,
             "offset_deletions": self.offset_deletions,
             "completed_rebalances": self.completed_rebalances,
+            "consumer_rebalances": self.consumer_rebalances,
+            "consumer_groups_by_state": consumer_by_state,
             "rebalances_by_cause": dict(self.rebalances_by_cause),
             "members_removed": dict(self.members_removed),
             "group_version": self.group_version,
@@ -318,25 +468,25 @@ class BrokerMetrics:
 _KAFKA = "kafka_server_group_coordinator_metrics_"
 _GMM = "kafka_coordinator_group_groupmetadatamanager_"
 _STATES = ("PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Empty")
+_CONSUMER_STATES = ("empty", "assigning", "reconciling", "stable", "dead")
 
 
 def _histogram(family: Any, labels: list[str], histogram: Histogram) -> None:
     family.add_metric(labels, histogram.cumulative(), histogram.total)
 
 
-def families(snap: dict[str, Any]) -> Iterator[Any]:
-    """prometheus-client metric families from a snapshot (runs off the event loop)."""
+def state_families(snap: dict[str, Any]) -> Iterator[Any]:
+    """The families that change only with the groups and the commits."""
     from prometheus_client.core import (
         CounterMetricFamily,
         GaugeMetricFamily,
-        HistogramMetricFamily,
     )
 
     by_state: dict[str, int] = snap["groups_by_state"]
     total_groups = sum(by_state.values())
     family = GaugeMetricFamily(_KAFKA + "group_count", "Groups by protocol (Kafka group-count).",
                                labels=["protocol"])
-    for protocol in sorted(set(snap["groups_by_protocol"]) | {"classic"}):
+    for protocol in sorted(set(snap["groups_by_protocol"]) | {CLASSIC, CONSUMER}):
         family.add_metric([protocol], snap["groups_by_protocol"].get(protocol, 0))
     yield family
     family = GaugeMetricFamily(_KAFKA + "classic_group_count",
@@ -345,7 +495,14 @@ def families(snap: dict[str, Any]) -> Iterator[Any]:
     for state in _STATES:
         family.add_metric([state], by_state.get(state, 0))
     yield family
-    yield GaugeMetricFamily(_GMM + "numgroups", "Groups (Kafka NumGroups).", value=total_groups)
+    family = GaugeMetricFamily(_KAFKA + "consumer_group_count",
+                               "Consumer groups by state (Kafka consumer-group-count).",
+                               labels=["state"])
+    for state in _CONSUMER_STATES:
+        family.add_metric([state], snap["consumer_groups_by_state"].get(state, 0))
+    yield family
+    yield GaugeMetricFamily(_GMM + "numgroups", "Classic groups (Kafka NumGroups).",
+                            value=total_groups)
     for state in _STATES:
         yield GaugeMetricFamily(_GMM + "numgroups" + state.lower(),
                                 f"Groups in {state} (Kafka NumGroups{state}).",
@@ -353,8 +510,13 @@ def families(snap: dict[str, Any]) -> Iterator[Any]:
     yield GaugeMetricFamily(_GMM + "numoffsets", "Committed offsets held (Kafka NumOffsets).",
                             value=snap["num_offsets"])
     yield CounterMetricFamily(_KAFKA + "group_completed_rebalance",
-                              "Rebalances completed (Kafka group-completed-rebalance-total).",
+                              "Classic group rebalances completed "
+                              "(Kafka group-completed-rebalance-total).",
                               value=snap["completed_rebalances"])
+    yield CounterMetricFamily(_KAFKA + "consumer_group_rebalance",
+                              "Consumer group rebalances: new target assignments "
+                              "(Kafka consumer-group-rebalance-total).",
+                              value=snap["consumer_rebalances"])
     yield CounterMetricFamily(_KAFKA + "offset_commit",
                               "Offsets committed (Kafka offset-commit-total).",
                               value=snap["offset_commits"])
@@ -365,16 +527,35 @@ def families(snap: dict[str, Any]) -> Iterator[Any]:
                               "Offsets deleted (Kafka offset-deletion-total).",
                               value=snap["offset_deletions"])
 
-    counter = CounterMetricFamily("rebalanced_rebalances", "Rebalances started, by cause.",
-                                  labels=["cause"])
-    for cause, count in sorted(snap["rebalances_by_cause"].items()):
-        counter.add_metric([cause], count)
+    counter = CounterMetricFamily(
+        "rebalanced_rebalances",
+        "Rebalances started (classic) or new target assignments (consumer), by group type "
+        "and cause.", labels=["protocol", "cause"])
+    for (protocol, cause), count in sorted(snap["rebalances_by_cause"].items()):
+        counter.add_metric([protocol, cause], count)
     yield counter
-    counter = CounterMetricFamily("rebalanced_members_removed", "Members removed, by cause.",
-                                  labels=["cause"])
-    for cause, count in sorted(snap["members_removed"].items()):
-        counter.add_metric([cause], count)
+    counter = CounterMetricFamily("rebalanced_members_removed",
+                                  "Members removed, by group type and cause.",
+                                  labels=["protocol", "cause"])
+    for (protocol, cause), count in sorted(snap["members_removed"].items()):
+        counter.add_metric([protocol, cause], count)
     yield counter
+
+
+# What `state_families` reads: while these are unchanged its text is reused.
+_STATE_KEYS = ("groups_by_state", "groups_by_protocol", "consumer_groups_by_state",
+               "num_offsets", "completed_rebalances", "consumer_rebalances", "offset_commits",
+               "offset_expirations", "offset_deletions", "rebalances_by_cause", "members_removed")
+
+
+def activity_families(snap: dict[str, Any]) -> Iterator[Any]:
+    """The families that move with the traffic and the clock."""
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+    )
+
     gauge = GaugeMetricFamily("rebalanced_seconds_since_last_rebalance",
                               "Seconds since each group last completed a rebalance.",
                               labels=["group"])
@@ -384,26 +565,18 @@ def families(snap: dict[str, Any]) -> Iterator[Any]:
 
     requests = CounterMetricFamily("rebalanced_requests", "Requests answered, by API and version.",
                                    labels=["api", "version"])
-    latency = HistogramMetricFamily(
-        "rebalanced_request_latency_seconds",
-        "From a request's arrival to its answer (parked JoinGroup/Fetch included); one "
-        "request in 8 of Produce, Fetch, OffsetCommit and Heartbeat, every other request.",
-        labels=["api", "version"])
     commit = HistogramMetricFamily(
         "rebalanced_offset_commit_latency_seconds",
         "OffsetCommit from arrival to the durable answer, all versions.")
     merged = Histogram(LATENCY_BOUNDS)
     for (api_key, version), count in sorted(snap["request_counts"].items()):
         requests.add_metric([API_NAMES.get(api_key, str(api_key)), str(version)], count)
-    for (api_key, version), values in sorted(snap["requests"].items()):
-        labels = [API_NAMES.get(api_key, str(api_key)), str(version)]
-        _histogram(latency, labels, values)
+    for (api_key, _), values in sorted(snap["requests"].items()):
         if api_key == 8:
             merged.count += values.count
             merged.total += values.total
             merged.buckets = [a + b for a, b in zip(merged.buckets, values.buckets, strict=True)]
     yield requests
-    yield latency
     commit.add_metric([], merged.cumulative(), merged.total)
     yield commit
     wakeup = HistogramMetricFamily(
@@ -421,8 +594,10 @@ def rebalance_families(snap: dict[str, Any]) -> Iterator[Any]:
 
     histogram = HistogramMetricFamily(
         "rebalanced_rebalance_duration_seconds",
-        "Rebalance duration per group and phase: join (start to JoinGroup answers), sync "
-        "(to the leader's assignment) and total (the time the group could not consume).",
+        "Rebalance duration per group and phase. Classic groups: join (start to JoinGroup "
+        "answers), sync (to the leader's assignment) and total (the time the group could not "
+        "consume). Consumer groups: total (a new target assignment until every member "
+        "reconciled to it).",
         labels=["group", "phase"])
     for group_id, phases in sorted(snap["rebalance_seconds"].items()):
         for phase, values in phases.items():
@@ -442,9 +617,44 @@ def _format(collect: Callable[[], Iterator[Any]]) -> bytes:
     return bytes(generate_latest(registry))
 
 
+def _latency_family(series: list[tuple[list[str], Histogram]]) -> Iterator[Any]:
+    from prometheus_client.core import HistogramMetricFamily
+
+    family = HistogramMetricFamily(
+        "rebalanced_request_latency_seconds",
+        "From a request's arrival to its answer (parked JoinGroup/Fetch included); "
+        + _SAMPLING_HELP,
+        labels=["api", "version"])
+    for labels, histogram in series:
+        _histogram(family, labels, histogram)
+    yield family
+
+
+def _request_latency(snap: dict[str, Any], cache: dict[str, Any] | None) -> bytes:
+    """The request latency histograms: most of the samples of a scrape, and between two
+    scrapes usually only the few busy APIs' change. Each (API, version) is formatted on its own
+    and its lines kept until its count moves."""
+    if cache is None:
+        cache = {}
+    header = cache.get("latency_header")
+    if header is None:
+        header = cache["latency_header"] = _format(lambda: _latency_family([]))
+    by_key: dict[tuple[int, int], tuple[int, bytes]] = cache.setdefault("latency", {})
+    parts = [header]
+    for key, histogram in sorted(snap["requests"].items()):
+        kept = by_key.get(key)
+        if kept is None or kept[0] != histogram.count:
+            series = [([API_NAMES.get(key[0], str(key[0])), str(key[1])], histogram)]
+            text = _format(partial(_latency_family, series))
+            kept = by_key[key] = (histogram.count, text[len(header):])
+        parts.append(kept[1])
+    return b"".join(parts)
+
+
 def exposition(snap: dict[str, Any], cache: dict[str, Any] | None = None) -> bytes:
     """The text format. With a `cache` (one per endpoint), the per-group rebalance histograms
-    are formatted again only after a group event: formatting is most of a scrape's cost."""
+    are formatted again only after a group event, and each request latency histogram only
+    after it changed: formatting is most of a scrape's cost."""
     version = snap["group_version"]
     if cache is not None and cache.get("version") == version:
         groups = cache["text"]
@@ -452,4 +662,12 @@ def exposition(snap: dict[str, Any], cache: dict[str, Any] | None = None) -> byt
         groups = _format(lambda: rebalance_families(snap))
         if cache is not None:
             cache.update(version=version, text=groups)
-    return _format(lambda: families(snap)) + groups
+    state_key = repr([snap[key] for key in _STATE_KEYS])
+    if cache is not None and cache.get("state_key") == state_key:
+        state = cache["state"]
+    else:
+        state = _format(lambda: state_families(snap))
+        if cache is not None:
+            cache.update(state_key=state_key, state=state)
+    return (state + _format(lambda: activity_families(snap)) + _request_latency(snap, cache)
+            + groups)

@@ -42,22 +42,50 @@ def decode_assignment(data: bytes) -> list[tuple[str, int]]:
     return sorted(out)
 
 
+def _classic_group(group: Any) -> dict[str, Any]:
+    members = []
+    for member in list(group.members.values())[:MAX_MEMBERS]:
+        assigned = (decode_assignment(member.assignment)
+                    if group.protocol_type == "consumer" else [])
+        members.append({"member_id": member.member_id, "client_id": member.client_id,
+                        "host": member.client_host, "instance_id": member.group_instance_id,
+                        "partitions": assigned})
+    return {"group_type": "classic", "state": getattr(group.state, "value", str(group.state)),
+            "generation_id": group.generation_id, "protocol_type": group.protocol_type,
+            "protocol": group.protocol_name, "leader_id": group.leader_id,
+            "member_count": len(group.members), "members": members}
+
+
+def _consumer_group(group: Any, topic_names: dict[Any, str]) -> dict[str, Any]:
+    members = []
+    for member in list(group.members.values())[:MAX_MEMBERS]:
+        assigned = sorted((topic_names.get(topic_id, str(topic_id)), p)
+                          for topic_id, partitions in member.assigned.items()
+                          for p in partitions)
+        members.append({"member_id": member.member_id, "client_id": member.client_id,
+                        "host": member.client_host, "instance_id": member.instance_id,
+                        "partitions": assigned, "epoch": member.member_epoch})
+    return {"group_type": "consumer", "state": group.state.value,
+            "generation_id": group.group_epoch, "protocol_type": "consumer",
+            "protocol": None, "leader_id": None, "member_count": len(group.members),
+            "members": members}
+
+
 def snapshot(broker: Any, metrics: BrokerMetrics, now_ms: int) -> dict[str, Any]:
     runtime = broker.groups
     groups_out = []
-    all_groups = runtime.manager.groups
-    for group_id in sorted(all_groups)[:MAX_GROUPS]:
-        group = all_groups[group_id]
-        members = []
-        owner: dict[tuple[str, int], str] = {}
-        for member in list(group.members.values())[:MAX_MEMBERS]:
-            assigned = (decode_assignment(member.assignment)
-                        if group.protocol_type == "consumer" else [])
-            for tp in assigned:
-                owner[tp] = member.client_id
-            members.append({"member_id": member.member_id, "client_id": member.client_id,
-                            "host": member.client_host, "instance_id": member.group_instance_id,
-                            "partitions": assigned})
+    classic_groups = runtime.manager.groups
+    consumer = runtime.manager.consumer
+    consumer_groups = consumer.groups
+    topic_names = {info.topic_id: name for name, info in consumer.image.by_name.items()}
+    group_ids = sorted({*classic_groups, *consumer_groups})
+    for group_id in group_ids[:MAX_GROUPS]:
+        classic = classic_groups.get(group_id)
+        if classic is not None:
+            out = _classic_group(classic)
+        else:
+            out = _consumer_group(consumer_groups[group_id], topic_names)
+        owner = {tp: m["client_id"] for m in out["members"] for tp in m["partitions"]}
         lag = []
         for fetched in runtime.offsets.fetch(group_id, None)[:MAX_PARTITIONS]:
             topic = broker.topics.get(fetched.topic)
@@ -74,19 +102,14 @@ def snapshot(broker: Any, metrics: BrokerMetrics, now_ms: int) -> dict[str, Any]
             started_ms=r.started_ms, generation_id=r.generation_id, reason=r.reason,
             cause=r.cause, member_id=r.member_id, client_id=r.client_id,
             client_host=r.client_host, join_ms=r.join_ms, total_ms=r.total_ms,
-            outcome=r.outcome, members=r.members,
+            outcome=r.outcome, members=r.members, group_type=r.group_type,
             running_ms=max(now_ms - r.started_ms, 0))
             for r in (history.rebalances if history else ())]
         removed = list(history.removed) if history else []
-        groups_out.append({
-            "group_id": group_id, "state": getattr(group.state, "value", str(group.state)),
-            "generation_id": group.generation_id, "protocol_type": group.protocol_type,
-            "protocol": group.protocol_name, "leader_id": group.leader_id,
-            "member_count": len(group.members), "members": members, "lag": lag,
-            "rebalances": rebalances, "removed": removed,
-        })
+        out.update(group_id=group_id, lag=lag, rebalances=rebalances, removed=removed)
+        groups_out.append(out)
     return {"now_ms": now_ms, "node_id": broker.node_id, "groups": groups_out,
-            "group_count": len(all_groups), "shown": len(groups_out)}
+            "group_count": len(group_ids), "shown": len(groups_out)}
 
 
 _STYLE = """
@@ -96,14 +119,15 @@ h1{font-size:1.3em;margin:0 0 .2em}h2{font-size:1.1em;margin:0}
 padding:1em;margin:1em 0}.head{display:flex;gap:1em;align-items:baseline;flex-wrap:wrap}
 .state{padding:.1em .6em;border-radius:1em;font-weight:600;font-size:.85em}
 .Stable{background:#d4f5dd;color:#11632b}.Empty{background:#eee;color:#555}
-.PreparingRebalance,.CompletingRebalance{background:#fff0c2;color:#7a5300}
+.PreparingRebalance,.CompletingRebalance,.Assigning,.Reconciling{background:#fff0c2;
+color:#7a5300}
 .Dead{background:#fbd5d5;color:#8a1c1c}
 table{border-collapse:collapse;margin:.5em 0;font-size:.92em}
 th,td{text-align:left;padding:.2em .8em .2em 0;border-bottom:1px solid #eee;vertical-align:top}
 th{font-weight:600;color:#444}.num{text-align:right;font-variant-numeric:tabular-nums}
 .lag{color:#b3261e;font-weight:600}.why{font-weight:600}
 .bar{display:flex;height:12px;min-width:2px;border-radius:2px;overflow:hidden}
-.join{background:#e0a800}.sync{background:#1a73e8}.open{background:repeating-linear-gradient(
+.join{background:#e0a800}.sync{background:#1a73e8}.reconcile{background:#2e9d57}.open{background:repeating-linear-gradient(
 45deg,#e0a800,#e0a800 4px,#f3d27a 4px,#f3d27a 8px)}
 .legend span{display:inline-block;width:10px;height:10px;margin:0 .3em 0 1em;border-radius:2px}
 """
@@ -152,6 +176,9 @@ def _timeline(rebalances: list[dict[str, Any]]) -> str:
         width = max(total / longest * 300, 2)
         if r["outcome"] == "in progress":
             bar = f"<div class='bar open' style='width:{width:.0f}px'></div>"
+        elif r.get("group_type") == "consumer":
+            bar = (f"<div class=bar style='width:{width:.0f}px'>"
+                   f"<div class=reconcile style='width:{width:.0f}px'></div></div>")
         else:
             join = min(r["join_ms"] if r["join_ms"] is not None else total, total)
             join_px = join / max(total, 1) * width
@@ -164,19 +191,29 @@ def _timeline(rebalances: list[dict[str, Any]]) -> str:
             f"<td>{escape(r['reason'])}</td><td>{_culprit(r)}</td>"
             f"<td class=num>{_duration(total)}</td><td>{bar}</td>"
             f"<td>{escape(r['outcome'])}</td></tr>")
-    return ("<table class=rebalances><tr><th>started (UTC)</th><th>generation</th><th>cause</th>"
-            "<th>reason</th><th>culprit</th><th>paused for</th><th>timeline "
-            "<span class=legend><span class=join></span>join<span class=sync></span>sync"
-            "</span></th><th>outcome</th></tr>" + "".join(rows) + "</table>")
+    if rebalances[-1].get("group_type") == "consumer":
+        # No barrier: members keep consuming what they keep while the others reconcile.
+        head = ("<th>group epoch</th><th>cause</th><th>reason</th><th>culprit</th>"
+                "<th>reconciling for</th><th>timeline <span class=legend>"
+                "<span class=reconcile></span>until every member reconciled</span></th>")
+    else:
+        head = ("<th>generation</th><th>cause</th><th>reason</th><th>culprit</th>"
+                "<th>paused for</th><th>timeline <span class=legend><span class=join></span>"
+                "join<span class=sync></span>sync</span></th>")
+    return ("<table class=rebalances><tr><th>started (UTC)</th>" + head + "<th>outcome</th>"
+            "</tr>" + "".join(rows) + "</table>")
 
 
 def _group(g: dict[str, Any], now_ms: int) -> str:
     parts = [f"<section class=group id='group-{escape(g['group_id'])}'><div class=head>"
              f"<h2>{escape(g['group_id'])}</h2>"
              f"<span class='state {escape(g['state'])}'>{escape(g['state'])}</span>"
-             f"<span class=muted>generation {g['generation_id']} &middot; "
-             f"{g['member_count']} member(s) &middot; protocol "
-             f"{_text(g['protocol_type'])}/{_text(g['protocol'])}</span>"]
+             + (f"<span class=muted>consumer group (KIP-848) &middot; group epoch "
+                f"{g['generation_id']} &middot; {g['member_count']} member(s)</span>"
+                if g.get("group_type") == "consumer" else
+                f"<span class=muted>generation {g['generation_id']} &middot; "
+                f"{g['member_count']} member(s) &middot; protocol "
+                f"{_text(g['protocol_type'])}/{_text(g['protocol'])}</span>")]
     if g["rebalances"]:
         last = g["rebalances"][-1]
         parts.append(f"<span class=muted>last rebalance {_ago(now_ms - last['started_ms'])}: "

@@ -28,6 +28,14 @@ UNKNOWN_MEMBER_ID = 25
 ILLEGAL_GENERATION = 22
 REBALANCE_IN_PROGRESS = 27
 MEMBER_ID_REQUIRED = 79
+# Retried by a client after a backoff: the coordinator is still loading its group log, or has
+# moved (Kafka clients back off `retry.backoff.ms`, 100 ms, growing to `retry.backoff.max.ms`).
+COORDINATOR_LOAD_IN_PROGRESS = 14
+COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
+RETRIABLE = frozenset({COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR})
+RETRY_BACKOFF_S = 0.1
+RETRY_BACKOFF_MAX_S = 1.0
 
 _ERR = struct.Struct(">h")
 
@@ -166,10 +174,19 @@ class Member:
             "group_instance_id": None, "protocol_type": "consumer",
             "protocols": [{"name": "range", "metadata": subscription([self.topic])}],
         }
-        for _ in range(4):
+        deadline = time.monotonic() + timeout
+        backoff = RETRY_BACKOFF_S
+        attempts = 0
+        while attempts < 4:
             sent_at = time.monotonic()
             reply = await self.conn.call(11, JOIN_V, body, timeout)
             code = reply.error_code.value
+            if code in RETRIABLE and sent_at + backoff < deadline:
+                # Not an attempt of the member-id handshake: wait and ask again.
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, RETRY_BACKOFF_MAX_S)
+                continue
+            attempts += 1
             if code == MEMBER_ID_REQUIRED:
                 self.member_id = body["member_id"] = reply.member_id
                 continue

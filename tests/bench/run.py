@@ -62,7 +62,7 @@ ALIASES = {
 SUBJECT_TITLES = {
     "rebalanced": "rebalanced",
     "rebalanced-fsync100": "rebalanced (fsync 100 ms)",
-    ops_scrape.SUBJECT: "rebalanced (metrics on, scraped 1/s)",
+    ops_scrape.SUBJECT: "rebalanced (metrics on: /metrics 1/s, page 1/5 s)",
     "tansu": "tansu (memory)",
     "mock": "librdkafka mock",
 }

@@ -42,7 +42,7 @@ def test_phases_history_and_the_group_cap() -> None:
     assert metrics.rebalance_seconds[om.OTHER_GROUPS]["total"].count == 2
     a = metrics.rebalance_seconds["a"]
     assert (a["join"].total, a["sync"].total, a["total"].total) == (0.3, 0.1, 0.4)
-    assert metrics.rebalances_by_cause == {"leave": 4}
+    assert metrics.rebalances_by_cause == {("classic", "leave"): 4}
     assert metrics.completed_rebalances == 4
     [last] = metrics.history["d"].rebalances
     assert (last.cause, last.join_ms, last.total_ms, last.outcome) == ("leave", 300, 400,
@@ -51,7 +51,7 @@ def test_phases_history_and_the_group_cap() -> None:
     metrics.on_event(ev.MemberRemoved(ts_ms=5000, group_id="a", generation_id=1, member_id="m",
                                       group_instance_id=None, client_id="app", client_host="/h",
                                       cause=ev.RemovalCause.SESSION_EXPIRY))
-    assert metrics.members_removed == {"session_expiry": 1}
+    assert metrics.members_removed == {("classic", "session_expiry"): 1}
 
     snap = metrics.snapshot([], num_offsets=7, connections=3, now_ms=10_400)
     values = {(s.name, tuple(sorted(s.labels.items()))): s.value
@@ -66,18 +66,32 @@ def test_phases_history_and_the_group_cap() -> None:
 
 
 def test_request_latency_per_api_and_version() -> None:
+    from protocol.codec import RequestHeader
+
+    class Connection:
+        closed = False
+
+        def complete(self, slot: object, data: bytes | None) -> None:
+            pass
+
     metrics = om.BrokerMetrics()
-
-    class Header:
-        api_key = 12
-        api_version = 3
-
+    for _ in range(3):  # JoinGroup: every request is timed
+        metrics.context(Connection(), object(), RequestHeader(11, 5, 0, "c")).respond_raw(b"")
+    histogram = metrics.requests[(11, 5)]
+    assert histogram.count == 3 and dict(histogram.cumulative())["+Inf"] == 3
     for seconds in (0.0001, 0.0002, 0.003):
-        metrics.request_done(Header(), seconds)
-    histogram = metrics.requests[(12, 3)]
-    assert histogram.count == 3
-    assert dict(histogram.cumulative())["0.00025"] == 2
-    assert dict(histogram.cumulative())["+Inf"] == 3
+        histogram.observe(seconds)
+    assert dict(histogram.cumulative())["0.00025"] >= 2
+    assert histogram.count == 6
+
+
+def test_every_served_api_version_has_a_counter_slot() -> None:
+    from coordinator.dataplane.api_versions import SUPPORTED
+
+    slots = {om.BrokerMetrics.slot_of(key, version)
+             for key, (low, high) in SUPPORTED.items() for version in range(low, high + 1)}
+    assert None not in slots
+    assert len(slots) == sum(high - low + 1 for low, high in SUPPORTED.values())
 
 
 def test_page_escapes_what_clients_choose() -> None:
@@ -128,16 +142,72 @@ def test_the_timed_context_sets_every_field_of_the_plain_one() -> None:
         getattr(timed, f.name)  # an unset slot raises AttributeError
 
 
-def test_every_request_is_counted_and_hot_ones_are_timed_one_in_eight() -> None:
+def test_every_request_is_counted_and_hot_ones_are_sampled() -> None:
     from coordinator.context import RequestContext
     from protocol.codec import RequestHeader
 
     metrics = om.BrokerMetrics()
     contexts = [metrics.context(object(), object(), RequestHeader(12, 4, i, "c"))
-                for i in range(16)]
-    contexts += [metrics.context(object(), object(), RequestHeader(11, 5, 0, "c"))
-                 for _ in range(3)]
-    assert metrics.request_counts[12][4] == 16 and metrics.request_counts[11][5] == 3
-    timed = [type(c) is om.TimedRequestContext for c in contexts]
-    assert sum(timed[:16]) == 2 and all(timed[16:])
-    assert all(isinstance(c, RequestContext) for c in contexts)
+                for i in range(128)]
+    commits = [metrics.context(object(), object(), RequestHeader(8, 9, i, "c"))
+               for i in range(16)]
+    joins = [metrics.context(object(), object(), RequestHeader(11, 5, 0, "c"))
+             for _ in range(3)]
+    assert metrics.request_count(12, 4) == 128 and metrics.request_count(11, 5) == 3
+    assert metrics.request_count(8, 9) == 16 and metrics.request_count(12, 3) == 0
+
+    def timed(cs: list[RequestContext]) -> int:
+        return sum(type(c) is om.TimedRequestContext for c in cs)
+
+    assert timed(contexts) == 128 // om.SAMPLE_EVERY[12] == 2
+    assert timed(commits) == 16 // om.SAMPLE_EVERY[8] == 2
+    assert timed(joins) == 3
+    assert all(isinstance(c, RequestContext) for c in contexts + commits + joins)
+    snap = metrics.snapshot([], num_offsets=0, connections=0, now_ms=0)
+    assert snap["request_counts"] == {(12, 4): 128, (8, 9): 16, (11, 5): 3}
+    assert snap["requests"][(12, 4)].count == 0  # created when timed, answered later
+
+
+def test_the_cached_exposition_equals_a_fresh_one() -> None:
+    from protocol.codec import RequestHeader
+
+    class Connection:
+        closed = False
+
+        def complete(self, slot: object, data: bytes | None) -> None:
+            pass
+
+    metrics = om.BrokerMetrics()
+    cache: dict[str, object] = {}
+
+    def serve(api_key: int, version: int, count: int) -> None:
+        for i in range(count):
+            metrics.context(Connection(), object(),
+                            RequestHeader(api_key, version, i, "c")).respond_raw(b"")
+
+    def scrape(now_ms: int) -> tuple[bytes, bytes]:
+        snap = metrics.snapshot([], num_offsets=3, connections=2, now_ms=now_ms)
+        return om.exposition(snap, cache), om.exposition(snap)
+
+    serve(11, 5, 2)
+    serve(12, 4, 64)
+    rebalance(metrics, "a", 0, "removing member m on LeaveGroup")
+    for step in range(3):
+        cached, fresh = scrape(1000 * step)
+        assert cached == fresh
+        serve(12, 4, 64)  # only the heartbeat histogram moves between these scrapes
+    metrics.offset_commits += 5
+    rebalance(metrics, "b", 5000, "adding new member m")
+    cached, fresh = scrape(9000)
+    assert cached == fresh
+    assert b'offset_commit_total 5.0' in cached and b'group="b"' in cached
+
+
+def test_a_conversion_ends_the_open_rebalance_of_the_old_group_type() -> None:
+    metrics = om.BrokerMetrics()
+    metrics.on_event(started("g", 1000, "adding new member m"))
+    metrics.on_event(ev.GroupConverted(ts_ms=1600, group_id="g", generation_id=1,
+                                       direction="upgrade", from_type="classic",
+                                       to_type="consumer", member_count=2, reason="upgrade"))
+    [last] = metrics.history["g"].rebalances
+    assert (last.outcome, last.total_ms) == ("converted", 600)
