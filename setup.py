@@ -1,10 +1,13 @@
-"""The optional C speedup of legacy down-conversion; everything else is in pyproject.toml.
+"""The optional C speedups (legacy down-conversion, the forensics group-log decoder);
+everything else is in pyproject.toml.
 
-`optional=True`: where no C compiler (or zlib header) is at hand the build goes on without it,
-and `storage.legacy_convert` uses its Python loop.
+`optional=True`: where no C compiler (or zlib header) is at hand the build goes on without
+them, and `storage.legacy_convert` and `forensics.grouplog` use their Python loops.
 """
 
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("storage._legacy_speedups", ["storage/_legacy_speedups.c"],
-                             libraries=["z"], optional=True)])
+                             libraries=["z"], optional=True),
+                   Extension("forensics._grouplog_speedups", ["forensics/_grouplog_speedups.c"],
+                             optional=True)])

@@ -27,7 +27,7 @@ from coordinator.offsets import (
     PartitionErrors,
     expire_timestamp_ms,
 )
-from coordinator.records import OffsetCommitRecord
+from coordinator.records import MAX_STORED_STRING_BYTES, OffsetCommitRecord
 from coordinator.result import Result
 
 __all__ = ["CommitDecision", "ExpiryDecision", "GroupOffsets"]
@@ -52,6 +52,13 @@ class ExpiryDecision:
     groups_deleted: int
 
 
+def _unstorable(text: str) -> bool:
+    """Longer than the group log can store; at most 4 bytes a character, so only very long
+    strings are encoded to find out."""
+    return len(text) * 4 > MAX_STORED_STRING_BYTES and len(
+        text.encode()) > MAX_STORED_STRING_BYTES
+
+
 class GroupOffsets:
     def __init__(self, groups: GroupCoordinator, offsets: OffsetStore) -> None:
         self.groups = groups
@@ -66,6 +73,10 @@ class GroupOffsets:
     ) -> CommitDecision:
         """The group-side checks (SPEC §10, `GroupCoordinator.validate_offset_commit`), then
         the per-partition ones and the records (`OffsetStore.commit`, pending until applied)."""
+        if _unstorable(cmd.group_id):
+            # The group log keys offsets by group id with an int16 length: a longer id could
+            # never be written. Kafka answers a group id it cannot use INVALID_GROUP_ID.
+            return CommitDecision(ErrorCode.invalid_group_id, [], [], Result())
         group_known = self.groups.group(cmd.group_id) is not None
         error, result = self.groups.validate_offset_commit(
             cmd.group_id, cmd.member_id, cmd.generation_id, cmd.group_instance_id, now_ms,

@@ -46,6 +46,7 @@ from typing import NamedTuple, Protocol
 from kio.schema.errors import ErrorCode
 
 from coordinator.records import (
+    MAX_STORED_STRING_BYTES,
     CoordinatorRecord,
     OffsetCommitKey,
     OffsetCommitRecord,
@@ -138,6 +139,14 @@ def _metadata_length(metadata: str) -> int:
     return len(metadata.encode("utf-16-le")) // 2
 
 
+def _unstorable(metadata: str) -> bool:
+    """The group log stores metadata with an int16 length in UTF-8 bytes, whatever
+    `offset.metadata.max.bytes` allows; at most 4 bytes a character, so only long metadata is
+    encoded to find out."""
+    return len(metadata) * 4 > MAX_STORED_STRING_BYTES and len(
+        metadata.encode()) > MAX_STORED_STRING_BYTES
+
+
 class OffsetStore:
     """Committed offsets of every group this coordinator owns; see the module docstring."""
 
@@ -168,7 +177,8 @@ class OffsetStore:
 
         Per partition: an unknown topic/partition → UNKNOWN_TOPIC_OR_PARTITION (checked first,
         as Kafka checks topics before the coordinator sees the request); metadata longer than
-        `offset.metadata.max.bytes` → OFFSET_METADATA_TOO_LARGE; else NONE and one record.
+        `offset.metadata.max.bytes` (or than the group log can store) →
+        OFFSET_METADATA_TOO_LARGE; else NONE and one record.
         `commit_timestamps` (OffsetCommit v1) overrides `now_ms` as the commit timestamp of
         the partitions it names, as Kafka keeps a v1 client's explicit timestamp.
         The records are registered as pending; the view changes when they are applied.
@@ -185,7 +195,7 @@ class OffsetStore:
                     topic_errors.append((partition, ErrorCode.unknown_topic_or_partition))
                     continue
                 text = "" if metadata is None else metadata
-                if text and _metadata_length(text) > max_metadata:
+                if text and (_metadata_length(text) > max_metadata or _unstorable(text)):
                     topic_errors.append((partition, ErrorCode.offset_metadata_too_large))
                     continue
                 topic_errors.append((partition, _NONE))

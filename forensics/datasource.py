@@ -40,11 +40,13 @@ def arrow_schema() -> Any:
 
 
 def _record_batch(pa: Any, schema: Any, rows: list[tuple[object, ...]]) -> Any:
-    columns = list(zip(*rows, strict=True))
-    return pa.RecordBatch.from_arrays(
-        [pa.array(column, type=field.type) for column, field in zip(columns, schema,
-                                                                     strict=True)],
-        schema=schema)
+    """Column by column; a column with no value in these rows (most of them, in a run of
+    commits) is made as nulls without looking at its Python objects."""
+    n = len(rows)
+    arrays = [pa.nulls(n, field.type) if column.count(None) == n
+              else pa.array(column, type=field.type)
+              for column, field in zip(zip(*rows, strict=True), schema, strict=True)]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 class SegmentPartition(InputPartition):  # type: ignore[misc]

@@ -25,6 +25,11 @@ from coordinator.records import GroupMetadataRecord, OffsetCommitRecord
 from storage.batch import scan_batches
 from storage.records import RecordDecodeError, UnknownRecord, decode_record
 
+try:
+    from forensics import _grouplog_speedups as _speedups  # type: ignore[attr-defined]
+except ImportError:  # no C compiler at install time: `_batch_rows_py` does the same
+    _speedups = None
+
 __all__ = [
     "GROUP_LOG_COLUMNS",
     "decode_assignment",
@@ -100,10 +105,30 @@ def decode_segment(path: str, log_partition: int) -> Iterator[tuple[object, ...]
 def _batch_rows(path: str, log_partition: int, position: int, base_offset: int,
                 base_timestamp: int, records: bytes | memoryview, count: int
                 ) -> Iterator[tuple[object, ...]]:
-    """The records of one batch. Single-byte varints are read inline and the record versions
-    the broker writes on every commit (OffsetCommitKey v0/v1 + OffsetCommitValue v3) are
-    unpacked in place: this loop is the decode rate. Every other record goes through
-    `decode_record`; `tests/forensics/test_grouplog.py` checks that both agree."""
+    """The records of one batch: the C loop (`_grouplog_speedups.c`) when it was built, which
+    unpacks the commit records itself and hands back the others, else `_batch_rows_py`."""
+    if _speedups is None:
+        yield from _batch_rows_py(path, log_partition, position, base_offset, base_timestamp,
+                                  records, count)
+        return
+    items, error = _speedups.batch_rows(records, count, base_offset, base_timestamp,
+                                        (path, log_partition, position))
+    for item in items:
+        if len(item) == 4:  # (offset, timestamp, key, value): not a commit the loop unpacks
+            yield _record_row(path, log_partition, position, *item)
+        else:
+            yield item
+    if error is not None:
+        raise ValueError(error)
+
+
+def _batch_rows_py(path: str, log_partition: int, position: int, base_offset: int,
+                   base_timestamp: int, records: bytes | memoryview, count: int
+                   ) -> Iterator[tuple[object, ...]]:
+    """The records of one batch, in Python (the reference for the C loop). Single-byte
+    varints are read inline and the record versions the broker writes on every commit
+    (OffsetCommitKey v0/v1 + OffsetCommitValue v3) are unpacked in place. Every other record
+    goes through `decode_record`; `tests/forensics/test_grouplog.py` checks that both agree."""
     data = bytes(records)
     unpack_oc_value = _OC_V3.unpack_from
     unpack_i16 = _I16.unpack_from

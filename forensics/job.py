@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
@@ -41,46 +41,53 @@ def run(spark: SparkSession, data_dir: Path, out_dir: Path, *, timelines: int = 
         extra_problems: Problems | None = None) -> Outcome:
     """Analyse `data_dir` (a rebalanced `log.dirs` or a Kafka log directory) into `out_dir`.
     `events` replaces the journal read from disk, and `extra_problems` are what its reader
-    found (the streaming mode passes both)."""
+    found (the streaming mode passes both).
+
+    Speed: the journal is parsed once (Spark's JSON reader, explicit schema) and cached; the
+    events that explain rebalances (a few percent of a journal, the rest is commits) are
+    cached apart, and every table and the report come from those two caches and the decoded
+    group log, with the small results collected once."""
     out_dir.mkdir(parents=True, exist_ok=True)
     problems = copy.deepcopy(extra_problems) if extra_problems is not None else Problems()
     if events is None:
         files = journal_files(journal or journal_dir(data_dir))
         events = read_journal(spark, files, problems) if files else empty_journal(spark)
-        has_journal = bool(files)
-    else:
-        has_journal = True
-    events = events.cache()
+    control = events.filter(F.col("event_type") != "offsets_committed").cache()
+    summary = _journal_summary(events)
+    has_journal = summary.events > 0
     records = read_group_log(spark, data_dir, problems)
-    has_journal = has_journal and not events.isEmpty()
+    log_summary = _group_log_summary(records) if records is not None else _Summary()
 
-    span_start, span_end = _span(events, records)
+    span_start = _min(summary.first_ts, log_summary.first_ts)
+    span_end = _max(summary.last_ts, log_summary.last_ts)
     data_end: Column = F.lit(span_end if span_end is not None else 0).cast("long")
 
     generations = T.group_generations(records).cache() if records is not None else None
     moved = T.partitions_moved(generations) if generations is not None else None
     if has_journal:
-        rebalances = T.rebalances_from_journal(events)
-        sessions = T.member_sessions(events)
-        states = T.group_states(events, data_end)
+        rebalances = T.with_consumer_groups(T.rebalances_from_journal(control), control)
+        consumer_moved = T.consumer_partitions_moved(control)
+        moved = consumer_moved if moved is None else moved.unionByName(consumer_moved)
+        sessions = T.member_sessions(control)
+        states = T.group_states(control, data_end)
     elif generations is not None:
         rebalances = T.rebalances_from_group_log(generations)
         sessions = T.member_sessions_from_group_log(generations)
         states = None
     else:
-        rebalances = T.rebalances_from_journal(events)  # empty, with the right columns
-        sessions = T.member_sessions(events)
-        states = T.group_states(events, data_end)
-    rebalances = T.with_partitions_moved(rebalances, moved)
+        rebalances = T.rebalances_from_journal(control)  # empty, with the right columns
+        sessions = T.member_sessions(control)
+        states = T.group_states(control, data_end)
+    rebalances = T.with_partitions_moved(rebalances, moved).cache()
     times = T.commit_times(events if has_journal else None, records)
     if times is not None:
-        times = times.cache()
         rebalances = T.commit_gaps_around(rebalances, times)
     else:
         rebalances = (rebalances.withColumn("gap_start_ts", F.lit(None).cast("long"))
                       .withColumn("gap_end_ts", F.lit(None).cast("long"))
                       .withColumn("commit_gap_ms", F.lit(None).cast("long")))
     rebalances = rebalances.cache()
+    sessions = sessions.cache()
 
     _write(rebalances, out_dir / "rebalances")
     _write(sessions, out_dir / "member_sessions")
@@ -92,23 +99,26 @@ def run(spark: SparkSession, data_dir: Path, out_dir: Path, *, timelines: int = 
         _write(T.commits(records, data_end), out_dir / "commits")
 
     rb = _pandas(rebalances)
+    members = _pandas(sessions)
     worst = _pandas(T.worst_groups(rebalances))
     counts = {
-        "groups": _count_groups(events, records),
-        "members": sessions.count(),
-        "commits": times.count() if times is not None else 0,
+        "groups": len(summary.groups | log_summary.groups),
+        "members": len(members),
+        # Commit requests as the journal shows them, else commit records in the group log.
+        "commits": summary.commits if has_journal else log_summary.commits,
     }
     data = ReportData(
         data_dir=str(data_dir), has_journal=has_journal, has_group_log=records is not None,
         span=(span_start, span_end), counts=counts, rebalances=rb, worst_groups=worst,
         causes=_pandas(T.top_causes(rebalances)),
         culprits=_pandas(T.top_culprits(rebalances)),
-        static_restarts=_pandas(T.static_restarts(events)), problems=problems)
+        static_restarts=_pandas(T.static_restarts(control)), problems=problems,
+        write_failures=_pandas(T.write_failures(control)))
     for old in out_dir.glob("timeline-*.png"):
         old.unlink()
     if span_start is not None and span_end is not None and len(worst):
         top = worst["group_id"].head(timelines).tolist()
-        data.timelines = _timelines(sessions, times, records, top, rb, out_dir,
+        data.timelines = _timelines(members, times, records, top, rb, out_dir,
                                     (span_start, span_end))
     report = out_dir / REPORT_NAME
     tmp = report.with_suffix(".html.tmp")
@@ -119,37 +129,63 @@ def run(spark: SparkSession, data_dir: Path, out_dir: Path, *, timelines: int = 
                    problems=problems)
 
 
-def _span(events: DataFrame, records: DataFrame | None) -> tuple[int | None, int | None]:
-    lows, highs = [], []
-    row = events.agg(F.min("ts"), F.max("ts")).first()
-    if row is not None and row[0] is not None:
-        lows.append(row[0])
-        highs.append(row[1])
-    if records is not None:
-        positive = F.when(F.col("timestamp") > 0, F.col("timestamp"))
-        row = records.agg(F.min(positive), F.max(positive)).first()
-        if row is not None and row[0] is not None:
-            lows.append(row[0])
-            highs.append(row[1])
-    return (min(lows) if lows else None, max(highs) if highs else None)
+@dataclass
+class _Summary:
+    """What the report needs to know about an input as a whole, from one aggregation."""
+
+    events: int = 0
+    commits: int = 0
+    first_ts: int | None = None
+    last_ts: int | None = None
+    groups: set[str] = field(default_factory=set)
 
 
-def _count_groups(events: DataFrame, records: DataFrame | None) -> int:
-    groups = events.filter(F.col("group_id").isNotNull()).select("group_id")
-    if records is not None:
-        groups = groups.unionByName(records.select("group_id"))
-    return groups.distinct().count()
+def _journal_summary(events: DataFrame) -> _Summary:
+    rows = events.groupBy("event_type").agg(
+        F.count(F.lit(1)).alias("n"), F.min("ts").alias("lo"), F.max("ts").alias("hi"),
+        F.collect_set("group_id").alias("groups")).collect()
+    summary = _Summary()
+    for row in rows:
+        summary.events += row["n"]
+        if row["event_type"] == "offsets_committed":
+            summary.commits += row["n"]
+        summary.first_ts = _min(summary.first_ts, row["lo"])
+        summary.last_ts = _max(summary.last_ts, row["hi"])
+        summary.groups.update(row["groups"])
+    return summary
+
+
+def _group_log_summary(records: DataFrame) -> _Summary:
+    positive = F.when(F.col("timestamp") > 0, F.col("timestamp"))
+    rows = records.groupBy("record_type").agg(
+        F.count(F.lit(1)).alias("n"), F.min(positive).alias("lo"), F.max(positive).alias("hi"),
+        F.collect_set("group_id").alias("groups")).collect()
+    summary = _Summary()
+    for row in rows:
+        if row["record_type"] == "offset_commit":
+            summary.commits += row["n"]
+        summary.first_ts = _min(summary.first_ts, row["lo"])
+        summary.last_ts = _max(summary.last_ts, row["hi"])
+        summary.groups.update(row["groups"])
+    return summary
+
+
+def _min(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _max(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)
 
 
 def _write(frame: DataFrame, path: Path) -> None:
     frame.write.mode("overwrite").parquet(str(path))
 
 
-def _timelines(sessions: DataFrame, times: DataFrame | None, records: DataFrame | None,
+def _timelines(members: pd.DataFrame, times: DataFrame | None, records: DataFrame | None,
                groups: list[str], rb: pd.DataFrame, out_dir: Path, span: tuple[int, int]
                ) -> dict[str, str]:
     wanted = F.col("group_id").isin(*groups)
-    members = _pandas(sessions.filter(wanted))
     gaps = (_pandas(_commit_gaps(times, records, wanted)) if times is not None
             else pd.DataFrame(columns=["group_id", "gap_start_ts", "gap_end_ts"]))
     made: dict[str, str] = {}
@@ -180,8 +216,8 @@ def _commit_gaps(times: DataFrame, records: DataFrame | None, wanted: Column) ->
         source = T.offset_commits(records).select(
             "group_id", F.concat_ws("-", "topic", F.col("partition").cast("string"))
             .alias("key"), F.col("commit_timestamp").alias("ts"))
-    else:
-        source = times.select("group_id", F.lit("").alias("key"), "ts")
+    else:  # one commit a millisecond, as `T.commit_times` used to give them
+        source = times.filter(wanted).select("group_id", F.lit("").alias("key"), "ts").distinct()
     w = Window.partitionBy("group_id", "key").orderBy("ts")
     gaps = (source.filter(wanted)
             .withColumn("gap_start_ts", F.lag("ts").over(w))

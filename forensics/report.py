@@ -68,6 +68,8 @@ class ReportData:
     static_restarts: pd.DataFrame
     problems: Problems
     timelines: dict[str, str] = field(default_factory=dict)  # group -> PNG file name
+    # `group_write_failed` events (ts, group_ids, records, error); None: not looked for
+    write_failures: pd.DataFrame | None = None
     shown_rebalances: int = 50  # per group; every row is in the Parquet table
     detailed_groups: int = 30
 
@@ -201,6 +203,16 @@ def render_html(data: ReportData) -> str:
              "yes" if r.rebalance else "no — replaced in place"]
             for r in data.static_restarts.itertuples()]))
 
+    failures = data.write_failures
+    if failures is not None and len(failures):
+        parts.append("<h2>Failed group-log writes</h2>")
+        parts.append("<p class='meta'>What waited for these writes was answered with an error "
+                     "and undone; the groups in them rebalance.</p>")
+        parts.append(_table(["time", "groups", "records", "error"], [
+            [fmt_ts(r.ts), html.escape(", ".join(str(g) for g in _list(r.group_ids))),
+             html.escape(_text(r.records)), html.escape(_text(r.error))]
+            for r in failures.sort_values("ts").itertuples()]))
+
     parts.append("<h2>Rebalances by group</h2>")
     groups = data.worst_groups["group_id"].tolist() if len(data.worst_groups) else []
     if len(groups) > data.detailed_groups:
@@ -233,6 +245,11 @@ def render_html(data: ReportData) -> str:
                  " <code>group_states/</code>, <code>commits/</code> (Parquet) next to this "
                  "file.</p></body></html>")
     return "\n".join(parts)
+
+
+def _list(value: Any) -> list[Any]:
+    return [] if value is None or (not hasattr(value, "__len__") and pd.isna(value)) \
+        else list(value)
 
 
 def _int(value: Any) -> int | None:

@@ -10,7 +10,9 @@ JOURNAL_FIELDS = (
     "member_id STRING, group_instance_id STRING, client_id STRING, client_host STRING, "
     "protocol_name STRING, leader_id STRING, num_members INT, duration_ms BIGINT, "
     "missing_assignments INT, old_member_id STRING, rebalance BOOLEAN, partitions INT, "
-    "groups_deleted INT, group_ids ARRAY<STRING>, records INT, error STRING"
+    "groups_deleted INT, group_ids ARRAY<STRING>, records INT, error STRING, "
+    "assignor STRING, partition_count INT, moved_partitions INT, member_state STRING, "
+    "direction STRING, from_type STRING, to_type STRING"
 )
 CORRUPT_COLUMN = "_corrupt_record"
 JOURNAL_DDL = f"{JOURNAL_FIELDS}, {CORRUPT_COLUMN} STRING"
@@ -19,6 +21,8 @@ KNOWN_EVENT_TYPES = (
     "rebalance_started", "join_completed", "assignment_received", "group_stabilized",
     "member_added", "member_removed", "static_member_replaced", "group_empty", "group_dead",
     "offsets_committed", "offsets_expired", "group_write_failed",
+    "target_assignment_computed", "member_reconciled",  # consumer groups (KIP-848)
+    "group_converted",  # read, not yet shown: the epochs around it are
 )
 
 # One row per `__consumer_offsets` record (forensics.grouplog.GROUP_LOG_COLUMNS order).

@@ -1,7 +1,8 @@
 """Pure DataFrame transforms: journal events and group-log records in, forensics tables out.
 
-Every function takes DataFrames and returns one; none reads files or collects, so each is
-tested on tiny frames. Inputs:
+Every function takes DataFrames and returns one; none reads files, and only
+`commit_gaps_around` collects (the rebalances' times, to look commits up where they are), so
+each is tested on tiny frames. Inputs:
 
 * `events`: the journal (`schema.JOURNAL_FIELDS` columns) plus `file` and `row`, which order
   events that share a millisecond (`reader.read_journal`).
@@ -12,6 +13,10 @@ Times are epoch milliseconds throughout.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pandas as pd
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
@@ -137,6 +142,100 @@ def rebalances_from_journal(events: DataFrame) -> DataFrame:
             .withColumn("source", F.lit("journal")))
 
 
+TARGET = "target_assignment_computed"
+RECONCILED = "member_reconciled"
+_CONSUMER_CAUSE = {"leave": "member_leave"}  # else the removal cause itself
+
+
+def rebalances_from_consumer_groups(events: DataFrame) -> DataFrame:
+    """Consumer groups (KIP-848, docs/events.md §4) have no group-wide barrier: one row per
+    new group epoch, from its `target_assignment_computed` to the last `member_reconciled`
+    with `member_state` `stable` at that epoch before the next epoch's target (null while no
+    member has reconciled: `open`). The membership change is the member events since the
+    previous target; the cause is that change (`member_join`, `member_leave`, or the removal
+    cause), else `assignment_change` (a subscription or topic metadata change). Join and
+    sync phases do not exist here and stay null; `partitions_moved` is the event's own."""
+    consumer = events.filter(F.col("group_id").isNotNull() & F.col("event_type").isin(
+        TARGET, RECONCILED, "member_added", "member_removed"))
+    w = _in_order("group_id")
+    targets_so_far = F.sum((F.col("event_type") == TARGET).cast("int")).over(
+        w.rowsBetween(Window.unboundedPreceding, 0))
+    # A membership change leads to the next target: count it with that one.
+    is_change = F.col("event_type").isin("member_added", "member_removed")
+    marked = consumer.withColumn("rb", targets_so_far).withColumn(
+        "rb", F.when(is_change, F.col("rb") + 1)
+        .otherwise(F.col("rb")))
+    grouped = marked.groupBy("group_id", "rb").agg(
+        F.max(F.when(F.col("event_type") == TARGET, F.struct(
+            "ts", "generation", "reason", "member_id", "num_members", "assignor",
+            "moved_partitions"))).alias("target"),
+        F.collect_list(F.when(F.col("event_type") == RECONCILED, F.struct(
+            "ts", "generation", "member_state"))).alias("steps"),
+        F.collect_list(F.when(F.col("event_type") == "member_added",
+                              _member_struct(F.lit(None).cast("string")))).alias("added"),
+        F.collect_list(F.when(F.col("event_type") == "member_removed",
+                              _member_struct(F.col("cause")))).alias("removed"),
+    ).filter(F.col("target").isNotNull())
+    epoch = F.col("target.generation")
+    start_ts = F.col("target.ts")
+    stable = F.filter("steps", lambda s: (s["member_state"] == "stable")
+                      & (s["generation"] == epoch) & (s["ts"] >= start_ts))
+    end_ts = F.array_max(F.transform(stable, lambda s: s["ts"]))
+    culprit = F.col("target.member_id")
+    culprit_event = _first(F.filter(F.concat("added", "removed"),
+                                    lambda m: m["member_id"] == culprit))
+    removal = _first(F.col("removed")).getField("cause")
+    cause = (F.when(F.size("added") > 0, F.lit("member_join"))
+             .when(F.size("removed") > 0, F.coalesce(
+                 F.create_map(*[F.lit(x) for kv in _CONSUMER_CAUSE.items() for x in kv])
+                 [removal], removal))
+             .otherwise(F.lit("assignment_change")))
+    by_start = Window.partitionBy("group_id").orderBy("start_ts")
+    out = grouped.select(
+        "group_id",
+        epoch.alias("generation_to"),
+        start_ts.alias("start_ts"),
+        end_ts.alias("end_ts"),
+        F.lit(None).cast("long").alias("join_ms"),
+        F.lit(None).cast("long").alias("sync_ms"),
+        (end_ts - start_ts).alias("duration_ms"),
+        F.when(end_ts.isNotNull(), F.lit("stabilized")).otherwise(F.lit("open"))
+        .alias("outcome"),
+        cause.alias("cause"),
+        F.col("target.reason").alias("reason"),
+        culprit.alias("culprit_member_id"),
+        culprit_event.getField("group_instance_id").alias("culprit_instance_id"),
+        culprit_event.getField("client_id").alias("culprit_client_id"),
+        culprit_event.getField("client_host").alias("culprit_client_host"),
+        F.lit(None).cast("string").alias("from_state"),
+        F.col("target.num_members").alias("members_after"),
+        F.col("target.assignor").alias("protocol"),
+        F.lit(None).cast("long").alias("restarts"),
+        F.transform("added", lambda m: m["client_id"]).alias("members_joined"),
+        F.transform("removed", lambda m: F.concat_ws(":", m["client_id"], m["cause"]))
+        .alias("members_removed"),
+        F.col("target.moved_partitions").cast("long").alias("partitions_moved"),
+    )
+    return (out
+            .withColumn("generation_from", F.lag("generation_to").over(by_start))
+            .withColumn("members_before", F.lag("members_after").over(by_start))
+            .withColumn("inferred", F.lit(False))
+            .withColumn("source", F.lit("journal")))
+
+
+def with_consumer_groups(rebalances: DataFrame, events: DataFrame) -> DataFrame:
+    """The classic groups' rebalances and the consumer groups' epochs in one table."""
+    consumer = rebalances_from_consumer_groups(events)
+    return rebalances.unionByName(consumer.drop("partitions_moved"))
+
+
+def consumer_partitions_moved(events: DataFrame) -> DataFrame:
+    """(group_id, generation, partitions_moved) of consumer groups, from their journal."""
+    return events.filter(F.col("event_type") == TARGET).select(
+        "group_id", "generation", F.col("moved_partitions").cast("long")
+        .alias("partitions_moved"))
+
+
 def member_sessions(events: DataFrame) -> DataFrame:
     """One row per member: when it joined (or was put in place by a static restart), when it
     left and why. Members present before the journal starts have a null `joined_ts`."""
@@ -180,7 +279,7 @@ def group_states(events: DataFrame, data_end_ts: Column) -> DataFrame:
 
 def commit_times(events: DataFrame | None, records: DataFrame | None) -> DataFrame | None:
     """(group_id, ts) of every commit: journal `offsets_committed` lines and group-log commit
-    timestamps, one row per group and millisecond."""
+    timestamps. Not deduplicated (that would shuffle every commit): a millisecond may repeat."""
     parts = []
     if events is not None:
         parts.append(events.filter(F.col("event_type") == "offsets_committed")
@@ -193,7 +292,7 @@ def commit_times(events: DataFrame | None, records: DataFrame | None) -> DataFra
     union = parts[0]
     for part in parts[1:]:
         union = union.unionByName(part)
-    return union.filter(F.col("ts").isNotNull() & (F.col("ts") > 0)).distinct()
+    return union.filter(F.col("ts").isNotNull() & (F.col("ts") > 0))
 
 
 def offset_commits(records: DataFrame) -> DataFrame:
@@ -226,37 +325,62 @@ def commits(records: DataFrame, data_end_ts: Column) -> DataFrame:
 def commit_gaps_around(rebalances: DataFrame, times: DataFrame) -> DataFrame:
     """Add the commit gap around each rebalance: from the group's last commit at or before the
     rebalance started (or ended, when its start is unknown) to its first commit at or after
-    the rebalance ended. This is the pause as the consumers' commits show it."""
+    the rebalance ended. This is the pause as the consumers' commits show it.
+
+    Rebalances are few and commits many: the rebalances' start and end times (collected, a few
+    bytes each) go to every task, which looks up the nearest commits of its own share with a
+    binary search; only one candidate per rebalance and task is then shuffled. Commits are
+    never sorted or moved as a whole."""
     keyed = rebalances.withColumn("_rid", F.row_number().over(Window.partitionBy(
         "group_id").orderBy("start_ts", "end_ts", "generation_to")))
-    commits_ = times.select("group_id", "ts", F.lit(None).cast("int").alias("_rid"),
-                            F.lit(0).alias("_kind"))
-    # Markers sort after commits at the same ms for a start (a commit at the start counts
-    # as before it) and before them for an end (a commit at the end counts as after it).
-    starts = keyed.select("group_id", F.coalesce("start_ts", "end_ts").alias("ts"), "_rid",
-                          F.lit(1).alias("_kind"))
-    ends = keyed.filter(F.col("end_ts").isNotNull()).select(
-        "group_id", F.col("end_ts").alias("ts"), "_rid", F.lit(-1).alias("_kind"))
-    timeline = commits_.unionByName(starts).unionByName(ends)
-    # Both look-ups are running frames (the previous commit in time order, the next one in
-    # reverse order): a frame reaching to the unbounded end is quadratic in Spark.
-    forward = Window.partitionBy("group_id").orderBy("ts", "_kind").rowsBetween(
-        Window.unboundedPreceding, -1)
-    backward = Window.partitionBy("group_id").orderBy(
-        F.col("ts").desc(), F.col("_kind").desc()).rowsBetween(Window.unboundedPreceding, -1)
-    commit_ts = F.when(F.col("_kind") == 0, F.col("ts"))
-    located = (timeline
-               .withColumn("prev_commit", F.last(commit_ts, ignorenulls=True).over(forward))
-               .withColumn("next_commit", F.last(commit_ts, ignorenulls=True).over(backward))
-               .filter(F.col("_kind") != 0))
-    before = located.filter(F.col("_kind") == 1).select(
-        "group_id", "_rid", F.col("prev_commit").alias("gap_start_ts"))
-    after = located.filter(F.col("_kind") == -1).select(
-        "group_id", "_rid", F.col("next_commit").alias("gap_end_ts"))
-    return (keyed.join(before, ["group_id", "_rid"], "left")
-            .join(after, ["group_id", "_rid"], "left")
+    marks = [(r["group_id"], r["_rid"], r["at"], r["end_ts"]) for r in keyed.select(
+        "group_id", "_rid", F.coalesce("start_ts", "end_ts").alias("at"), "end_ts").collect()]
+    nearest = times.mapInPandas(_nearest_commits(marks),
+                                "group_id STRING, _rid INT, before BIGINT, after BIGINT")
+    found = nearest.groupBy("group_id", "_rid").agg(
+        F.max("before").alias("gap_start_ts"), F.min("after").alias("gap_end_ts"))
+    return (keyed.join(found, ["group_id", "_rid"], "left")
             .withColumn("commit_gap_ms", F.col("gap_end_ts") - F.col("gap_start_ts"))
             .drop("_rid"))
+
+
+def _nearest_commits(marks: list[tuple[str, int, int | None, int | None]]
+                     ) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
+    """For `mapInPandas`: per task, each rebalance's last commit at or before its start (a
+    commit in the start's millisecond counts as before) and first commit at or after its end
+    (one in the end's millisecond counts as after), among the commits the task reads."""
+    by_group: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    rows = pd.DataFrame(marks, columns=["group_id", "rid", "at", "end"])
+    for group, part in rows.groupby("group_id", sort=False):
+        by_group[str(group)] = (part["rid"].to_numpy(np.int32),
+                                part["at"].to_numpy(np.float64),
+                                part["end"].to_numpy(np.float64))
+
+    def nearest(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        commits: dict[str, list[np.ndarray]] = {}
+        for batch in batches:
+            for group, part in batch.groupby("group_id", sort=False):
+                if group in by_group:
+                    commits.setdefault(str(group), []).append(part["ts"].to_numpy(np.int64))
+        for group, chunks in commits.items():
+            ts = np.sort(np.concatenate(chunks))
+            rid, at, end = by_group[group]
+            with np.errstate(invalid="ignore"):
+                i = np.searchsorted(ts, at, side="right") - 1
+                j = np.searchsorted(ts, end, side="left")
+            has_before = ~np.isnan(at) & (i >= 0)
+            has_after = ~np.isnan(end) & (j < len(ts))
+            before = pd.array(np.where(has_before, ts[np.clip(i, 0, len(ts) - 1)], 0),
+                              dtype="Int64")
+            after = pd.array(np.where(has_after, ts[np.clip(j, 0, len(ts) - 1)], 0),
+                             dtype="Int64")
+            before[~has_before] = pd.NA
+            after[~has_after] = pd.NA
+            keep = has_before | has_after
+            yield pd.DataFrame({"group_id": group, "_rid": rid[keep],
+                                "before": before[keep], "after": after[keep]})
+
+    return nearest
 
 
 def group_generations(records: DataFrame) -> DataFrame:
@@ -356,6 +480,8 @@ def rebalances_from_group_log(generations: DataFrame) -> DataFrame:
 
 
 def with_partitions_moved(rebalances: DataFrame, moved: DataFrame | None) -> DataFrame:
+    """`moved` (group_id, generation, partitions_moved): from the group log's assignments,
+    and for consumer groups from their `target_assignment_computed` events."""
     if moved is None:
         return rebalances.withColumn("partitions_moved", F.lit(None).cast("long"))
     return rebalances.join(
@@ -369,6 +495,12 @@ def static_restarts(events: DataFrame) -> DataFrame:
     return events.filter(F.col("event_type") == "static_member_replaced").select(
         "group_id", "ts", "generation", "group_instance_id", "old_member_id", "member_id",
         "client_id", "client_host", "rebalance")
+
+
+def write_failures(events: DataFrame) -> DataFrame:
+    """Failed group-log writes: when, which groups' records were in them, and the error."""
+    return events.filter(F.col("event_type") == "group_write_failed").select(
+        "ts", "group_ids", "records", "error")
 
 
 def worst_groups(rebalances: DataFrame) -> DataFrame:

@@ -7,6 +7,7 @@ schemas come from `protocol.legacy_versions` (which builds on kio's readers and 
 
 from __future__ import annotations
 
+import contextlib
 import io
 import struct
 from collections.abc import Callable
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kio.index import KioIndexError, load_request_schema, load_response_schema
+from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 from kio.static.primitive import i16, i32
@@ -21,7 +23,7 @@ from kio.static.primitive import i16, i32
 from protocol.errors import MalformedRequest, UnsupportedApi
 from protocol.fast_requests import HAND_DECODERS
 from protocol.guard import Guard, compile_guard
-from protocol.legacy_versions import legacy_request, legacy_response
+from protocol.legacy_versions import LEGACY_REQUESTS, legacy_request, legacy_response
 
 _FIXED_HEADER = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
@@ -87,6 +89,45 @@ def _request_codec(api_key: int, api_version: int) -> _RequestCodec:
                                   compile_guard(cls))
         _request_codecs[(api_key, api_version)] = codec
     return codec
+
+
+# Read on every request by the connections: a dict lookup is cheaper than a call.
+LOADED_REQUEST_CODECS = _request_codecs
+
+# (api key, version) whose codecs failed to load: decoding them raises as it always did.
+_load_failed: set[tuple[int, int]] = set()
+
+
+def codec_needs_loading(api_key: int, api_version: int) -> bool:
+    """Whether decoding a request of (api_key, api_version) would first import its schema
+    module and compile its guard: 5-150 ms the first time, which a connection waits out in a
+    worker thread instead of on the event loop (see `protocol.connection`)."""
+    key = (api_key, api_version)
+    if key in _request_codecs or key in _load_failed:
+        return False
+    if key in LEGACY_REQUESTS:
+        return True
+    name = api_key_map.get(api_key)  # type: ignore[call-overload]
+    return name is not None and api_version in schema_name_map[name]
+
+
+def give_up_loading(api_key: int, api_version: int) -> None:
+    """Stop offering (api_key, api_version) for loading in a thread: its requests then load
+    (or fail to) on the spot."""
+    _load_failed.add((api_key, api_version))
+
+
+def load_codecs(api_key: int, api_version: int) -> None:
+    """Import and compile everything a request of (api_key, api_version) needs: its decoder,
+    guard and, when there is one, its response encoder. Safe in a worker thread."""
+    try:
+        _request_codec(api_key, api_version)
+    except Exception:
+        give_up_loading(api_key, api_version)
+        return
+    # An answer that is never sent, or is built by hand, may have no encoder.
+    with contextlib.suppress(Exception):
+        response_codec(api_key, api_version)
 
 
 def response_codec(api_key: int, api_version: int) -> _ResponseCodec:

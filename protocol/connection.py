@@ -10,13 +10,22 @@ full, so a fast producer cannot make the broker buffer without bound.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import itertools
 import sys
 from typing import Any, Protocol
 
 import structlog
 
-from protocol.codec import RequestHeader, decode_request, peek_header
+from protocol.codec import (
+    LOADED_REQUEST_CODECS,
+    RequestHeader,
+    codec_needs_loading,
+    decode_request,
+    give_up_loading,
+    load_codecs,
+    peek_header,
+)
 from protocol.errors import MalformedRequest, UnsupportedApi
 from protocol.framing import FrameDecoder, FrameError
 from protocol.refusals import REFUSALS, client_id_of
@@ -24,6 +33,44 @@ from protocol.refusals import REFUSALS, client_id_of
 log = structlog.get_logger("rebalanced.connection")
 
 _connection_ids = itertools.count(1)
+
+# Codec loads running in their own thread, shared by the connections that wait for them. One
+# thread, started with the server (`start_codec_loader`): starting a thread waits until it
+# runs, which on a busy machine held the event loop for tens of milliseconds.
+_codec_loads: dict[tuple[int, int], asyncio.Future[None]] = {}
+_codec_loader: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def start_codec_loader() -> None:
+    global _codec_loader
+    if _codec_loader is None:
+        _codec_loader = concurrent.futures.ThreadPoolExecutor(1, "codec-load")
+        _codec_loader.submit(lambda: None).result()
+
+
+def _codec_loaded(api_key: int, api_version: int) -> asyncio.Future[None] | None:
+    """None once the codecs of (api_key, api_version) are ready (loaded here when no event loop
+    runs); else a future that completes when a worker thread has loaded them."""
+    key = (api_key, api_version)
+    future = _codec_loads.get(key)
+    if future is not None:
+        return future
+    try:
+        start_codec_loader()
+        future = asyncio.get_running_loop().run_in_executor(_codec_loader, load_codecs,
+                                                             api_key, api_version)
+    except RuntimeError:  # no event loop
+        load_codecs(api_key, api_version)
+        return None
+    _codec_loads[key] = future
+
+    def finished(done: asyncio.Future[None]) -> None:
+        del _codec_loads[key]
+        if done.cancelled() or done.exception() is not None:
+            give_up_loading(api_key, api_version)  # decoded on the loop, as before
+
+    future.add_done_callback(finished)
+    return future
 
 
 class ResponseSlot:
@@ -93,9 +140,9 @@ class Connection(asyncio.Protocol):
 
     __slots__ = (
         "_backlog", "_backlog_bytes", "_budget", "_decoder", "_drained", "_handler", "_held",
-        "_max_in_flight", "_out", "_processing", "_queue", "_reading_paused", "_transport",
-        "_write_scheduled", "_writing_paused", "active", "client_host", "closed", "closing", "id",
-        "last_active",
+        "_loading_codec", "_max_in_flight", "_out", "_processing", "_queue", "_reading_paused",
+        "_transport", "_write_scheduled", "_writing_paused", "active", "client_host", "closed",
+        "closing", "id", "last_active",
     )
 
     def __init__(self, handler: RequestHandler, *, max_frame_bytes: int,
@@ -109,6 +156,8 @@ class Connection(asyncio.Protocol):
         self._backlog: list[bytes] = []
         self._backlog_bytes = 0
         self._processing = False
+        # Waiting for a worker thread to load the codec of the frame at the backlog's head.
+        self._loading_codec = False
         self._out: list[bytes] = []
         self._write_scheduled = False
         self._max_in_flight = max_in_flight
@@ -167,8 +216,10 @@ class Connection(asyncio.Protocol):
         self._process_backlog()
 
     def _process_backlog(self) -> None:
-        if self._processing:
-            return  # a handler answered synchronously; the outer loop carries on
+        if self._processing or self._loading_codec:
+            # A handler answered synchronously (the outer loop carries on), or the next frame
+            # waits for its codec.
+            return
         self._processing = True
         backlog = self._backlog
         handled = 0
@@ -177,9 +228,10 @@ class Connection(asyncio.Protocol):
             while (handled < len(backlog) and not self.closed and not self.closing
                    and len(self._queue) < self._max_in_flight):
                 frame = backlog[handled]
+                if not self._receive(frame):
+                    break
                 handled += 1
                 handled_bytes += len(frame)
-                self._receive(frame)
         finally:
             self._processing = False
             if handled and self._backlog is backlog:  # `close` drops the whole backlog
@@ -207,6 +259,9 @@ class Connection(asyncio.Protocol):
                 self._held = 0
         if self._drained is not None:
             self._drained.set()
+        # The transport refers to this protocol: without the reference back, a closed
+        # connection is freed at once instead of waiting, as a cycle, for the collector.
+        self._transport = None
         self._handler.connection_closed(self)
 
     def pause_writing(self) -> None:
@@ -219,12 +274,22 @@ class Connection(asyncio.Protocol):
 
     # requests and responses -------------------------------------------------------------------
 
-    def _receive(self, body: bytes) -> None:
+    def _receive(self, body: bytes) -> bool:
+        """Handle one frame; False if it must wait for its codec (it stays in the backlog)."""
         try:
             api_key, api_version, correlation_id = peek_header(body)
         except MalformedRequest as exc:
             self._reject(str(exc))
-            return
+            return True
+        if ((api_key, api_version) not in LOADED_REQUEST_CODECS
+                and codec_needs_loading(api_key, api_version)):
+            # The first request of a version imports its schema: not on the event loop,
+            # where a client sending many versions once could hold every group up.
+            loading = _codec_loaded(api_key, api_version)
+            if loading is not None:
+                self._loading_codec = True
+                loading.add_done_callback(self._codec_ready)
+                return False
         try:
             header, request = decode_request(body)
         except UnsupportedApi:
@@ -234,12 +299,18 @@ class Connection(asyncio.Protocol):
                                         api_version=api_version, connection=self.id,
                                         client_host=self.client_host)
                 self.close()
-            return
+            return True
         except MalformedRequest as exc:
             self._reject(f"{exc}; frame starts {body[:48].hex()}", body, api_key, api_version)
-            return
+            return True
         slot = self._reserve(header)
         self._handler.handle(self, slot, header, request)
+        return True
+
+    def _codec_ready(self, _: asyncio.Future[None]) -> None:
+        self._loading_codec = False
+        if not self.closed and not self.closing:
+            self._process_backlog()
 
     def _reserve(self, header: RequestHeader | None) -> ResponseSlot:
         slot = ResponseSlot(header)

@@ -10,7 +10,7 @@ from typing import Any
 
 import structlog
 
-from protocol.connection import Connection, ReadBudget, RequestHandler
+from protocol.connection import Connection, ReadBudget, RequestHandler, start_codec_loader
 
 log = structlog.get_logger("rebalanced.server")
 
@@ -101,6 +101,7 @@ class KafkaServer:
                     connection.close_idle(self.idle_ms)
 
     async def start(self) -> int:
+        start_codec_loader()
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             self._make_connection, self._host, self._port, reuse_address=True, backlog=1024

@@ -164,12 +164,14 @@ def main() -> int:
 
         log_data = work / "log-data"
         records = write_group_log(log_data, args.records)
-        decode_rate = _decode_one_core(log_data)
+        decode_rate, decode_cpu_rate = _decode_one_core(log_data)
         spark_rate = _decode_in_spark(log_data, records)
         print(json.dumps({
             "journal_events": events, "report_wall_s": round(report_s, 1),
             "group_log_records": records,
             "decode_records_per_s_one_core": round(decode_rate),
+            "decode_records_per_cpu_s": round(decode_cpu_rate),
+            "decode_c_loop": _c_loop(),
             "spark_decode_records_per_s_local2": round(spark_rate),
             "spark_decode_records_per_s_per_core": round(spark_rate / 2),
         }, indent=1))
@@ -179,15 +181,25 @@ def main() -> int:
     return 0
 
 
-def _decode_one_core(data_dir: Path) -> float:
+def _decode_one_core(data_dir: Path) -> tuple[float, float]:
+    """Records per second of wall time and per second of this process's CPU time (on a
+    shared machine the second is the rate of one core)."""
     from forensics.grouplog import decode_segment, find_segments
 
     started = time.perf_counter()
+    cpu_started = time.process_time()
     count = 0
     for path, partition in find_segments(data_dir):
         for _ in decode_segment(path, partition):
             count += 1
-    return count / (time.perf_counter() - started)
+    return (count / (time.perf_counter() - started),
+            count / (time.process_time() - cpu_started))
+
+
+def _c_loop() -> bool:
+    from forensics import grouplog
+
+    return grouplog._speedups is not None
 
 
 def _decode_in_spark(data_dir: Path, expected: int) -> float:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import operator
 import struct
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 from crc32c import crc32c
 
+from forensics import grouplog
 from forensics.grouplog import (
     GROUP_LOG_COLUMNS,
     _record_row,
@@ -18,7 +20,7 @@ from forensics.grouplog import (
     decode_segment,
     find_segments,
 )
-from tests.unit._batches import make_batch
+from tests.unit._batches import make_batch, varint
 
 CASES: list[dict[str, Any]] = json.loads(
     (Path(__file__).parent.parent / "golden" / "consumer_offsets.json").read_text("utf-8"))
@@ -144,3 +146,53 @@ def test_the_inline_offset_commit_path_agrees_with_the_broker_codec(tmp_path: Pa
     generic = [_record_row(str(path), 3, 0, n, 1_700_000_000_000, k, v)
                for n, (k, v) in enumerate(pairs)]
     assert fast == generic
+
+
+@pytest.mark.skipif(grouplog._speedups is None, reason="the C loop was not built")
+def test_the_c_loop_gives_the_rows_of_the_python_loop(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every golden key/value pair in batches (commits on the C fast path, the rest handed
+    back to the codec), non-ASCII and invalid UTF-8 names, a null key, headers, and payloads
+    cut short at 200 lengths: same rows, same errors."""
+    pairs: list[tuple[bytes | None, bytes | None]] = []
+    for case in CASES:
+        value = None if case.get("tombstone") else bytes.fromhex(case["hex"])
+        if case["record"].endswith("Value"):
+            pairs.append((bytes.fromhex(key_hex(case["record"])), value))
+        elif case.get("tombstone"):
+            pairs.append((bytes.fromhex(case["hex"]), None))
+    v3 = struct.pack(">hqih", 3, 42, -1, 0) + struct.pack(">q", 1_700_000_000_123)
+    for group, topic in ((b"gr\xc3\xbcppe", b"t\xc3\xb6pic"), (b"bad\xff", b"t"),
+                         (b"g", b"bad\xfe")):
+        key = struct.pack(">hh", 1, len(group)) + group + struct.pack(">h", len(topic)) \
+            + topic + struct.pack(">i", 7)
+        pairs.append((key, v3))
+    pairs.append((None, v3))
+    batch = make_batch([v for _, v in pairs], keys=[k for k, _ in pairs])
+    key = pairs[-2][0] or b""
+    body = (b"\x00" + varint(5) + varint(0) + varint(len(key)) + key + varint(len(v3)) + v3
+            + varint(2) + varint(1) + b"h" + varint(2) + b"hv" + varint(1) + b"n" + varint(-1))
+    payloads = [bytes(batch[61:]), varint(len(body)) + body]
+
+    def both(payload: bytes, count: int) -> tuple[list[object], list[object]]:
+        def run() -> list[object]:
+            out: list[object] = []
+            try:
+                out.extend(grouplog._batch_rows("p", 3, 0, 100, 1_700_000_000_000, payload,
+                                                count))
+            except (IndexError, ValueError) as exc:
+                out.append(("error", str(exc)))
+            return out
+
+        fast = run()
+        monkeypatch.setattr(grouplog, "_speedups", None)
+        slow = run()
+        monkeypatch.undo()
+        return fast, slow
+
+    fast, slow = both(payloads[0], len(pairs))
+    assert fast == slow and len(fast) == len(pairs) - 1  # the null key is skipped
+    assert sum(1 for row in fast if isinstance(row, tuple) and row[5] == "offset_commit") > 3
+    for payload, count in ((payloads[0], len(pairs)), (payloads[1], 1)):
+        for cut in range(0, len(payload), max(1, len(payload) // 200)):
+            assert operator.eq(*both(payload[:cut], count)), cut

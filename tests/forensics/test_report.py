@@ -37,9 +37,13 @@ def test_the_page_names_cause_culprit_and_paused_time() -> None:
                                 "groups": 1}]),
         static_restarts=pd.DataFrame(columns=["group_id", "ts", "group_instance_id",
                                               "client_id", "rebalance"]),
-        problems=Problems(malformed_lines=1, malformed_examples=[("events/x.jsonl", 42, "{")]))
+        problems=Problems(malformed_lines=1, malformed_examples=[("events/x.jsonl", 42, "{")]),
+        write_failures=pd.DataFrame([{"ts": 1_500, "group_ids": np.array(["billing", "ads"]),
+                                      "records": 3, "error": "[Errno 28] No space left"}]))
     page = render_html(data)
     assert "<b>worker-7</b>" in page and "session_expiry" in page and "500 ms" in page
+    assert "Failed group-log writes" in page and "billing, ads" in page
+    assert "No space left" in page
     assert "3 → 2" in page and "events/x.jsonl at byte 42" in page
     assert "no event journal" not in page
 

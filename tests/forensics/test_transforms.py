@@ -170,3 +170,44 @@ def test_group_log_alone_infers_causes_culprits_and_moves(spark: Any) -> None:
                                    r.staleness_ms)
                      for r in T.commits(records, F.lit(3000).cast("long")).collect()}
     assert per_partition == {0: (3, 700, 12, 400), 1: (1, None, 5, 300)}
+
+
+def test_consumer_group_epochs_are_rebalances(spark: Any) -> None:
+    def target(ts: int, epoch: int, members: int, moved: int, culprit: str | None,
+               reason: str) -> dict[str, Any]:
+        return {"event_type": "target_assignment_computed", "ts": ts, "generation": epoch,
+                "group_type": "consumer", "assignor": "uniform", "num_members": members,
+                "moved_partitions": moved, "member_id": culprit, "reason": reason}
+
+    def reconciled(ts: int, member_id: str, epoch: int, state: str) -> dict[str, Any]:
+        return {"event_type": "member_reconciled", "ts": ts, "generation": epoch,
+                "group_type": "consumer", "member_id": member_id, "member_state": state}
+
+    frame = events(
+        spark,
+        member("member_added", 1000, "a-1", 0, group_type="consumer"),
+        target(1000, 1, 1, 4, "a-1", "member a-1 joined"),
+        reconciled(1020, "a-1", 1, "stable"),
+        member("member_added", 2000, "b-1", 1, group_type="consumer"),
+        target(2000, 2, 2, 2, "b-1", "member b-1 joined"),
+        reconciled(2010, "a-1", 2, "unrevoked_partitions"),
+        reconciled(2300, "a-1", 2, "stable"),
+        reconciled(2500, "b-1", 2, "stable"),
+        member("member_removed", 4000, "a-1", 2, cause="leave", group_type="consumer"),
+        target(4100, 3, 1, 2, None, "member removed (leave)"),
+    )
+    rows = sorted(T.rebalances_from_consumer_groups(frame).collect(),
+                  key=lambda r: r.start_ts)
+    assert [(r.generation_from, r.generation_to, r.start_ts, r.end_ts, r.duration_ms,
+             r.outcome, r.cause, r.culprit_client_id, r.members_before, r.members_after,
+             r.partitions_moved, list(r.members_joined), list(r.members_removed))
+            for r in rows] == [
+        (None, 1, 1000, 1020, 20, "stabilized", "member_join", "a", None, 1, 4, ["a"], []),
+        (1, 2, 2000, 2500, 500, "stabilized", "member_join", "b", 1, 2, 2, ["b"], []),
+        (2, 3, 4100, None, None, "open", "member_leave", None, 2, 1, 2, [],
+         ["a:leave"]),
+    ]
+    assert rows[0].join_ms is None and rows[0].protocol == "uniform"
+    # Classic and consumer rows share one table; classic transforms ignore these events.
+    both = T.with_consumer_groups(T.rebalances_from_journal(frame), frame)
+    assert both.count() == 3

@@ -1,21 +1,34 @@
 """Live fuzz: random and mutated frames against a running broker while a real group consumes.
 
-    python -m tests.fuzz.live --frames 1000000 --seconds 600
-    python -m tests.fuzz.live --frames 20000 --seconds 60          # what `make fuzz` runs
+    python -m tests.fuzz.live --frames 1000000 --seconds 600      # what `make fuzz` runs
+    python -m tests.fuzz.live --frames 20000 --seconds 60
 
 A broker is started on a free loopback port with a 3-partition topic. A producer writes to it
 continuously and a consumer group of the three stock client libraries (each in its own process)
-consumes it. Meanwhile `--connections` fuzzing connections send frames built from valid requests
-of every API the broker advertises (bodies drawn from kio's Hypothesis strategies, with group ids
-and topic names pinned to a few values so that valid requests cannot create unbounded state),
-then mutated: flipped bytes, truncated bodies, spliced-in huge array counts, wrong versions,
-junk tails, and bad size prefixes. A connection the broker closes is reopened.
+consumes it. Frames are built from valid requests of every API the broker advertises (bodies
+drawn from kio's Hypothesis strategies, with group ids and topic names pinned to a few values so
+that valid requests cannot create unbounded state), then mutated: flipped bytes, truncated
+bodies, spliced-in huge array counts, wrong versions, junk tails, and bad size prefixes.
 
-A probe connection sends ApiVersions every 20 ms and records each round trip: a round trip over
-100 ms is a stall. At the end it reports frames sent, responses, connections closed by the broker
-on bad input, probe stalls, rebalances of the consumer group during the fuzz (from the journal),
-records produced and consumed, and the broker's RSS sampled every 5 s; and exits non-zero if the
-broker died, the group rebalanced, or the group stopped consuming.
+`--processes` fuzzing processes make their frames while the broker starts and the group forms,
+then each drives `--connections` sockets with epoll: a connection sends `--batch` frames at once,
+followed by a sentinel ApiVersions request, and is reopened as soon as the broker closes it.
+Only frames the broker is known to have read are counted (`frames_read_by_broker`): a whole
+batch when the sentinel is answered, else the answered frames plus the one that closed the
+connection. The run ends after `--frames` such frames or `--seconds`.
+
+How the group fares (a stall is anything over 100 ms):
+* `group_longest_gap_ms`: the longest time between two records consumed by the group (any
+  member, taken from the consumers' own monotonic clocks) while the producer keeps producing a
+  record every 5 ms, and `produce_to_consume_*_ms`, how long records took from `produce()` to a
+  consumer;
+* `heartbeat_*_ms`: a member of a separate group heartbeats every 20 ms; each round trip;
+* `group_rebalances_during_fuzz`, from the broker's journal.
+The broker's RSS and open descriptors are sampled every 5 s, with the time its event-loop thread
+spent runnable but waiting for a CPU (`runqueue_wait_ms`, from /proc/PID/schedstat: on a shared
+machine, a stall that lines up with a large wait is the machine's); its CPU time over the window
+is reported, and when each stall over 100 ms happened (`*_at`, seconds into the window).
+Exits non-zero if the broker died, logged a traceback, or the group rebalanced.
 """
 
 from __future__ import annotations
@@ -23,9 +36,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import errno
 import io
+import itertools
 import json
+import multiprocessing
+import os
 import random
+import select
+import socket
 import struct
 import sys
 import tempfile
@@ -49,7 +68,11 @@ from tests.integration.group_workers import (
 TOPIC = "live"
 GROUP = "live-consumers"
 PARTITIONS = 3
+PROBE_GROUP = "live-probe"
 STALL_MS = 100.0
+SAMPLE_S = 5.0
+WARMUP_S = 60.0
+BATCH_TIMEOUT_S = 1.0
 # APIs whose valid requests change the topic set: left out, so that a mutated-but-valid
 # request cannot delete the group's topic or create thousands of others.
 EXCLUDED_APIS = {19, 20, 37}
@@ -81,7 +104,7 @@ def build_corpus(per_schema: int, seed: int) -> list[bytes]:
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
     from hypothesis.errors import NonInteractiveExampleWarning
-    from kio.index import load_request_schema
+    from kio.index import UnknownEntity, load_request_schema
     from kio.serial import entity_writer
     from kio.static.primitive import Records
 
@@ -94,7 +117,10 @@ def build_corpus(per_schema: int, seed: int) -> list[bytes]:
         if key in EXCLUDED_APIS:
             continue
         for version in range(lo, hi + 1):
-            cls = load_request_schema(key, version)
+            try:
+                cls = load_request_schema(key, version)
+            except UnknownEntity:
+                continue  # an old version served by the broker's own legacy codec
             header_cls = cls.__header_schema__
             bodies: list[Any] = []
 
@@ -153,60 +179,204 @@ def mutate(rng: random.Random, body: bytes) -> bytes:
     return struct.pack(">i", len(data)) + bytes(data)
 
 
+# The last frame of every batch: ApiVersions v0 with a correlation id that no mutation of the
+# corpus frames (correlation id 1, at most three flipped bits) can reach. Its answer proves the
+# broker read every frame before it; responses on a connection come back in request order.
+SENTINEL_CORRELATION = 0x5E471E1D
+_SENTINEL_BODY = struct.pack(">hhih", 18, 0, SENTINEL_CORRELATION, 4) + b"fuzz"
+SENTINEL = struct.pack(">i", len(_SENTINEL_BODY)) + _SENTINEL_BODY
+_SENTINEL_ID = SENTINEL[4 + 4:4 + 8]
+_LINGER_RESET = struct.pack("ii", 1, 0)
+
+
 @dataclasses.dataclass
 class Tally:
-    frames: int = 0
+    """What one fuzzing process did. `frames_read` counts only frames the broker is known to
+    have read: a whole batch once its sentinel is answered; otherwise the frames answered,
+    plus the one that made the broker close the connection."""
+
+    frames_read: int = 0
+    frames_written: int = 0
     responses: int = 0
+    batches_completed: int = 0
     closed_by_broker: int = 0
+    batch_timeouts: int = 0
     connect_failures: int = 0
+    connections_opened: int = 0
+    pregenerate_s: float = 0.0
+    cpu_s: float = 0.0  # this process's CPU time while fuzzing
 
 
-async def fuzz_connection(port: int, corpus: list[bytes], seed: int, tally: Tally,
-                          stop_at: float, frame_budget: list[int]) -> None:
+class _Conn:
+    __slots__ = ("buffer", "connecting", "deadline", "in_batch", "pending", "responses", "sock")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.connecting = True
+        self.buffer = b""
+        self.pending = b""  # bytes of the batch not yet accepted by the socket
+        self.in_batch = 0
+        self.responses = 0
+        self.deadline = 0.0
+
+
+def fuzz_worker(port: int, corpus: list[bytes], seed: int, share: int, connections: int,
+                batch: int, batch_timeout_s: float, go: Any, seconds: float,
+                progress: Any, results: Any) -> None:
+    """One fuzzing process: `connections` sockets driven by epoll, each sending batches of
+    `batch` pre-generated frames plus the sentinel, reopened as soon as the broker closes it.
+
+    Sockets close with SO_LINGER 0 (a reset), so that neither side keeps hundreds of
+    thousands of connections in TIME_WAIT during a long run.
+    """
     rng = random.Random(seed)
-    while time.monotonic() < stop_at and frame_budget[0] > 0:
-        try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        except OSError:
+    tally = Tally()
+    began = time.monotonic()
+    # Most mutated frames close the connection, so a batch usually costs one to two frames;
+    # a pool of 1.6 frames per frame to be read rarely runs dry, and then more are made.
+    pool = [mutate(rng, rng.choice(corpus)) for _ in range(int(share * 1.6) + batch)]
+    tally.pregenerate_s = round(time.monotonic() - began, 1)
+    next_frame = 0
+    go.wait()
+    cpu_at_start = time.process_time()
+    stop_at = time.monotonic() + seconds
+    address = ("127.0.0.1", port)
+    poller = select.epoll()
+    open_conns: dict[int, _Conn] = {}
+
+    def take(count: int) -> list[bytes]:
+        nonlocal next_frame
+        if next_frame + count > len(pool):
+            pool.extend(mutate(rng, rng.choice(corpus)) for _ in range(10_000))
+        frames = pool[next_frame:next_frame + count]
+        for i in range(next_frame, next_frame + count):
+            pool[i] = b""  # let the memory go
+        next_frame += count
+        return frames
+
+    def open_one() -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setblocking(False)
+        err = sock.connect_ex(address)
+        if err not in (0, errno.EINPROGRESS):
             tally.connect_failures += 1
-            await asyncio.sleep(0.05)
-            continue
+            sock.close()
+            return
+        conn = _Conn(sock)
+        conn.deadline = time.monotonic() + 10
+        open_conns[sock.fileno()] = conn
+        poller.register(sock.fileno(), select.EPOLLOUT)
+        tally.connections_opened += 1
+
+    def drop(conn: _Conn) -> None:
+        fd = conn.sock.fileno()
+        poller.unregister(fd)
+        del open_conns[fd]
+        conn.sock.close()
+
+    def write_pending(conn: _Conn) -> bool:
+        """False if the broker has closed the connection."""
         try:
-            while time.monotonic() < stop_at and frame_budget[0] > 0:
-                frame_budget[0] -= 1
-                tally.frames += 1
-                writer.write(mutate(rng, rng.choice(corpus)))
-                # One frame at a time: wait for its answer or the close, so every frame sent
-                # is a frame the broker read. Produce acks=0 and similar get no answer; a short
-                # timeout moves on to the next frame on the same connection.
-                try:
-                    head = await asyncio.wait_for(reader.readexactly(4), 0.2)
-                except TimeoutError:
+            sent = conn.sock.send(conn.pending)
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            return False
+        conn.pending = conn.pending[sent:]
+        poller.modify(conn.sock.fileno(),
+                      select.EPOLLIN | (select.EPOLLOUT if conn.pending else 0))
+        return True
+
+    def start_batch(conn: _Conn) -> bool:
+        frames = take(batch)
+        conn.in_batch = len(frames)
+        conn.responses = 0
+        conn.pending = b"".join(frames) + SENTINEL
+        conn.deadline = time.monotonic() + batch_timeout_s
+        tally.frames_written += len(frames)
+        return write_pending(conn)
+
+    def closed(conn: _Conn) -> None:
+        tally.closed_by_broker += 1
+        tally.responses += conn.responses
+        tally.frames_read += min(conn.in_batch, conn.responses + 1)
+        drop(conn)
+
+    def wanted() -> bool:
+        return tally.frames_read < share and time.monotonic() < stop_at
+
+    for _ in range(connections):
+        open_one()
+    last_progress = 0.0
+    while open_conns:
+        for fd, events in poller.poll(0.05):
+            conn = open_conns.get(fd)
+            if conn is None:
+                continue
+            if conn.connecting:
+                if events & (select.EPOLLERR | select.EPOLLHUP) or conn.sock.getsockopt(
+                        socket.SOL_SOCKET, socket.SO_ERROR):
+                    tally.connect_failures += 1
+                    drop(conn)
                     continue
-                (size,) = struct.unpack(">i", head)
-                await asyncio.wait_for(reader.readexactly(size), 5)
-                tally.responses += 1
-        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
-            tally.closed_by_broker += 1
-        finally:
-            writer.close()
-
-
-async def probe(port: int, stop_at: float, latencies: list[float]) -> None:
-    from coordinator.healthcheck import api_versions_request
-
-    request = api_versions_request()
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        while time.monotonic() < stop_at:
-            started = time.perf_counter()
-            writer.write(request)
-            (size,) = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), 30))
-            await reader.readexactly(size)
-            latencies.append((time.perf_counter() - started) * 1000)
-            await asyncio.sleep(0.02)
-    finally:
-        writer.close()
+                conn.connecting = False
+                if not start_batch(conn):
+                    closed(conn)
+                continue
+            if events & select.EPOLLOUT and conn.pending and not write_pending(conn):
+                closed(conn)
+                continue
+            if not events & (select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR):
+                continue
+            try:
+                data = conn.sock.recv(1 << 18)
+            except BlockingIOError:
+                continue
+            except OSError:
+                data = b""
+            if not data:
+                closed(conn)
+                continue
+            buffer = conn.buffer + data
+            at = 0
+            batch_done = False
+            while len(buffer) - at >= 8:
+                (size,) = struct.unpack_from(">i", buffer, at)
+                if len(buffer) - at - 4 < size:
+                    break
+                if buffer[at + 4:at + 8] == _SENTINEL_ID:
+                    batch_done = True
+                else:
+                    conn.responses += 1
+                at += 4 + size
+            conn.buffer = buffer[at:]
+            if batch_done:
+                tally.batches_completed += 1
+                tally.responses += conn.responses
+                tally.frames_read += conn.in_batch
+                conn.in_batch = 0
+                conn.buffer = b""
+                if not wanted():
+                    drop(conn)
+                elif not start_batch(conn):
+                    closed(conn)
+        now = time.monotonic()
+        for conn in [c for c in open_conns.values() if c.deadline < now]:
+            # A parked request (a valid JoinGroup or Fetch) holds the answers behind it.
+            tally.batch_timeouts += 1
+            tally.frames_read += min(conn.in_batch, conn.responses)
+            tally.responses += conn.responses
+            drop(conn)
+        while wanted() and len(open_conns) < connections:
+            open_one()
+        if now - last_progress > 0.5:
+            progress.value = tally.frames_read
+            last_progress = now
+    progress.value = tally.frames_read
+    tally.cpu_s = round(time.process_time() - cpu_at_start, 1)
+    results.put(dataclasses.asdict(tally))
 
 
 def rss_mb(pid: int) -> float:
@@ -227,6 +397,8 @@ class Producer(threading.Thread):
         self.partitions = partitions
         self.pause_s = pause_s
         self.sent = 0
+        # Monotonic clock when record `i` (its value is `str(i)`) was handed to the client.
+        self.produced_at: list[float] = []
         self.stopping = threading.Event()
 
     def run(self) -> None:
@@ -234,6 +406,7 @@ class Producer(threading.Thread):
 
         producer = KafkaProducer({"bootstrap.servers": self.bootstrap, "linger.ms": 5})
         while not self.stopping.is_set():
+            self.produced_at.append(time.monotonic())
             producer.produce(self.topic, value=str(self.sent).encode(),
                              partition=self.sent % self.partitions)
             self.sent += 1
@@ -242,12 +415,102 @@ class Producer(threading.Thread):
         producer.flush(30)
 
 
-def run(frames: int, seconds: float, connections: int, seed: int, per_schema: int,
-        work_dir: Path) -> dict[str, Any]:
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def runqueue_wait_ms(pid: int) -> float:
+    """How long the process's main thread has waited, runnable, for a CPU (schedstat)."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e6
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def heartbeat_probe(port: int, ready: asyncio.Event, stop: asyncio.Event,
+                          latencies: list[float], errors: list[int],
+                          slow: list[tuple[float, float]]) -> None:
+    """A member of its own group heartbeating every 20 ms: each answer's round trip."""
+    from tests.bench.members import Member
+    from tests.bench.wire import Connection
+
+    conn = await Connection.open("127.0.0.1", port)
+    member = Member(conn, PROBE_GROUP, session_ms=30_000, rebalance_ms=30_000, topic=TOPIC)
+    await member.join_and_sync(time.monotonic() + 60)
+    ready.set()
+    try:
+        while not stop.is_set():
+            started = time.perf_counter()
+            code = await member.heartbeat(30)
+            latencies.append((time.perf_counter() - started) * 1000)
+            if latencies[-1] > STALL_MS:
+                slow.append((time.monotonic(), latencies[-1]))
+            if code:
+                errors.append(code)
+            await asyncio.sleep(0.02)
+    finally:
+        await conn.close()
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def consumption(workers: list[Any], producer: Producer, since: float,
+                until: float) -> dict[str, Any]:
+    """The group's view of the fuzz window: the longest gap between two records consumed by
+    the group (any member, the consumers' own clocks) and how long records took from
+    `produce()` to a consumer."""
+    received = sorted((r["t"], r["value"]) for w in workers for r in w.of("message")
+                      if since <= r["t"] <= until)
+    times = [since] + [t for t, _ in received] + [until]
+    gaps = [(b - a) * 1000 for a, b in itertools.pairwise(times)]
+    long_gaps = [{"t_s": round(a - since, 1), "ms": round((b - a) * 1000, 1)}
+                 for a, b in itertools.pairwise(times) if (b - a) * 1000 > STALL_MS]
+    latencies = []
+    for t, value in received:
+        index = int(value)
+        if index < len(producer.produced_at):
+            latencies.append((t - producer.produced_at[index]) * 1000)
+    return {
+        "records_consumed_in_window": len(received),
+        "group_longest_gap_ms": round(max(gaps), 1),
+        "group_gaps_over_100ms": sum(1 for g in gaps if g > STALL_MS),
+        "group_gaps_over_100ms_at": long_gaps[:30],
+        "produce_to_consume_p50_ms": round(percentile(latencies, 0.5), 1),
+        "produce_to_consume_p99_ms": round(percentile(latencies, 0.99), 1),
+        "produce_to_consume_max_ms": round(max(latencies, default=0.0), 1),
+    }
+
+
+def run(frames: int, seconds: float, processes: int, connections: int, batch: int, seed: int,
+        per_schema: int, work_dir: Path) -> dict[str, Any]:
+    began = time.monotonic()
     corpus = build_corpus(per_schema, seed)
+    report: dict[str, Any] = {"corpus_frames": len(corpus),
+                              "corpus_s": round(time.monotonic() - began, 1)}
     broker = BrokerProcess(work_dir / "data", **{"auto.create.topics.enable": "false"})
+    # The fuzzing processes make their frames while the broker starts and the group forms.
+    context = multiprocessing.get_context("spawn")
+    go = context.Event()
+    results = context.Queue()
+    progress = [context.Value("q", 0) for _ in range(processes)]
+    fuzzers = [context.Process(
+        target=fuzz_worker, daemon=True,
+        args=(broker.port, corpus, seed * 1000 + i, frames // processes + (i < frames % processes),
+              connections, batch, BATCH_TIMEOUT_S, go, seconds, progress[i], results))
+        for i in range(processes)]
+    for fuzzer in fuzzers:
+        fuzzer.start()
     broker.start(timeout=30)
-    report: dict[str, Any] = {"corpus_frames": len(corpus)}
+    assert broker.proc is not None
+    pid = broker.proc.pid
     try:
         create_topic(broker, TOPIC, PARTITIONS)
         producer = Producer(broker.bootstrap)
@@ -260,39 +523,63 @@ def run(frames: int, seconds: float, connections: int, seed: int, per_schema: in
                        JOIN_TIMEOUT_S * 2, "the group to settle and consume", workers, broker)
             time.sleep(2)  # past the last rebalance's journal lines
             rebalances_before = len(group_events(broker, GROUP, "rebalance_started"))
-            consumed_before = sum(len(w.values()) for w in workers)
-            assert broker.proc is not None
-            pid = broker.proc.pid
-            rss = [rss_mb(pid)]
-            tally = Tally()
+            consumed_before = len({v for w in workers for v in w.values()})
+            samples: list[dict[str, float]] = []
             latencies: list[float] = []
-            started = time.monotonic()
-            stop_at = started + seconds
+            heartbeat_errors: list[int] = []
+            window: list[float] = []
+            broker_cpu: list[float] = []
+            slow: list[tuple[float, float]] = []
+            waits: list[float] = []
 
-            async def fuzz() -> None:
-                budget = [frames]
-                tasks = [asyncio.create_task(fuzz_connection(broker.port, corpus, seed + i,
-                                                             tally, stop_at, budget))
-                         for i in range(connections)]
-                tasks.append(asyncio.create_task(probe(broker.port, stop_at, latencies)))
-
-                async def sample() -> None:
-                    while not all(t.done() for t in tasks[:-1]):
-                        await asyncio.sleep(5)
-                        if broker.proc is None or broker.proc.poll() is not None:
-                            raise RuntimeError("the broker died")
-                        rss.append(rss_mb(pid))
-                sampler = asyncio.create_task(sample())
-                await asyncio.gather(*tasks[:-1])
-                sampler.cancel()
-                await asyncio.gather(tasks[-1], return_exceptions=True)
+            async def supervise() -> None:
+                ready, stop = asyncio.Event(), asyncio.Event()
+                probe = asyncio.create_task(heartbeat_probe(broker.port, ready, stop,
+                                                            latencies, heartbeat_errors, slow))
+                await asyncio.wait_for(ready.wait(), 60)
+                window.append(time.monotonic())
+                broker_cpu.append(cpu_seconds(pid))
+                waits.append(runqueue_wait_ms(pid))
+                go.set()
+                next_sample = 0.0
+                next_line = time.monotonic() + 30
+                while any(f.is_alive() for f in fuzzers):
+                    await asyncio.sleep(0.2)
+                    now = time.monotonic()
+                    if broker.proc is None or broker.proc.poll() is not None:
+                        raise RuntimeError("the broker died")
+                    if now >= next_sample:
+                        waited = runqueue_wait_ms(pid)
+                        samples.append({"t_s": round(now - window[0]), "rss_mb": rss_mb(pid),
+                                        "fds": open_fds(pid),
+                                        "runqueue_wait_ms": round(waited - waits[-1])})
+                        waits.append(waited)
+                        next_sample = now + SAMPLE_S
+                    if now >= next_line:
+                        done = sum(p.value for p in progress)
+                        print(f"{now - window[0]:.0f} s: {done} frames read, "
+                              f"{done / (now - window[0]):.0f}/s, rss {samples[-1]['rss_mb']:.1f}"
+                              f" MB, heartbeat max {max(latencies, default=0):.1f} ms",
+                              file=sys.stderr, flush=True)
+                        next_line = now + 30
+                window.append(time.monotonic())
+                broker_cpu.append(cpu_seconds(pid))
+                stop.set()
+                await probe
 
             try:
-                asyncio.run(fuzz())
+                asyncio.run(supervise())
             except RuntimeError as exc:
                 report["error"] = str(exc)
-            elapsed = time.monotonic() - started
+            if len(window) < 2:
+                window.append(time.monotonic())
+            elapsed = window[1] - window[0]
+            tallies = [results.get(timeout=30) for _ in fuzzers if not results.empty()
+                       or any(f.exitcode == 0 for f in fuzzers)]
+            totals = {k: sum(t[k] for t in tallies) for k in tallies[0]} if tallies else {}
             alive = broker.proc.poll() is None
+            samples.append({"t_s": round(time.monotonic() - window[0]), "rss_mb": rss_mb(pid),
+                            "fds": open_fds(pid)} if alive else {})
             producer.stopping.set()
             producer.join(30)
             # The group keeps up: everything produced during the run gets consumed.
@@ -301,29 +588,54 @@ def run(frames: int, seconds: float, connections: int, seed: int, per_schema: in
                            >= producer.sent, 60, "the group to consume everything", workers,
                            broker)
             consumed = len({v for w in workers for v in w.values()})
+            warm = [s for s in samples if s and s["t_s"] >= WARMUP_S] or [s for s in samples if s]
             report.update({
                 "broker_alive": alive,
                 "seconds": round(elapsed, 1),
-                "frames_sent": tally.frames,
-                "frames_per_s": round(tally.frames / elapsed),
-                "responses": tally.responses,
-                "connections_closed_by_broker": tally.closed_by_broker,
+                "fuzz_processes": processes,
+                "connections_per_process": connections,
+                "frames_per_batch": batch,
+                "frames_read_by_broker": totals.get("frames_read", 0),
+                "frames_read_per_s": round(totals.get("frames_read", 0) / elapsed),
+                **{k: v for k, v in totals.items() if k != "frames_read"},
+                "broker_cpu_s": round(broker_cpu[-1] - broker_cpu[0], 1)
+                if len(broker_cpu) == 2 else None,
                 "bad_input_warnings": broker.log_text().count("connection closed on bad input"),
                 "tracebacks_in_broker_log": broker.log_text().count("Traceback"),
-                "probe_round_trips": len(latencies),
-                "probe_max_ms": round(max(latencies, default=0.0), 1),
-                "probe_stalls_over_100ms": sum(1 for v in latencies if v > STALL_MS),
+                "heartbeats": len(latencies),
+                "heartbeat_errors": len(heartbeat_errors),
+                "heartbeat_p50_ms": round(percentile(latencies, 0.5), 1),
+                "heartbeat_p99_ms": round(percentile(latencies, 0.99), 1),
+                "heartbeat_max_ms": round(max(latencies, default=0.0), 1),
+                "heartbeats_over_100ms": sum(1 for v in latencies if v > STALL_MS),
+                "heartbeats_over_100ms_at": [{"t_s": round(t - window[0], 1), "ms": round(ms, 1)}
+                                             for t, ms in slow[:30]],
+                # Time the broker's event-loop thread was ready to run but waited for a CPU:
+                # a stall that lines up with a large wait is the machine's, not the broker's.
+                "broker_runqueue_wait_s": round((waits[-1] - waits[0]) / 1000, 1)
+                if waits else None,
+                "broker_runqueue_wait_max_ms_per_5s": max(
+                    (x.get("runqueue_wait_ms", 0) for x in samples if x), default=0),
+                **consumption(workers, producer, window[0], window[1]),
                 "group_rebalances_during_fuzz": len(group_events(
                     broker, GROUP, "rebalance_started")) - rebalances_before,
                 "records_produced": producer.sent,
                 "records_consumed_during_and_after": consumed - consumed_before,
                 "records_consumed_distinct": consumed,
-                "rss_mb_first": round(rss[0], 1),
-                "rss_mb_max": round(max(rss), 1),
-                "rss_mb_last": round(rss[-1], 1),
-                "rss_mb_every_5s": [round(v, 1) for v in rss],
+                "rss_mb_first": samples[0]["rss_mb"] if samples else None,
+                "rss_mb_max": max((s["rss_mb"] for s in samples if s), default=None),
+                "rss_mb_after_warmup": warm[0]["rss_mb"] if warm else None,
+                "rss_mb_last": samples[-1].get("rss_mb") if samples else None,
+                "fds_min": min((s["fds"] for s in samples if s), default=None),
+                "fds_max": max((s["fds"] for s in samples if s), default=None),
+                "samples": [s for s in samples if s][::max(1, len(samples) // 40)],
             })
     finally:
+        go.set()
+        for fuzzer in fuzzers:
+            fuzzer.join(10)
+            if fuzzer.is_alive():
+                fuzzer.kill()
         broker.stop()
     return report
 
@@ -332,14 +644,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.fuzz.live")
     parser.add_argument("--frames", type=int, default=20_000)
     parser.add_argument("--seconds", type=float, default=60.0)
-    parser.add_argument("--connections", type=int, default=8)
+    parser.add_argument("--processes", type=int, default=2, help="fuzzing processes")
+    parser.add_argument("--connections", type=int, default=16, help="per fuzzing process")
+    parser.add_argument("--batch", type=int, default=4,
+                        help="frames pipelined per batch, before the sentinel")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--per-schema", type=int, default=4,
                         help="valid bodies drawn per (api, version) for the corpus")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="live-fuzz-") as tmp:
-        report = run(args.frames, args.seconds, args.connections, args.seed, args.per_schema,
-                     Path(tmp))
+        report = run(args.frames, args.seconds, args.processes, args.connections, args.batch,
+                     args.seed, args.per_schema, Path(tmp))
     print(json.dumps(report, indent=2))
     ok = (report.get("broker_alive") and not report.get("error")
           and report.get("group_rebalances_during_fuzz") == 0

@@ -5,12 +5,16 @@ from __future__ import annotations
 import asyncio
 import io
 import struct
+import threading
 from typing import Any
 
+import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 
+import protocol.connection as connection_module
+from protocol import codec
 from protocol.build import build
 from protocol.codec import RequestHeader, encode_response, response_type
 from protocol.connection import Connection, ResponseSlot
@@ -201,3 +205,52 @@ async def test_drained_follows_the_responses_owed() -> None:
     handler.answer(*handler.parked.pop())
     assert connection.drained.is_set()
     assert connection.in_flight == 0
+
+
+def heartbeat_frame_v4(correlation_id: int) -> bytes:
+    cls = load_request_schema(12, 4)
+    buffer = io.BytesIO()
+    entity_writer(cls.__header_schema__)(buffer, cls.__header_schema__(
+        request_api_key=12, request_api_version=4, correlation_id=correlation_id,
+        client_id="t"))
+    entity_writer(cls)(buffer, cls(group_id="g", generation_id=5, member_id="m",
+                                   group_instance_id=None))
+    body = buffer.getvalue()
+    return struct.pack(">i", len(body)) + body
+
+
+async def test_a_first_seen_version_loads_its_codec_off_the_event_loop(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Importing a schema takes up to ~150 ms: a client sending many versions once must not
+    hold the event loop (and every group) for that long. The connection waits alone."""
+    codec.load_codecs(12, 4)
+    monkeypatch.delitem(codec._request_codecs, (12, 3), raising=False)
+    monkeypatch.delitem(codec._response_codecs, (12, 3), raising=False)
+    release = threading.Event()
+    loaded_in: list[int] = []
+
+    def held_load(api_key: int, api_version: int) -> None:
+        loaded_in.append(threading.get_ident())
+        assert release.wait(10)
+        codec.load_codecs(api_key, api_version)
+
+    monkeypatch.setattr(connection_module, "load_codecs", held_load)
+    handler = ParkingHandler()
+    server = KafkaServer(handler, host="127.0.0.1", port=0, max_frame_bytes=1 << 20)
+    port = await server.start()
+    waiting_reader, waiting_writer = await asyncio.open_connection("127.0.0.1", port)
+    waiting_writer.write(heartbeat_frame(1, 5) + heartbeat_frame(2, 5))
+    deadline = asyncio.get_running_loop().time() + 10
+    while not loaded_in and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.01)
+    assert loaded_in and loaded_in[0] != threading.get_ident()
+    # The loop keeps answering other connections while the load is held in its thread.
+    other_reader, other_writer = await asyncio.open_connection("127.0.0.1", port)
+    other_writer.write(heartbeat_frame_v4(7))
+    assert await asyncio.wait_for(read_correlation_ids(other_reader, 1), 5) == [7]
+    release.set()
+    assert await asyncio.wait_for(read_correlation_ids(waiting_reader, 2), 5) == [1, 2]
+    assert len(loaded_in) == 1
+    for writer in (waiting_writer, other_writer):
+        writer.close()
+    await server.stop()

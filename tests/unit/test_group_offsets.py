@@ -6,7 +6,7 @@ from kio.schema.errors import ErrorCode
 
 from coordinator import offset_commands as oc
 from coordinator.group_offsets import GroupOffsets
-from coordinator.offsets import OffsetStore
+from coordinator.offsets import OffsetStore, OffsetStoreConfig
 from coordinator.records import GroupMetadataRecord, OffsetCommitRecord
 from coordinator.result import RequestRef
 from tests.bench.members import subscription
@@ -65,3 +65,25 @@ def test_a_group_the_runtime_does_not_serve_is_answered_as_it_says() -> None:
         ["solo"], ctx.now_ms, lambda g: ErrorCode.coordinator_load_in_progress)
     assert outcome.results == (("solo", ErrorCode.coordinator_load_in_progress),)
     assert result.records == [] and ctx.manager.group("solo") is not None
+
+
+def test_strings_the_group_log_cannot_store_are_refused_with_kafkas_codes() -> None:
+    """The group log stores group ids and metadata with int16 lengths (UTF-8 bytes): a commit
+    that could never be written is refused before anything is written or held."""
+    ctx = GroupTestContext()
+    offsets = OffsetStore(OffsetStoreConfig(offset_metadata_max_bytes=1 << 20))  # allows it
+    core = GroupOffsets(ctx.manager, offsets)
+    exists = lambda topic, partition: True  # noqa: E731
+    long_group = oc.OffsetCommit(ref=REF, group_id="g" * 32768,
+                                 topics=(("t", ((0, 5, -1, ""),)),))
+    refused = core.commit(long_group, 8, ctx.now_ms, exists)
+    assert refused.error is ErrorCode.invalid_group_id and not refused.records
+    assert ctx.manager.group("g" * 32768) is None
+    # 11,000 characters of three UTF-8 bytes each: under the setting in UTF-16 units, over the
+    # log's limit in bytes.
+    wide = "\u4e2d" * 11_000
+    decision = core.commit(oc.OffsetCommit(ref=REF, group_id="solo", topics=(
+        ("t", ((0, 5, -1, wide), (1, 6, -1, "x" * 32767))),)), 8, ctx.now_ms, exists)
+    assert decision.errors == [("t", [(0, ErrorCode.offset_metadata_too_large),
+                                      (1, ErrorCode.none)])]
+    assert len(decision.records) == 1

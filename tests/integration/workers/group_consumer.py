@@ -12,6 +12,8 @@ Run as a script: `python group_consumer.py --client confluent --bootstrap HOST:P
 * `{"ev": "closed"}` after a graceful close, just before exiting;
 * `{"ev": "error", "error": "..."}` for anything the client reports.
 
+Every report also carries `t`, the monotonic clock when it was written.
+
 Commands, one a line on stdin: `commit`, `close`. End of input closes too.
 
 kafka-python 3.0.12 can abandon a rejoin that its own metadata check started (the leader
@@ -32,6 +34,7 @@ import json
 import queue
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -39,7 +42,9 @@ STRATEGY_NAMES = ("range", "roundrobin", "cooperative-sticky")
 
 
 def emit(ev: str, **fields: Any) -> None:
-    sys.stdout.write(json.dumps({"ev": ev, **fields}) + "\n")
+    # `t`: CLOCK_MONOTONIC, the same clock in every process on the machine, so that a load
+    # generator can line up when each consumer of a group received its records.
+    sys.stdout.write(json.dumps({"ev": ev, "t": round(time.monotonic(), 4), **fields}) + "\n")
     sys.stdout.flush()
 
 

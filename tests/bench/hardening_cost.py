@@ -1,0 +1,146 @@
+"""Broker CPU per Heartbeat and per OffsetCommit of several source trees, alternated in one run.
+
+    python -m tests.bench.hardening_cost --tree before=../before-checkout --tree after=. --rounds 5
+
+Each `--tree NAME=PATH` is a checkout of the project; its broker runs from that tree (`python -m
+coordinator` with the tree as working directory, this virtualenv's packages) while the load
+comes from this tree's generators, so every tree gets the same load. A round starts a fresh
+broker per tree and scenario, in turn (the order flips every round, so that neither tree always
+runs first), and measures:
+
+* `heartbeat`: 10 groups of 10 members, each member heartbeating (v3, as librdkafka) in a closed
+  loop for `--seconds`: broker CPU (utime + stime of the broker process) per heartbeat;
+* `commit`: 10 members of one group, each committing 10 partitions (OffsetCommit v8, as
+  kafka-python) with 4 requests in flight, `offsets.commit.fsync=100`: broker CPU per commit.
+
+Broker CPU time, not wall time, so that other processes on the machine slow a run down without
+changing its cost much; the machine's CPU busy outside the broker and this process is reported
+per run. Prints a Markdown table: each tree's values per round, the median, and the change of
+each median against the first tree's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.bench.brokers import Rebalanced, free_port, self_cpu_seconds, system_busy_seconds
+from tests.bench.commit_load import CommitParams, _run, commit_run
+from tests.bench.coordinator_bench import CoordinatorParams, heartbeat_throughput
+
+SCENARIOS = ("heartbeat", "commit")
+_UNIT = {"heartbeat": "broker CPU per Heartbeat v3, 100 members (µs)",
+         "commit": "broker CPU per 10-partition OffsetCommit v8, fsync 100 (µs)"}
+
+
+class TreeBroker(Rebalanced):
+    """The broker of another checkout, started from that checkout's directory."""
+
+    def __init__(self, tree: Path, workdir: Path, settings: dict[str, str] | None = None
+                 ) -> None:
+        super().__init__(workdir, settings)
+        self.tree = tree
+
+    def start(self, timeout: float = 60.0) -> TreeBroker:
+        self.port = self.port or free_port()
+        args = [sys.executable, "-m", "coordinator", "--log.dirs", str(self.data_dir),
+                "--listeners", f"PLAINTEXT://127.0.0.1:{self.port}"]
+        for key, value in self.settings.items():
+            args += [f"--{key}", value]
+        with open(self.log_path, "ab") as log:
+            started = time.monotonic()
+            self.proc = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                                         cwd=self.tree)
+        self._wait_ready(started, timeout)
+        return self
+
+
+def measure(tree: Path, scenario: str, seconds: float, workdir: Path) -> dict[str, Any]:
+    """One run on a fresh broker; a run whose group could not form (a broker may answer
+    COORDINATOR_LOAD_IN_PROGRESS while it reads its new group log) is run again."""
+    for attempt in range(3):
+        try:
+            return _measure_once(tree, scenario, seconds, workdir)
+        except RuntimeError as exc:
+            if attempt == 2:
+                raise
+            print(f"  {scenario} on {tree.name}: {exc}; again", file=sys.stderr, flush=True)
+    raise AssertionError("unreachable")
+
+
+def _measure_once(tree: Path, scenario: str, seconds: float, workdir: Path) -> dict[str, Any]:
+    settings = {"offsets.commit.fsync": "100"} if scenario == "commit" else {}
+    broker = TreeBroker(tree, workdir, settings)
+    broker.start()
+    busy0, own0, t0 = system_busy_seconds(), self_cpu_seconds(), time.monotonic()
+    cpu0 = broker.stats().cpu_seconds()
+    try:
+        if scenario == "heartbeat":
+            result = _run(heartbeat_throughput(broker, CoordinatorParams(
+                heartbeat_seconds=seconds)))
+            value = result["broker_cpu_us_per_hb"]
+        else:
+            result = _run(commit_run(broker, CommitParams(seconds=seconds)))
+            value = result["broker_cpu_us_per_commit"]
+        elapsed = time.monotonic() - t0
+        broker_cpu = broker.stats().cpu_seconds() - cpu0
+        others = (system_busy_seconds() - busy0) - broker_cpu - (self_cpu_seconds() - own0)
+    finally:
+        broker.cleanup()
+    return {"value_us": value, "others_cpu_pct": round(others / elapsed * 100), **result}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.bench.hardening_cost",
+                                     description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tree", action="append", required=True, metavar="NAME=PATH")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=5.0, help="measured window per run")
+    parser.add_argument("--only", choices=SCENARIOS, action="append")
+    parser.add_argument("--out", type=Path, help="raw results as JSON")
+    args = parser.parse_args(argv)
+    trees = []
+    for spec in args.tree:
+        name, _, path = spec.partition("=")
+        if not path or not (Path(path) / "coordinator" / "__main__.py").exists():
+            parser.error(f"--tree {spec}: expected NAME=PATH of a checkout with coordinator/")
+        trees.append((name, Path(path).resolve()))
+    scenarios = args.only or list(SCENARIOS)
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {
+        s: {name: [] for name, _ in trees} for s in scenarios}
+    workdir = Path(tempfile.mkdtemp(prefix="hardening-cost-"))
+    for round_no in range(args.rounds):
+        order = trees if round_no % 2 == 0 else trees[::-1]
+        for scenario in scenarios:
+            for name, path in order:
+                result = measure(path, scenario, args.seconds, workdir)
+                runs[scenario][name].append(result)
+                print(f"round {round_no + 1} {scenario} {name}: {result['value_us']:.1f} µs "
+                      f"(others {result['others_cpu_pct']} % CPU)", file=sys.stderr, flush=True)
+    if args.out:
+        args.out.write_text(json.dumps(runs, indent=2))
+    base = trees[0][0]
+    print(f"| {'measure'} | tree | per round | median | change vs {base} | others' CPU |")
+    print("|---|---|---|---|---|---|")
+    for scenario in scenarios:
+        base_median = statistics.median(r["value_us"] for r in runs[scenario][base])
+        for name, _ in trees:
+            values = [r["value_us"] for r in runs[scenario][name]]
+            median = statistics.median(values)
+            others = [r["others_cpu_pct"] for r in runs[scenario][name]]
+            change = "" if name == base else f"{(median / base_median - 1) * 100:+.1f} %"
+            print(f"| {_UNIT[scenario]} | {name} | {', '.join(f'{v:.1f}' for v in values)} | "
+                  f"{median:.1f} | {change} | {min(others)}-{max(others)} % |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
