@@ -13,16 +13,7 @@ from pyspark.sql import functions as F
 
 from forensics.datasource import FORMAT_NAME, register
 from forensics.grouplog import find_segments
-from forensics.schema import (
-    COMMIT_COLUMNS,
-    COMMIT_DDL,
-    COMMIT_MARK,
-    CORRUPT_COLUMN,
-    JOURNAL_COLUMNS,
-    JOURNAL_DDL,
-    JOURNAL_FIELDS,
-    KNOWN_EVENT_TYPES,
-)
+from forensics.schema import CORRUPT_COLUMN, JOURNAL_DDL, JOURNAL_FIELDS, KNOWN_EVENT_TYPES
 
 ACTIVE_NAME = ".events-active.jsonl"  # docs/events.md §1
 ACTIVE_COPY_NAME = "events-active-copy.jsonl"
@@ -92,36 +83,11 @@ def read_journal(spark: SparkSession, files: list[Path], problems: Problems) -> 
     if not files:
         return empty_journal(spark)
     readable = [_readable_copy(p) if p.name == ACTIVE_NAME else p for p in files]
-    lines = with_order(spark.read.text([str(p) for p in readable]))
-    return clean_journal(parse_lines(lines).cache(), problems)
-
-
-def parse_lines(lines: DataFrame) -> DataFrame:
-    """Journal lines (`value`) as the columns of `JOURNAL_DDL`, the other columns kept.
-
-    Speed: almost every line of a journal is an `offsets_committed` event, and the job needs
-    only its type, time and group. Lines that look like one are parsed with those few fields;
-    only the others (and any that turn out not to be one) get the full schema, so the cached
-    frame is built from a few percent of full rows. Same result as parsing every line fully:
-    the other fields of a commit are never read."""
-    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COLUMN}
-    lines = lines.filter(F.length(F.trim("value")) > 0)  # as the JSON reader skips them
-    looks_like_commit = F.col("value").contains(COMMIT_MARK)
-    slim = lines.withColumn("_slim", F.when(
-        looks_like_commit, F.from_json("value", COMMIT_DDL, options)))
-    slim_type = F.col("_slim.event_type")
-    needs_full = (F.col("_slim").isNull() | slim_type.isNull()
-                  | (slim_type != "offsets_committed")
-                  | F.col(f"_slim.{CORRUPT_COLUMN}").isNotNull())
-    full = slim.withColumn("_full", F.when(needs_full, F.from_json("value", JOURNAL_DDL, options)))
-    columns = []
-    for name in JOURNAL_COLUMNS:
-        whole = F.col(f"_full.`{name}`")
-        columns.append((F.when(F.col("_full").isNotNull(), whole)
-                        .otherwise(F.col(f"_slim.`{name}`")) if name in COMMIT_COLUMNS
-                        else whole).alias(name))
-    kept = [c for c in lines.columns if c != "value"]
-    return full.select(*columns, *kept)
+    raw = with_order(spark.read.schema(JOURNAL_DDL)
+                     .option("mode", "PERMISSIVE")
+                     .option("columnNameOfCorruptRecord", CORRUPT_COLUMN)
+                     .json([str(p) for p in readable]))
+    return clean_journal(raw.cache(), problems)
 
 
 def clean_journal(raw: DataFrame, problems: Problems) -> DataFrame:

@@ -16,13 +16,6 @@ JOURNAL_FIELDS = (
 )
 CORRUPT_COLUMN = "_corrupt_record"
 JOURNAL_DDL = f"{JOURNAL_FIELDS}, {CORRUPT_COLUMN} STRING"
-JOURNAL_COLUMNS = tuple(field.split()[0].strip("`") for field in JOURNAL_DDL.split(", "))
-
-# The fields of an `offsets_committed` line the job reads, and the text that marks such a line
-# as the broker writes it (a line with the mark that is something else is parsed fully).
-COMMIT_COLUMNS = ("v", "event_type", "ts", "group_id", CORRUPT_COLUMN)
-COMMIT_DDL = f"v INT, event_type STRING, ts BIGINT, group_id STRING, {CORRUPT_COLUMN} STRING"
-COMMIT_MARK = '"event_type": "offsets_committed"'
 
 KNOWN_EVENT_TYPES = (
     "rebalance_started", "join_completed", "assignment_received", "group_stabilized",
