@@ -51,6 +51,8 @@ bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[test,bench]'
 	$(BIN)/python -m tests.bench.run
 	$(BIN)/python -m tests.bench.pause
+	# KIP-848 consumer groups beside the librdkafka mock (~2 min; bounded at 15).
+	timeout 900 $(BIN)/python -m tests.bench.consumer_group_bench --quick
 
 # The pause of a consumer group when one consumer dies, rebalanced beside Tansu (~15 min;
 # `$(BIN)/python -m tests.bench.pause --quick` runs a ~4 min subset).

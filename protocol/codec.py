@@ -21,6 +21,7 @@ from kio.serial.errors import SerialError
 from kio.static.primitive import i16, i32
 
 from protocol.errors import MalformedRequest, UnsupportedApi
+from protocol.fast_requests import HAND_DECODERS
 from protocol.guard import Guard, compile_guard
 from protocol.legacy_versions import LEGACY_REQUESTS, legacy_request, legacy_response
 
@@ -155,9 +156,16 @@ def decode_request(frame: bytes) -> tuple[RequestHeader, Any]:
     Bytes left after the body are ignored, as Kafka's request parser ignores them: librdkafka's
     admin Metadata v13 request carries a field that version no longer has. The body goes to
     kio's native reader only after `protocol.guard` has checked its array counts (a count
-    larger than the frame would make kio abort the process) and non-nullable arrays.
+    larger than the frame would make kio abort the process) and non-nullable arrays. A few hot
+    requests of a common shape are read by hand first (`protocol.fast_requests`).
     """
     api_key, api_version, _ = peek_header(frame)
+    hand_decoder = HAND_DECODERS.get(api_key)
+    if hand_decoder is not None:
+        decoded = hand_decoder(frame)
+        if decoded is not None:
+            version, correlation_id, client_id, body = decoded
+            return RequestHeader(api_key, version, correlation_id, client_id), body
     codec = _request_codec(api_key, api_version)
     try:
         header, offset = codec.header_reader(frame, 0)

@@ -197,8 +197,9 @@ class Rebalanced(Broker):
         return int(self.settings["group.initial.rebalance.delay.ms"])
 
     def __init__(self, workdir: Path, settings: dict[str, str] | None = None,
-                 data_dir: Path | None = None) -> None:
+                 data_dir: Path | None = None, repo: Path = REPO) -> None:
         super().__init__(workdir)
+        self.repo = repo  # the tree whose broker runs (another checkout, to compare)
         self.settings = {"group.initial.rebalance.delay.ms": "0", **(settings or {})}
         self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix="rebalanced-", dir=workdir))
         self.log_path = workdir / f"rebalanced-{self.data_dir.name}.log"
@@ -212,9 +213,15 @@ class Rebalanced(Broker):
         with open(self.log_path, "ab") as log:
             started = time.monotonic()
             self.proc = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                                         cwd=REPO)
+                                         cwd=self.repo, env=self._environment())
         self._wait_ready(started, timeout)
         return self
+
+    def _environment(self) -> dict[str, str] | None:
+        if self.repo == REPO:
+            return None
+        # `-m coordinator` imports from the working directory first; say so for every import.
+        return {**os.environ, "PYTHONPATH": str(self.repo)}
 
     def restart(self, timeout: float = 300.0) -> Rebalanced:
         self.stop()

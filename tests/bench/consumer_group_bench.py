@@ -1,6 +1,9 @@
 """KIP-848 consumer groups: rebalanced side by side with the librdkafka mock, in one run.
 
-    python -m tests.bench.consumer_group_bench [--quick]
+    python -m tests.bench.consumer_group_bench [--quick] [--baseline TREE]
+
+`--baseline TREE` adds the broker of another checkout (say, `git archive <commit> | tar -x -C
+TREE`) as a third subject, so a change is measured before and after in one run.
 
 Three measurements:
 
@@ -10,8 +13,8 @@ Three measurements:
   (0 means the others never stopped), and how long the newcomer took to own its share, in
   heartbeat intervals of the broker.
 * `heartbeat CPU`: broker CPU per steady-state ConsumerGroupHeartbeat (one reconciled member,
-  pipelined requests), beside the classic Heartbeat v3 (librdkafka's version) on the same
-  broker.
+  pipelined requests, every optional field null as librdkafka sends it), beside the classic
+  Heartbeat v3 and OffsetCommit v9 (librdkafka's versions) on the same broker.
 * `assignor`: the uniform and range assignors computing a target for 1,000 members over
   10,000 partitions (in this process: a pure function), cold and after one member joins.
 
@@ -49,8 +52,9 @@ SETTINGS = {
 class ModernMember:
     """A KIP-848 member: owns what the broker last assigned, acknowledges at once."""
 
-    def __init__(self, conn: Connection, version: int, name: str) -> None:
+    def __init__(self, conn: Connection, version: int, name: str, group: str = GROUP) -> None:
         self.conn = conn
+        self.group = group
         self.version = version
         self.member_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode()[:22]
         self.epoch = 0
@@ -64,7 +68,7 @@ class ModernMember:
     def _body(self) -> dict[str, Any]:
         joining = self.epoch == 0
         return {
-            "group_id": GROUP, "member_id": self.member_id, "member_epoch": self.epoch,
+            "group_id": self.group, "member_id": self.member_id, "member_epoch": self.epoch,
             "instance_id": None, "rack_id": None,
             "rebalance_timeout": 60_000 if joining else -1,
             "subscribed_topic_names": [TOPIC] if joining else None,
@@ -176,7 +180,9 @@ async def heartbeat_cpu(broker: Broker, count: int) -> dict[str, Any]:
     host, port = broker.bootstrap.split(":")
     conn = await Connection.open(host, int(port))
     version = pick_version(await api_versions(conn), 68, 1)
-    member = ModernMember(conn, version, "cpu")
+    # A group of its own: the join scenario's members stop heartbeating without leaving, and
+    # until their sessions expire their group is not in the steady state.
+    member = ModernMember(conn, version, "cpu", group=GROUP + "-cpu")
     await member.heartbeat()
     for _ in range(20):
         changed = await member.heartbeat()
@@ -213,6 +219,21 @@ async def heartbeat_cpu(broker: Broker, count: int) -> dict[str, Any]:
     except Exception as exc:  # the mock's classic group may refuse: report, do not fail
         result["classic_us"] = None
         result["classic_error"] = repr(exc)
+    else:
+        # OffsetCommit v9 (librdkafka's) of one partition by the classic member, pipelined
+        # as the heartbeats: the other hot path the consumer group work must not slow down.
+        commit_frame = encode(8, 9, {
+            "group_id": "classic", "generation_id_or_member_epoch": classic.generation,
+            "member_id": classic.member_id, "group_instance_id": None,
+            "topics": [{"name": TOPIC, "partitions": [{
+                "partition_index": 0, "committed_offset": 42, "committed_leader_epoch": -1,
+                "committed_metadata": ""}]}]})
+        commits = count // 2
+        before = stats.cpu_seconds()
+        for start in range(0, commits, 200):
+            await asyncio.gather(*(classic_conn.send_raw(commit_frame)
+                                   for _ in range(min(200, commits - start))))
+        result["commit_us"] = (stats.cpu_seconds() - before) / commits * 1e6
     await classic_conn.close()
     await conn.close()
     return result
@@ -266,6 +287,9 @@ def fmt(value: Any, unit: str = "", digits: int = 2) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--baseline", type=Path, metavar="TREE",
+                        help="also run the broker of another checkout of this repository "
+                             "(an earlier commit), to compare before and after in one run")
     args = parser.parse_args()
     count = 5_000 if args.quick else 20_000
     results: dict[str, Any] = {}
@@ -274,6 +298,12 @@ def main() -> int:
             ("rebalanced", Rebalanced(Path(tmp), settings=SETTINGS)),
             ("librdkafka mock", LibrdkafkaMock(Path(tmp))),
         ]
+        if args.baseline is not None:
+            if not (args.baseline / "coordinator" / "__main__.py").is_file():
+                parser.error(f"--baseline {args.baseline}: not a checkout of this repository")
+            subjects.insert(1, ("rebalanced (baseline tree)",
+                                Rebalanced(Path(tmp), settings=SETTINGS,
+                                           repo=args.baseline.resolve())))
         for name, broker in subjects:
             results[name] = asyncio.run(run_subject(broker, count))
     print("| measure | " + " | ".join(results) + " |")
@@ -300,11 +330,13 @@ def main() -> int:
         lambda r: fmt(r["heartbeat"]["modern_us"], " µs", 1))
     row("broker CPU per classic Heartbeat v3 (same broker)",
         lambda r: fmt(r["heartbeat"]["classic_us"], " µs", 1))
+    row("broker CPU per OffsetCommit v9, one partition (same broker)",
+        lambda r: fmt(r["heartbeat"]["commit_us"], " µs", 1))
     times = assignor_times()
     for name, t in times.items():
         print(f"| {name} assignor, 1,000 members x 10,000 partitions: cold / one member "
               f"joins | {fmt(t['cold_ms'], ' ms', 0)} / {fmt(t['join_ms'], ' ms', 0)} | "
-              "(same code) |")
+              + " | ".join(["(same code)"] * (len(results) - 1)) + " |")
     sys.stdout.flush()
     return 0
 

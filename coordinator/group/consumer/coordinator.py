@@ -42,6 +42,7 @@ from coordinator.group.consumer.heartbeat import (
     session_key,
 )
 from coordinator.group.consumer.member import Assignment
+from coordinator.group.consumer.steady import steady_heartbeat
 from coordinator.group.outcomes import (
     HeartbeatOutcome,
     JoinGroupOutcome,
@@ -96,6 +97,9 @@ class ConsumerGroupCoordinator:
     # -- commands --------------------------------------------------------------------------
 
     def heartbeat(self, cmd: ConsumerGroupHeartbeat, now_ms: int) -> Result:
+        steady = steady_heartbeat(self.config, self.image, self._groups, cmd, now_ms)
+        if steady is not None:
+            return Result(replies=[Reply(cmd.ref, steady)])
         env = self._env(now_ms)
         try:
             outcome = heartbeat(env, self._groups, cmd)
