@@ -46,7 +46,10 @@ class SteadyHeartbeatMachine(ConsumerGroupMachine):
         cmd: ConsumerGroupHeartbeat = beat(client.member_id, epoch, instance_id=instance_id)
         if data.draw(st.integers(0, 9)) == 0:
             cmd = dataclasses.replace(cmd, client_id="another-client")
-        cmd = dataclasses.replace(cmd, ref=RequestRef(7, data.draw(st.integers(1, 10**6))))
+        # Mostly the connection the machine's other requests use (1), sometimes another one.
+        connection = data.draw(st.sampled_from([1, 1, 1, 7]))
+        cmd = dataclasses.replace(cmd, ref=RequestRef(connection,
+                                                      data.draw(st.integers(1, 10**6))))
         consumer = self.ctx.manager.consumer
         now = self.ctx.now_ms
         with_shortcut, full_only = _copy_of(consumer), _copy_of(consumer)
