@@ -47,7 +47,7 @@ class SteadyHeartbeatMachine(ConsumerGroupMachine):
         if data.draw(st.integers(0, 9)) == 0:
             cmd = dataclasses.replace(cmd, client_id="another-client")
         # Mostly the connection the machine's other requests use (1), sometimes another one.
-        connection = data.draw(st.sampled_from([1, 1, 1, 7]))
+        connection = data.draw(st.sampled_from([1, 1, 1, 1, 1, 7]))
         cmd = dataclasses.replace(cmd, ref=RequestRef(connection,
                                                       data.draw(st.integers(1, 10**6))))
         consumer = self.ctx.manager.consumer
@@ -73,7 +73,10 @@ TestSteadyHeartbeatMachine = SteadyHeartbeatMachine.TestCase
 
 def test_the_histories_take_the_shortcut() -> None:
     """The comparison above is not vacuous: the shortcut answered some of its heartbeats."""
-    if not TAKEN["steady"] + TAKEN["full"]:
+    # Random histories: another batch when the ones so far never met the shortcut.
+    for _ in range(3):
+        if TAKEN["steady"] and TAKEN["full"]:
+            break
         TestSteadyHeartbeatMachine().runTest()
     assert TAKEN["steady"] > 0
     assert TAKEN["full"] > 0
