@@ -26,6 +26,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from coordinator.group.consumer.commands import ConsumerGroupHeartbeat
 from coordinator.group.consumer.config import ConsumerGroupConfig
 from coordinator.group.consumer.group import ConsumerGroup
+from coordinator.group.consumer.member import MemberState
+from coordinator.group.consumer.reconciling_interval import reconciling_interval_ms
 from coordinator.grouplog.records import ConsumerGroupRecord
 from tests.consumer_helpers import beat, image, join
 from tests.context import GroupTestContext
@@ -69,6 +71,12 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
             del self.clients[slot]
             return
         client.epoch = reply.member_epoch  # type: ignore[attr-defined]
+        # The interval: shorter exactly while the member waits for partitions others still own.
+        group = self.group()
+        member = None if group is None else group.members.get(client.member_id)
+        waiting = member is not None and member.state is MemberState.UNRELEASED_PARTITIONS
+        assert reply.heartbeat_interval_ms == (  # type: ignore[attr-defined]
+            reconciling_interval_ms(self.config) if waiting else self.config.heartbeat_interval_ms)
         assignment = reply.assignment  # type: ignore[attr-defined]
         if assignment is not None:
             client.owned = dict(assignment)

@@ -46,7 +46,10 @@ class SteadyHeartbeatMachine(ConsumerGroupMachine):
         cmd: ConsumerGroupHeartbeat = beat(client.member_id, epoch, instance_id=instance_id)
         if data.draw(st.integers(0, 9)) == 0:
             cmd = dataclasses.replace(cmd, client_id="another-client")
-        cmd = dataclasses.replace(cmd, ref=RequestRef(7, data.draw(st.integers(1, 10**6))))
+        # Mostly the connection the machine's other requests use (1), sometimes another one.
+        connection = data.draw(st.sampled_from([1, 1, 1, 1, 1, 7]))
+        cmd = dataclasses.replace(cmd, ref=RequestRef(connection,
+                                                      data.draw(st.integers(1, 10**6))))
         consumer = self.ctx.manager.consumer
         now = self.ctx.now_ms
         with_shortcut, full_only = _copy_of(consumer), _copy_of(consumer)
@@ -70,7 +73,10 @@ TestSteadyHeartbeatMachine = SteadyHeartbeatMachine.TestCase
 
 def test_the_histories_take_the_shortcut() -> None:
     """The comparison above is not vacuous: the shortcut answered some of its heartbeats."""
-    if not TAKEN["steady"] + TAKEN["full"]:
+    # Random histories: another batch when the ones so far never met the shortcut.
+    for _ in range(3):
+        if TAKEN["steady"] and TAKEN["full"]:
+            break
         TestSteadyHeartbeatMachine().runTest()
     assert TAKEN["steady"] > 0
     assert TAKEN["full"] > 0

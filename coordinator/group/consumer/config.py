@@ -23,6 +23,12 @@ class ConsumerGroupConfig:
     # its own setting here): a dynamic member whose connection closed is fenced this long
     # after, unless heard from again; -1 turns it off (`disconnect.py`).
     disconnect_grace_ms: int = 1_000
+    # A member waiting for partitions that others still have to release is told to heartbeat
+    # this many times more often, never faster than the floor: it gets them within a fraction
+    # of an interval of their release instead of up to a whole one. Kafka clients honour the
+    # interval of every answer (`reconciling_interval.py`).
+    reconciling_heartbeat_divisor: int = 4
+    reconciling_heartbeat_floor_ms: int = 100
 
     @property
     def upgrade_allowed(self) -> bool:

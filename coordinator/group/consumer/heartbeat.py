@@ -51,6 +51,7 @@ from coordinator.group.consumer.member import (
     partition_count,
 )
 from coordinator.group.consumer.reconcile import reconcile
+from coordinator.group.consumer.reconciling_interval import heartbeat_interval_for
 from coordinator.group.result import Result, TimerKey
 from coordinator.grouplog.records import (
     MAX_STORED_STRING_BYTES,
@@ -461,7 +462,7 @@ def heartbeat(env: ConsumerEnv, groups: dict[str, ConsumerGroup],
     changed = after is not member and _nonempty(member.assigned) != _nonempty(after.assigned)
     return ConsumerGroupHeartbeatOutcome(
         member_id=member_id, member_epoch=after.member_epoch,
-        heartbeat_interval_ms=env.config.heartbeat_interval_ms,
+        heartbeat_interval_ms=heartbeat_interval_for(env.config, after),
         assignment=after.assigned if (full or changed or replaced is not None) else None)
 
 

@@ -72,6 +72,12 @@ def steady_heartbeat(config: ConsumerGroupConfig, image: TopicImage,
     deadlines = group.session_deadlines
     if member_id not in deadlines:  # the full path schedules a wake-up then
         return None
+    # The full path notes the request's connection (`disconnect.note_request`): a new
+    # connection, or a disconnect grace running, is for it to handle.
+    if ((group.connections.get(member_id) != cmd.ref.connection_id
+         or member_id in group.disconnect_deadlines)
+            and member.instance_id is None and config.disconnect_grace_ms >= 0):
+        return None
     deadlines[member_id] = now_ms + config.session_timeout_ms
     outcome = _new(ConsumerGroupHeartbeatOutcome)
     _set_error(outcome, _NO_ERROR)
