@@ -19,7 +19,7 @@ from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
-from coordinator.api.context import ClientRequest
+from coordinator.api.context import ClientRequest, RequestFacts
 from protocol.build import build
 from protocol.codec import RequestHeader, encode_response, response_codec, response_type
 from protocol.connection import Connection, ResponseSlot
@@ -43,7 +43,7 @@ class FakeConnection:
     client_host: str = "/127.0.0.1"
 
 
-class FakeContext(ClientRequest):
+class FakeContext(RequestFacts, ClientRequest):
     """A request answered in memory, for the group runtime and the data plane (the
     `ClientRequest` protocol, as the broker's `RequestContext`): responses land in `responses`."""
 
@@ -64,22 +64,6 @@ class FakeContext(ClientRequest):
     @property
     def slot(self) -> object:
         return self._slot
-
-    @property
-    def version(self) -> int:
-        return self.header.api_version
-
-    @property
-    def client_id(self) -> str:
-        return self.header.client_id or ""
-
-    @property
-    def client_host(self) -> str:
-        return self.connection.client_host
-
-    @property
-    def open(self) -> bool:
-        return not self.connection.closed
 
     @property
     def answer(self) -> Any:

@@ -72,11 +72,13 @@ class ClientRequest(Protocol):
     def respond_raw(self, framed: bytes | None) -> None: ...
 
 
-@dataclass(slots=True)
-class RequestContext:
-    connection: Connection
-    slot: ResponseSlot
-    header: RequestHeader
+class RequestFacts:
+    """What every request context derives from its header and connection alike (the broker's
+    and the one tests answer in memory)."""
+
+    __slots__ = ()
+    header: HeaderView
+    connection: ConnectionView
 
     @property
     def version(self) -> int:
@@ -93,6 +95,13 @@ class RequestContext:
     @property
     def open(self) -> bool:
         return not self.connection.closed
+
+
+@dataclass(slots=True)
+class RequestContext(RequestFacts):
+    connection: Connection
+    slot: ResponseSlot
+    header: RequestHeader
 
     def respond(self, response: Any) -> None:
         header = self.header
