@@ -3,29 +3,38 @@
 from __future__ import annotations
 
 import copy
+import multiprocessing
 import re
 import shutil
-from dataclasses import dataclass, field
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from forensics import summaries as S
 from forensics import transforms as T
 from forensics.reader import (
     Problems,
+    Summary,
     empty_journal,
     journal_dir,
     journal_files,
     read_group_log,
     read_journal,
+    split_events,
 )
 from forensics.report import ReportData, render_html, render_timeline
 
-TABLES = ("rebalances", "member_sessions", "group_states", "commits")
+TABLES = ("rebalances", "member_sessions", "group_states", "commits", "rebalance_commit_gaps")
 REPORT_NAME = "report.html"
+PARTITION_KEYS = ("topic", "partition")
+MAX_DRAWN_GAPS = 200  # per timeline
+RENDER_WORKERS = 2
 
 
 @dataclass
@@ -43,20 +52,24 @@ def run(spark: SparkSession, data_dir: Path, out_dir: Path, *, timelines: int = 
     `events` replaces the journal read from disk, and `extra_problems` are what its reader
     found (the streaming mode passes both).
 
-    Speed: the journal is parsed once (Spark's JSON reader, explicit schema) and cached; the
-    events that explain rebalances (a few percent of a journal, the rest is commits) are
-    cached apart, and every table and the report come from those two caches and the decoded
-    group log, with the small results collected once."""
+    Speed: the journal is parsed once, narrowly, and cached (`reader.read_journal`); the events
+    that explain rebalances are cached apart with every field. The commit gaps come from one
+    sort of the commits with the rebalances marked in between. Each output table is computed
+    once and collected as Arrow: the report reads it and the driver writes it as Parquet
+    (tables are aggregates, small next to their inputs), and the rankings are pandas."""
     out_dir.mkdir(parents=True, exist_ok=True)
     problems = copy.deepcopy(extra_problems) if extra_problems is not None else Problems()
     if events is None:
         files = journal_files(journal or journal_dir(data_dir))
-        events = read_journal(spark, files, problems) if files else empty_journal(spark)
-    control = events.filter(F.col("event_type") != "offsets_committed").cache()
-    summary = _journal_summary(events)
+        parts = (read_journal(spark, files, problems) if files
+                 else split_events(empty_journal(spark)))
+    else:
+        parts = split_events(events)
+    control = parts.control
+    summary = parts.summary
     has_journal = summary.events > 0
     records = read_group_log(spark, data_dir, problems)
-    log_summary = _group_log_summary(records) if records is not None else _Summary()
+    log_summary = _group_log_summary(records) if records is not None else Summary()
 
     span_start = _min(summary.first_ts, log_summary.first_ts)
     span_end = _max(summary.last_ts, log_summary.last_ts)
@@ -78,29 +91,47 @@ def run(spark: SparkSession, data_dir: Path, out_dir: Path, *, timelines: int = 
         rebalances = T.rebalances_from_journal(control)  # empty, with the right columns
         sessions = T.member_sessions(control)
         states = T.group_states(control, data_end)
-    rebalances = T.with_partitions_moved(rebalances, moved).cache()
-    times = T.commit_times(events if has_journal else None, records)
-    if times is not None:
-        rebalances = T.commit_gaps_around(rebalances, times)
+    numbered = T.number_rebalances(T.with_partitions_moved(rebalances, moved)).cache()
+    times = T.commit_times(parts.commits if has_journal else None, records)
+    group_stream = T.commit_stream(numbered, times).cache() if times is not None else None
+    partition_stream = (T.commit_stream(numbered, T.partition_commit_times(records),
+                                        PARTITION_KEYS).cache()
+                        if records is not None else None)
+    if group_stream is not None:
+        rebalances = T.with_commit_gaps(numbered, group_stream)
     else:
-        rebalances = (rebalances.withColumn("gap_start_ts", F.lit(None).cast("long"))
+        rebalances = (numbered.drop("_rid")
+                      .withColumn("gap_start_ts", F.lit(None).cast("long"))
                       .withColumn("gap_end_ts", F.lit(None).cast("long"))
                       .withColumn("commit_gap_ms", F.lit(None).cast("long")))
-    rebalances = rebalances.cache()
-    sessions = sessions.cache()
-
-    _write(rebalances, out_dir / "rebalances")
-    _write(sessions, out_dir / "member_sessions")
-    if states is not None:
-        _write(states, out_dir / "group_states")
+    if partition_stream is not None:
+        around = T.rebalance_commit_gaps(numbered, partition_stream, PARTITION_KEYS,
+                                         "group_log")
+    elif group_stream is not None:
+        around = T.rebalance_commit_gaps(numbered, group_stream, (), "journal")
     else:
-        shutil.rmtree(out_dir / "group_states", ignore_errors=True)
-    if records is not None:
-        _write(T.commits(records, data_end), out_dir / "commits")
+        around = None
 
-    rb = _pandas(rebalances)
-    members = _pandas(sessions)
-    worst = _pandas(T.worst_groups(rebalances))
+    rb_table = _collect(rebalances)
+    _write(rb_table, out_dir / "rebalances")
+    members_table = _collect(sessions)
+    _write(members_table, out_dir / "member_sessions")
+    _write_or_remove(_collect(states) if states is not None else None,
+                     out_dir / "group_states")
+    around_table = _collect(around) if around is not None else None
+    _write_or_remove(around_table, out_dir / "rebalance_commit_gaps")
+    if records is not None:
+        per_partition = partition_stream is not None and around is not None
+        _write(_collect(T.commits(records, data_end, around if per_partition else None)),
+               out_dir / "commits")
+    else:
+        shutil.rmtree(out_dir / "commits", ignore_errors=True)
+
+    rb = rb_table.to_pandas()
+    members = members_table.to_pandas()
+    worst = S.worst_groups(rb)
+    listed = _collect(control.filter(F.col("event_type").isin(
+        "static_member_replaced", "group_write_failed"))).to_pandas()
     counts = {
         "groups": len(summary.groups | log_summary.groups),
         "members": len(members),
@@ -110,16 +141,20 @@ def run(spark: SparkSession, data_dir: Path, out_dir: Path, *, timelines: int = 
     data = ReportData(
         data_dir=str(data_dir), has_journal=has_journal, has_group_log=records is not None,
         span=(span_start, span_end), counts=counts, rebalances=rb, worst_groups=worst,
-        causes=_pandas(T.top_causes(rebalances)),
-        culprits=_pandas(T.top_culprits(rebalances)),
-        static_restarts=_pandas(T.static_restarts(control)), problems=problems,
-        write_failures=_pandas(T.write_failures(control)))
+        causes=S.top_causes(rb), culprits=S.top_culprits(rb),
+        static_restarts=_static_restarts(listed), problems=problems,
+        write_failures=_write_failures(listed))
     for old in out_dir.glob("timeline-*.png"):
         old.unlink()
-    if span_start is not None and span_end is not None and len(worst):
+    if span_start is not None and span_end is not None and len(worst) and timelines > 0:
         top = worst["group_id"].head(timelines).tolist()
-        data.timelines = _timelines(members, times, records, top, rb, out_dir,
-                                    (span_start, span_end))
+        # Per partition when the group log has its commits (a dead member's partitions stop
+        # while the others go on), else per group.
+        stream, keys = ((partition_stream, PARTITION_KEYS) if partition_stream is not None
+                        else (group_stream, ()))
+        gaps = (_collect(T.drawn_gaps(stream, keys).filter(F.col("group_id").isin(*top)))
+                .to_pandas() if stream is not None else None)
+        data.timelines = _timelines(members, gaps, top, rb, out_dir, (span_start, span_end))
     report = out_dir / REPORT_NAME
     tmp = report.with_suffix(".html.tmp")
     tmp.write_text(render_html(data), encoding="utf-8")
@@ -129,44 +164,33 @@ def run(spark: SparkSession, data_dir: Path, out_dir: Path, *, timelines: int = 
                    problems=problems)
 
 
-@dataclass
-class _Summary:
-    """What the report needs to know about an input as a whole, from one aggregation."""
-
-    events: int = 0
-    commits: int = 0
-    first_ts: int | None = None
-    last_ts: int | None = None
-    groups: set[str] = field(default_factory=set)
+_STATIC_RESTART_COLUMNS = ["group_id", "ts", "generation", "group_instance_id", "old_member_id",
+                           "member_id", "client_id", "client_host", "rebalance"]
+_WRITE_FAILURE_COLUMNS = ["ts", "group_ids", "records", "error"]
 
 
-def _journal_summary(events: DataFrame) -> _Summary:
-    rows = events.groupBy("event_type").agg(
-        F.count(F.lit(1)).alias("n"), F.min("ts").alias("lo"), F.max("ts").alias("hi"),
-        F.collect_set("group_id").alias("groups")).collect()
-    summary = _Summary()
-    for row in rows:
-        summary.events += row["n"]
-        if row["event_type"] == "offsets_committed":
-            summary.commits += row["n"]
-        summary.first_ts = _min(summary.first_ts, row["lo"])
-        summary.last_ts = _max(summary.last_ts, row["hi"])
-        summary.groups.update(row["groups"])
-    return summary
+def _static_restarts(listed: pd.DataFrame) -> pd.DataFrame:
+    """Static members replaced in place; `rebalance` false means the restart cost nothing."""
+    return listed.loc[listed["event_type"] == "static_member_replaced",
+                      _STATIC_RESTART_COLUMNS].reset_index(drop=True)
 
 
-def _group_log_summary(records: DataFrame) -> _Summary:
+def _write_failures(listed: pd.DataFrame) -> pd.DataFrame:
+    """Failed group-log writes: when, which groups' records were in them, and the error."""
+    return listed.loc[listed["event_type"] == "group_write_failed",
+                      _WRITE_FAILURE_COLUMNS].reset_index(drop=True)
+
+
+def _group_log_summary(records: DataFrame) -> Summary:
     positive = F.when(F.col("timestamp") > 0, F.col("timestamp"))
     rows = records.groupBy("record_type").agg(
         F.count(F.lit(1)).alias("n"), F.min(positive).alias("lo"), F.max(positive).alias("hi"),
         F.collect_set("group_id").alias("groups")).collect()
-    summary = _Summary()
+    summary = Summary()
     for row in rows:
-        if row["record_type"] == "offset_commit":
-            summary.commits += row["n"]
-        summary.first_ts = _min(summary.first_ts, row["lo"])
-        summary.last_ts = _max(summary.last_ts, row["hi"])
-        summary.groups.update(row["groups"])
+        summary.add(row["n"], row["record_type"] == "offset_commit", row["lo"], row["hi"],
+                    row["groups"])
+    summary.events = 0  # records, not journal events
     return summary
 
 
@@ -178,16 +202,39 @@ def _max(a: int | None, b: int | None) -> int | None:
     return b if a is None else a if b is None else max(a, b)
 
 
-def _write(frame: DataFrame, path: Path) -> None:
-    frame.write.mode("overwrite").parquet(str(path))
+def _collect(frame: DataFrame) -> pa.Table:
+    """One Spark job, the result as Arrow: the column types stay Spark's (a nullable integer
+    does not turn into a float as it would in pandas) for the Parquet file and the report."""
+    return frame.toArrow()
 
 
-def _timelines(members: pd.DataFrame, times: DataFrame | None, records: DataFrame | None,
-               groups: list[str], rb: pd.DataFrame, out_dir: Path, span: tuple[int, int]
-               ) -> dict[str, str]:
-    wanted = F.col("group_id").isin(*groups)
-    gaps = (_pandas(_commit_gaps(times, records, wanted)) if times is not None
-            else pd.DataFrame(columns=["group_id", "gap_start_ts", "gap_end_ts"]))
+def _write(table: pa.Table, path: Path) -> None:
+    """`path` as a Parquet directory (one part file), replaced whole: the new directory is
+    written next to it and renamed into place."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    pq.write_table(table, tmp / "part-00000.parquet")
+    (tmp / "_SUCCESS").touch()
+    shutil.rmtree(path, ignore_errors=True)
+    tmp.rename(path)
+
+
+def _write_or_remove(table: pa.Table | None, path: Path) -> None:
+    if table is None:
+        shutil.rmtree(path, ignore_errors=True)  # not computable from these inputs
+    else:
+        _write(table, path)
+
+
+Render = tuple[Path, str, pd.DataFrame, pd.DataFrame, pd.DataFrame, tuple[int, int]]
+
+
+def _timelines(members: pd.DataFrame, gaps: pd.DataFrame | None, groups: list[str],
+               rb: pd.DataFrame, out_dir: Path, span: tuple[int, int]) -> dict[str, str]:
+    if gaps is None:
+        gaps = pd.DataFrame(columns=["group_id", "key", "gap_start_ts", "gap_end_ts", "gap_ms"])
+    jobs: list[Render] = []
     made: dict[str, str] = {}
     for index, group in enumerate(groups):
         name = f"timeline-{index:02d}-{_slug(group)}.png"
@@ -200,40 +247,28 @@ def _timelines(members: pd.DataFrame, times: DataFrame | None, records: DataFram
         start = int(min(lo)) if lo else span[0]
         end = max(int(max(hi)) if hi else span[1], start + 1)
         pad = max((end - start) // 20, 500)
-        render_timeline(out_dir / name, group, group_members, group_rb,
-                        gaps[gaps["group_id"] == group], (start - pad, end + pad))
+        group_gaps = gaps[gaps["group_id"] == group]
+        drawn = group_gaps.loc[group_gaps["gap_ms"].astype("int64").nlargest(
+            MAX_DRAWN_GAPS).index, ["group_id", "gap_start_ts", "gap_end_ts"]]
+        jobs.append((out_dir / name, group, group_members, group_rb, drawn,
+                     (start - pad, end + pad)))
         made[group] = name
+    _render_all(jobs)
     return made
 
 
-def _commit_gaps(times: DataFrame, records: DataFrame | None, wanted: Column) -> DataFrame:
-    """The gaps worth drawing: per partition when the group log has its commits (a dead
-    member's partitions stop while the others go on), else per group; longer than a second
-    and five times the group's median gap, at most 200 per group."""
-    from pyspark.sql import Window
-
-    if records is not None:
-        source = T.offset_commits(records).select(
-            "group_id", F.concat_ws("-", "topic", F.col("partition").cast("string"))
-            .alias("key"), F.col("commit_timestamp").alias("ts"))
-    else:  # one commit a millisecond, as `T.commit_times` used to give them
-        source = times.filter(wanted).select("group_id", F.lit("").alias("key"), "ts").distinct()
-    w = Window.partitionBy("group_id", "key").orderBy("ts")
-    gaps = (source.filter(wanted)
-            .withColumn("gap_start_ts", F.lag("ts").over(w))
-            .withColumnRenamed("ts", "gap_end_ts")
-            .filter(F.col("gap_start_ts").isNotNull())
-            .withColumn("gap_ms", F.col("gap_end_ts") - F.col("gap_start_ts")))
-    median = gaps.groupBy("group_id").agg(F.percentile_approx("gap_ms", 0.5).alias("median"))
-    ranked = (gaps.join(median, "group_id")
-              .filter((F.col("gap_ms") >= 1000) & (F.col("gap_ms") >= 5 * F.col("median")))
-              .withColumn("_r", F.row_number().over(
-                  Window.partitionBy("group_id").orderBy(F.col("gap_ms").desc()))))
-    return ranked.filter(F.col("_r") <= 200).select("group_id", "gap_start_ts", "gap_end_ts")
-
-
-def _pandas(frame: DataFrame) -> pd.DataFrame:
-    return cast(pd.DataFrame, frame.toPandas())
+def _render_all(jobs: list[Render]) -> None:
+    """matplotlib draws on one core: several timelines render in parallel, each worker a
+    fresh interpreter (not a fork of this one, where the Spark gateway's threads run)."""
+    if len(jobs) < 2:
+        for job in jobs:
+            render_timeline(*job)
+        return
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(RENDER_WORKERS, len(jobs)),
+                             mp_context=context) as pool:
+        for future in [pool.submit(render_timeline, *job) for job in jobs]:
+            future.result()
 
 
 def _slug(group: str) -> str:

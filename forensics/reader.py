@@ -8,17 +8,21 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from forensics.datasource import FORMAT_NAME, register
 from forensics.grouplog import find_segments
-from forensics.schema import CORRUPT_COLUMN, JOURNAL_DDL, JOURNAL_FIELDS, KNOWN_EVENT_TYPES
+from forensics.schema import CORRUPT_COLUMN, JOURNAL_FIELDS, KNOWN_EVENT_TYPES
 
 ACTIVE_NAME = ".events-active.jsonl"  # docs/events.md §1
 ACTIVE_COPY_NAME = "events-active-copy.jsonl"
 _ACTIVE_COPIES: dict[str, str] = {}  # copy -> the active file it was taken from
 JOURNAL_VERSION = 1
+COMMIT_EVENT = "offsets_committed"
+_CONTROL_TYPES = tuple(t for t in KNOWN_EVENT_TYPES if t != COMMIT_EVENT)
+# What the first parse of every line reads (`read_journal`).
+_HEAD_DDL = f"v INT, event_type STRING, ts BIGINT, group_id STRING, {CORRUPT_COLUMN} STRING"
 
 
 @dataclass
@@ -60,38 +64,133 @@ def _readable_copy(active: Path) -> Path:
     return copy
 
 
-def with_file(raw: DataFrame) -> DataFrame:
+def _file_columns() -> list[Column]:
     """`source_path`, and `file`: sorts in time order, the active file last."""
     name = F.col("_metadata.file_name")
-    return (raw.withColumn("source_path", F.col("_metadata.file_path"))
-            .withColumn("file", F.when(name.isin(ACTIVE_NAME, ACTIVE_COPY_NAME),
-                                       F.lit("~active")).otherwise(name)))
+    return [F.col("_metadata.file_path").alias("source_path"),
+            F.when(name.isin(ACTIVE_NAME, ACTIVE_COPY_NAME), F.lit("~active"))
+            .otherwise(name).alias("file")]
 
 
-def with_order(raw: DataFrame) -> DataFrame:
-    """`with_file` plus `row`, the line order within a file (not for streaming frames: add it
-    to each micro-batch)."""
-    return with_file(raw).withColumn("row", F.monotonically_increasing_id())
+def with_file(raw: DataFrame) -> DataFrame:
+    """`source_path` and `file` (`_file_columns`) added to a journal frame."""
+    return raw.select("*", *_file_columns())
 
 
 def empty_journal(spark: SparkSession) -> DataFrame:
     return spark.createDataFrame([], f"{JOURNAL_FIELDS}, file STRING, row BIGINT")
 
 
-def read_journal(spark: SparkSession, files: list[Path], problems: Problems) -> DataFrame:
-    """Schema-version-1 events of known types, cached; everything else counted in `problems`."""
+@dataclass
+class Summary:
+    """What the report needs to know about an input as a whole, from one aggregation."""
+
+    events: int = 0
+    commits: int = 0
+    first_ts: int | None = None
+    last_ts: int | None = None
+    groups: set[str] = field(default_factory=set)
+
+    def add(self, count: int, is_commit: bool, lo: int | None, hi: int | None,
+            groups: list[str]) -> None:
+        self.events += count
+        if is_commit:
+            self.commits += count
+        if lo is not None:
+            self.first_ts = lo if self.first_ts is None else min(self.first_ts, lo)
+        if hi is not None:
+            self.last_ts = hi if self.last_ts is None else max(self.last_ts, hi)
+        self.groups.update(groups)
+
+
+@dataclass
+class Journal:
+    """The journal split the way the job reads it: the events that explain rebalances (a few
+    percent of a journal, every field), the commit stream (group and time only: one
+    `offsets_committed` line per commit request is most of a journal), and the totals."""
+
+    control: DataFrame
+    commits: DataFrame  # group_id, ts
+    summary: Summary
+
+
+def read_journal(spark: SparkSession, files: list[Path], problems: Problems) -> Journal:
+    """Schema-version-1 events of known types; everything else counted in `problems`.
+
+    Speed: every line is parsed once for its version, type, time and group only, and cached
+    in that narrow form with the text of the lines that are not commits; those few lines are
+    then parsed with the full schema. Parsing and caching every field of every line cost about
+    twice as much, all for commit lines that need two fields."""
     if not files:
-        return empty_journal(spark)
+        return split_events(empty_journal(spark))
     readable = [_readable_copy(p) if p.name == ACTIVE_NAME else p for p in files]
-    raw = with_order(spark.read.schema(JOURNAL_DDL)
-                     .option("mode", "PERMISSIVE")
-                     .option("columnNameOfCorruptRecord", CORRUPT_COLUMN)
-                     .json([str(p) for p in readable]))
-    return clean_journal(raw.cache(), problems)
+    text = F.col("value")
+    head = F.from_json(text, _HEAD_DDL, {"mode": "PERMISSIVE",
+                                         "columnNameOfCorruptRecord": CORRUPT_COLUMN})
+    lines = (spark.read.text([str(p) for p in readable])
+             .filter(F.trim(text) != "")  # blank lines are no events (the JSON reader agrees)
+             .select(head.alias("j"), text, *_file_columns()))
+    bad = F.col(f"j.{CORRUPT_COLUMN}").isNotNull() | F.col("j.event_type").isNull()
+    parsed = lines.select(
+        "j.v", "j.event_type", "j.ts", "j.group_id", bad.alias("bad"),
+        # The full text only where it is read again: events other than commits, and bad
+        # lines (their examples in the report).
+        F.when(bad | (F.col("j.event_type") != COMMIT_EVENT), text).alias("line"),
+        F.when(bad, F.col("source_path")).alias("source_path"), "file",
+    ).withColumn("row", F.monotonically_increasing_id()).cache()
+    summary = _tally(parsed, problems)
+    if problems.malformed_lines:
+        examples = parsed.filter(F.col("bad")).select(
+            F.col("source_path").alias("path"), "line").limit(20)
+        for row in examples.collect():
+            text_of = row["line"] or ""
+            path = _local_path(row["path"])
+            problems.malformed_examples.append(
+                (path, _byte_position(path, text_of), text_of[:120]))
+    good = ~F.col("bad") & (F.col("v") == JOURNAL_VERSION)
+    control = (parsed.filter(good & F.col("event_type").isin(*_CONTROL_TYPES))
+               .select(F.from_json("line", JOURNAL_FIELDS).alias("e"), "file", "row")
+               .select("e.*", "file", "row").cache())
+    commits = parsed.filter(good & (F.col("event_type") == COMMIT_EVENT)).select(
+        "group_id", "ts")
+    return Journal(control=control, commits=commits, summary=summary)
+
+
+def split_events(events: DataFrame) -> Journal:
+    """A `Journal` from clean events (journal fields plus `file` and `row`), as the streaming
+    mode keeps them."""
+    is_commit = F.col("event_type") == COMMIT_EVENT
+    summary = Summary()
+    for row in events.groupBy(is_commit.alias("commit")).agg(
+            F.count(F.lit(1)).alias("n"), F.min("ts").alias("lo"), F.max("ts").alias("hi"),
+            F.collect_set("group_id").alias("groups")).collect():
+        summary.add(row["n"], bool(row["commit"]), row["lo"], row["hi"], row["groups"])
+    return Journal(control=events.filter(~is_commit).cache(),
+                   commits=events.filter(is_commit).select("group_id", "ts"), summary=summary)
+
+
+def _tally(parsed: DataFrame, problems: Problems) -> Summary:
+    """Count what is skipped, and sum up what is kept, in one pass."""
+    summary = Summary()
+    for row in parsed.groupBy("bad", "v", "event_type").agg(
+            F.count(F.lit(1)).alias("n"), F.min("ts").alias("lo"), F.max("ts").alias("hi"),
+            F.collect_set("group_id").alias("groups")).collect():
+        if row["bad"]:
+            problems.malformed_lines += row["n"]
+        elif row["v"] != JOURNAL_VERSION:
+            problems.other_versions[row["v"]] = (problems.other_versions.get(row["v"], 0)
+                                                 + row["n"])
+        elif row["event_type"] not in KNOWN_EVENT_TYPES:
+            problems.unknown_event_types[row["event_type"]] = row["n"]
+        else:
+            summary.add(row["n"], row["event_type"] == COMMIT_EVENT, row["lo"], row["hi"],
+                        row["groups"])
+    return summary
 
 
 def clean_journal(raw: DataFrame, problems: Problems) -> DataFrame:
-    """Keep the events this job reads (schema version 1, known types); count the rest."""
+    """Keep the events this job reads (schema version 1, known types); count the rest. For a
+    frame from Spark's JSON reader with `with_file` (the streaming mode's micro-batches)."""
     is_bad = F.col(CORRUPT_COLUMN).isNotNull() | F.col("event_type").isNull()
     tally = raw.withColumn("_bad", is_bad).groupBy("_bad", "v", "event_type").count().collect()
     for row in tally:

@@ -1,8 +1,7 @@
 """Pure DataFrame transforms: journal events and group-log records in, forensics tables out.
 
-Every function takes DataFrames and returns one; none reads files, and only
-`commit_gaps_around` collects (the rebalances' times, to look commits up where they are), so
-each is tested on tiny frames. Inputs:
+Every function takes DataFrames and returns one; none reads files or collects, so each is
+tested on tiny frames. Inputs:
 
 * `events`: the journal (`schema.JOURNAL_FIELDS` columns) plus `file` and `row`, which order
   events that share a millisecond (`reader.read_journal`).
@@ -13,10 +12,6 @@ Times are epoch milliseconds throughout.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-
-import numpy as np
-import pandas as pd
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
@@ -277,13 +272,14 @@ def group_states(events: DataFrame, data_end_ts: Column) -> DataFrame:
         F.sum("span_ms").alias("total_ms"), F.count(F.lit(1)).alias("entered"))
 
 
-def commit_times(events: DataFrame | None, records: DataFrame | None) -> DataFrame | None:
-    """(group_id, ts) of every commit: journal `offsets_committed` lines and group-log commit
-    timestamps. Not deduplicated (that would shuffle every commit): a millisecond may repeat."""
+def commit_times(journal_commits: DataFrame | None, records: DataFrame | None
+                 ) -> DataFrame | None:
+    """(group_id, ts) of every commit: the journal's `offsets_committed` lines (`group_id`,
+    `ts`) and group-log commit timestamps. Not deduplicated (that would shuffle every commit):
+    a millisecond may repeat."""
     parts = []
-    if events is not None:
-        parts.append(events.filter(F.col("event_type") == "offsets_committed")
-                     .select("group_id", "ts"))
+    if journal_commits is not None:
+        parts.append(journal_commits.select("group_id", "ts"))
     if records is not None:
         parts.append(offset_commits(records).select(
             "group_id", F.col("commit_timestamp").alias("ts")))
@@ -299,8 +295,18 @@ def offset_commits(records: DataFrame) -> DataFrame:
     return records.filter((F.col("record_type") == "offset_commit") & ~F.col("tombstone"))
 
 
-def commits(records: DataFrame, data_end_ts: Column) -> DataFrame:
-    """Per group and partition: commits, rate, staleness and the longest gap between commits."""
+def partition_commit_times(records: DataFrame) -> DataFrame:
+    """(group_id, topic, partition, ts) of every commit record in the group log."""
+    return offset_commits(records).select(
+        "group_id", "topic", "partition", F.col("commit_timestamp").alias("ts")).filter(
+        F.col("ts").isNotNull() & (F.col("ts") > 0))
+
+
+def commits(records: DataFrame, data_end_ts: Column,
+            around_rebalances: DataFrame | None = None) -> DataFrame:
+    """Per group and partition: commits, rate, staleness, the longest gap between commits,
+    and (from `around_rebalances`, `rebalance_commit_gaps` per partition) the longest commit
+    gap around any of the group's rebalances."""
     rows = offset_commits(records).select(
         "group_id", "topic", "partition", "committed_offset",
         F.col("commit_timestamp").alias("ts"), "offset")
@@ -315,72 +321,132 @@ def commits(records: DataFrame, data_end_ts: Column) -> DataFrame:
         F.max("gap_ms").alias("max_gap_ms"),
     )
     span_s = (F.col("last_commit_ts") - F.col("first_commit_ts")) / 1000.0
-    return agg.select(
+    out = agg.select(
         "*",
         F.when(span_s > 0, (F.col("commits") - 1) / span_s).alias("commits_per_s"),
         (data_end_ts - F.col("last_commit_ts")).alias("staleness_ms"),
     )
+    if around_rebalances is None:
+        return out.withColumn("longest_rebalance_gap_ms", F.lit(None).cast("long"))
+    longest = around_rebalances.groupBy("group_id", "topic", "partition").agg(
+        F.max("commit_gap_ms").alias("longest_rebalance_gap_ms"))
+    return out.join(longest, ["group_id", "topic", "partition"], "left")
 
 
-def commit_gaps_around(rebalances: DataFrame, times: DataFrame) -> DataFrame:
-    """Add the commit gap around each rebalance: from the group's last commit at or before the
-    rebalance started (or ended, when its start is unknown) to its first commit at or after
-    the rebalance ended. This is the pause as the consumers' commits show it.
+# A commit in the millisecond a rebalance starts counts as before it, one in the millisecond
+# it ends as after it: in each group's (or partition's) sorted stream, end marks sort before
+# the commits of their millisecond and start marks after them.
+_END_MARK, _COMMIT, _START_MARK = 0, 1, 2
+DRAWN_GAP_MIN_MS = 1000
+DRAWN_GAP_MEDIANS = 5
 
-    Rebalances are few and commits many: the rebalances' start and end times (collected, a few
-    bytes each) go to every task, which looks up the nearest commits of its own share with a
-    binary search; only one candidate per rebalance and task is then shuffled. Commits are
-    never sorted or moved as a whole."""
-    keyed = rebalances.withColumn("_rid", F.row_number().over(Window.partitionBy(
+
+def number_rebalances(rebalances: DataFrame) -> DataFrame:
+    """`_rid`: each rebalance's number within its group (cache the result: the commit stream
+    and the join back to the rebalances must see the same numbers)."""
+    return rebalances.withColumn("_rid", F.row_number().over(Window.partitionBy(
         "group_id").orderBy("start_ts", "end_ts", "generation_to")))
-    marks = [(r["group_id"], r["_rid"], r["at"], r["end_ts"]) for r in keyed.select(
-        "group_id", "_rid", F.coalesce("start_ts", "end_ts").alias("at"), "end_ts").collect()]
-    nearest = times.mapInPandas(_nearest_commits(marks),
-                                "group_id STRING, _rid INT, before BIGINT, after BIGINT")
-    found = nearest.groupBy("group_id", "_rid").agg(
-        F.max("before").alias("gap_start_ts"), F.min("after").alias("gap_end_ts"))
-    return (keyed.join(found, ["group_id", "_rid"], "left")
-            .withColumn("commit_gap_ms", F.col("gap_end_ts") - F.col("gap_start_ts"))
+
+
+def commit_stream(rebalances: DataFrame, commits: DataFrame,
+                  keys: tuple[str, ...] = ()) -> DataFrame:
+    """The commits of each group (or of each group's partition, `keys` = ("topic",
+    "partition")) in time order with every rebalance's start and end marked between them, in
+    one sort; what comes out is small:
+
+    * a mark row per rebalance (and key) and end (`_kind` `_START_MARK`/`_END_MARK`): the
+      last commit at or before the start (`gap_start_ts`), the first at or after the end
+      (`gap_end_ts`);
+    * a gap row (`_kind` `_COMMIT`) for every gap between two commits worth drawing: at least
+      a second and five times the group's median gap between commits.
+
+    `rebalances` come from `number_rebalances`; `commits` have group_id, `keys` and ts."""
+    marks = rebalances.select("group_id", "_rid", F.coalesce("start_ts", "end_ts").alias("_at"),
+                              "end_ts")
+    if keys:
+        marks = marks.join(commits.select("group_id", *keys).distinct(), "group_id")
+    no_rid = F.lit(None).cast("int").alias("_rid")
+    stream = (
+        commits.select("group_id", *keys, "ts", F.lit(_COMMIT).alias("_kind"), no_rid)
+        .unionByName(marks.filter(F.col("_at").isNotNull()).select(
+            "group_id", *keys, F.col("_at").alias("ts"), F.lit(_START_MARK).alias("_kind"),
+            "_rid"))
+        .unionByName(marks.filter(F.col("end_ts").isNotNull()).select(
+            "group_id", *keys, F.col("end_ts").alias("ts"), F.lit(_END_MARK).alias("_kind"),
+            "_rid")))
+    kind = F.col("_kind")
+    w = Window.partitionBy("group_id", *keys).orderBy("ts", "_kind")
+    stepped = (stream
+               .withColumn("_c", F.when(kind == _COMMIT, F.col("ts")))
+               # the nearest commits on either side, skipping the marks (a running pass)
+               .withColumn("_prev", F.expr("lag(_c) IGNORE NULLS").over(w))
+               .withColumn("_next", F.expr("lead(_c) IGNORE NULLS").over(w)))
+    gap = F.when(kind == _COMMIT, F.col("ts") - F.col("_prev"))
+    with_median = stepped.withColumn("_gap", gap).withColumn(
+        # several commits in one millisecond are one moment: the median of the gaps > 0
+        "_median", F.percentile_approx(F.when(F.col("_gap") > 0, F.col("_gap")), 0.5)
+        .over(Window.partitionBy("group_id")))
+    drawn = ((F.col("_gap") >= DRAWN_GAP_MIN_MS)
+             & (F.col("_gap") >= DRAWN_GAP_MEDIANS * F.col("_median")))
+    return with_median.filter((kind != _COMMIT) | drawn).select(
+        "group_id", *keys, "_rid", "_kind",
+        F.when(kind != _END_MARK, F.col("_prev")).alias("gap_start_ts"),
+        F.when(kind == _END_MARK, F.col("_next")).when(kind == _COMMIT, F.col("ts"))
+        .alias("gap_end_ts"))
+
+
+def _gaps_per_rebalance(stream: DataFrame, keys: tuple[str, ...]) -> DataFrame:
+    kind = F.col("_kind")
+    return stream.filter(kind != _COMMIT).groupBy("group_id", *keys, "_rid").agg(
+        F.max(F.when(kind == _START_MARK, F.col("gap_start_ts"))).alias("gap_start_ts"),
+        F.max(F.when(kind == _END_MARK, F.col("gap_end_ts"))).alias("gap_end_ts"),
+    ).withColumn("commit_gap_ms", F.col("gap_end_ts") - F.col("gap_start_ts"))
+
+
+def with_commit_gaps(rebalances: DataFrame, stream: DataFrame) -> DataFrame:
+    """`rebalances` (numbered) with the group's commit gap around each: from its last commit
+    at or before the rebalance started (or ended, when its start is unknown) to its first
+    commit at or after the rebalance ended. This is the pause as the consumers' commits show
+    it. `stream` is `commit_stream` of the group's commits."""
+    return (rebalances.join(_gaps_per_rebalance(stream, ()), ["group_id", "_rid"], "left")
             .drop("_rid"))
 
 
-def _nearest_commits(marks: list[tuple[str, int, int | None, int | None]]
-                     ) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
-    """For `mapInPandas`: per task, each rebalance's last commit at or before its start (a
-    commit in the start's millisecond counts as before) and first commit at or after its end
-    (one in the end's millisecond counts as after), among the commits the task reads."""
-    by_group: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-    rows = pd.DataFrame(marks, columns=["group_id", "rid", "at", "end"])
-    for group, part in rows.groupby("group_id", sort=False):
-        by_group[str(group)] = (part["rid"].to_numpy(np.int32),
-                                part["at"].to_numpy(np.float64),
-                                part["end"].to_numpy(np.float64))
+def commit_gaps_around(rebalances: DataFrame, times: DataFrame) -> DataFrame:
+    """`with_commit_gaps` from the rebalances and their groups' commit times, in one go."""
+    numbered = number_rebalances(rebalances)
+    return with_commit_gaps(numbered, commit_stream(numbered, times))
 
-    def nearest(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        commits: dict[str, list[np.ndarray]] = {}
-        for batch in batches:
-            for group, part in batch.groupby("group_id", sort=False):
-                if group in by_group:
-                    commits.setdefault(str(group), []).append(part["ts"].to_numpy(np.int64))
-        for group, chunks in commits.items():
-            ts = np.sort(np.concatenate(chunks))
-            rid, at, end = by_group[group]
-            with np.errstate(invalid="ignore"):
-                i = np.searchsorted(ts, at, side="right") - 1
-                j = np.searchsorted(ts, end, side="left")
-            has_before = ~np.isnan(at) & (i >= 0)
-            has_after = ~np.isnan(end) & (j < len(ts))
-            before = pd.array(np.where(has_before, ts[np.clip(i, 0, len(ts) - 1)], 0),
-                              dtype="Int64")
-            after = pd.array(np.where(has_after, ts[np.clip(j, 0, len(ts) - 1)], 0),
-                             dtype="Int64")
-            before[~has_before] = pd.NA
-            after[~has_after] = pd.NA
-            keep = has_before | has_after
-            yield pd.DataFrame({"group_id": group, "_rid": rid[keep],
-                                "before": before[keep], "after": after[keep]})
 
-    return nearest
+REBALANCE_GAP_COLUMNS = ("group_id", "generation_from", "generation_to", "start_ts", "end_ts",
+                         "cause")
+
+
+def rebalance_commit_gaps(rebalances: DataFrame, stream: DataFrame, keys: tuple[str, ...],
+                          source: str) -> DataFrame:
+    """The longest commit gap around each rebalance, per partition: one row per rebalance and
+    (topic, partition) from the partition's own commits (`keys` = ("topic", "partition"),
+    `source` "group_log"), or one row per rebalance with the topic and partition null from the
+    group's commit times (no keys, `source` "journal"). A partition whose consumer died stops
+    committing before the rebalance, the others right up to it: its gap is the longest."""
+    found = _gaps_per_rebalance(stream, keys)
+    if not keys:
+        found = (found.withColumn("topic", F.lit(None).cast("string"))
+                 .withColumn("partition", F.lit(None).cast("int")))
+    return rebalances.select("_rid", *REBALANCE_GAP_COLUMNS).join(
+        found, ["group_id", "_rid"]).select(
+        *REBALANCE_GAP_COLUMNS, "topic", "partition", "gap_start_ts", "gap_end_ts",
+        "commit_gap_ms", F.lit(source).alias("source"))
+
+
+def drawn_gaps(stream: DataFrame, keys: tuple[str, ...] = ()) -> DataFrame:
+    """(group_id, key, gap_start_ts, gap_end_ts, gap_ms): the gaps `commit_stream` kept for
+    the timelines; `key` names the partition ("topic-partition") or is empty."""
+    key = (F.concat_ws("-", *[F.col(k).cast("string") for k in keys]) if keys
+           else F.lit(""))
+    return stream.filter(F.col("_kind") == _COMMIT).select(
+        "group_id", key.alias("key"), "gap_start_ts", "gap_end_ts",
+        (F.col("gap_end_ts") - F.col("gap_start_ts")).alias("gap_ms"))
 
 
 def group_generations(records: DataFrame) -> DataFrame:

@@ -26,7 +26,8 @@ def test_journal_lines_in_order_with_bad_ones_counted_and_located(spark: Any,
         + json.dumps({"v": 2, "event_type": "group_empty", "ts": 1}) + "\n")
     problems = Problems()
     files = journal_files(directory)
-    events = read_journal(spark, files, problems).orderBy("file", "row").collect()
+    journal = read_journal(spark, files, problems)
+    events = journal.control.orderBy("file", "row").collect()
     assert [e.generation for e in events] == [0, 1, 2]
     assert events[-1].file == "~active"
     assert problems.malformed_lines == 1
@@ -35,6 +36,8 @@ def test_journal_lines_in_order_with_bad_ones_counted_and_located(spark: Any,
     assert position == len(good[0]) + 1 and text == torn
     assert problems.unknown_event_types == {"new_thing": 1}
     assert problems.other_versions == {2: 1}
+    assert journal.summary.events == 3 and journal.summary.groups == {"g"}
+    assert (journal.summary.first_ts, journal.summary.last_ts) == (10, 12)
 
 
 def test_the_data_source_gives_one_partition_per_segment(spark: Any, tmp_path: Path) -> None:

@@ -171,6 +171,42 @@ def test_group_log_alone_infers_causes_culprits_and_moves(spark: Any) -> None:
                      for r in T.commits(records, F.lit(3000).cast("long")).collect()}
     assert per_partition == {0: (3, 700, 12, 400), 1: (1, None, 5, 300)}
 
+    # Per partition: partition 1 committed nothing before generation 2, so no gap is known.
+    numbered = T.number_rebalances(rebalances)
+    keys = ("topic", "partition")
+    stream = T.commit_stream(numbered, T.partition_commit_times(records), keys)
+    around = T.rebalance_commit_gaps(numbered, stream, keys, "group_log")
+    gaps = {(r.generation_to, r.partition): (r.gap_start_ts, r.gap_end_ts, r.commit_gap_ms)
+            for r in around.collect()}
+    assert gaps == {(1, 0): (None, 1500, None), (1, 1): (None, 2700, None),
+                    (2, 0): (1900, 2600, 700), (2, 1): (None, 2700, None),
+                    (3, 0): (2600, None, None), (3, 1): (2700, None, None)}
+    longest = {r.partition: r.longest_rebalance_gap_ms
+               for r in T.commits(records, F.lit(3000).cast("long"), around).collect()}
+    assert longest == {0: 700, 1: None}
+
+
+def test_commit_gap_around_a_rebalance_and_the_gaps_worth_drawing(spark: Any) -> None:
+    rebalances = spark.createDataFrame(
+        [("g", 1, 2, 300, 5000, "member_join"), ("h", 1, 2, None, 50, "rejoin")],
+        "group_id STRING, generation_from INT, generation_to INT, start_ts BIGINT, "
+        "end_ts BIGINT, cause STRING")
+    # A commit in the start's millisecond counts as before, one in the end's as after; two
+    # commits in one millisecond are one moment for the median gap.
+    commits = spark.createDataFrame(
+        [("g", t) for t in (0, 100, 200, 300, 5000, 5000, 5100, 5200, 5300)]
+        + [("h", 40), ("h", 60)], "group_id STRING, ts BIGINT")
+    numbered = T.number_rebalances(rebalances)
+    stream = T.commit_stream(numbered, commits)
+    found = {r.group_id: (r.gap_start_ts, r.gap_end_ts, r.commit_gap_ms)
+             for r in T.with_commit_gaps(numbered, stream).collect()}
+    assert found == {"g": (300, 5000, 4700), "h": (40, 60, 20)}
+    drawn = [(r.group_id, r.gap_start_ts, r.gap_end_ts) for r in T.drawn_gaps(stream).collect()]
+    assert drawn == [("g", 300, 5000)]
+    per_group = [(r.group_id, r.topic, r.commit_gap_ms, r.source) for r in
+                 T.rebalance_commit_gaps(numbered, stream, (), "journal").collect()]
+    assert sorted(per_group) == [("g", None, 4700, "journal"), ("h", None, 20, "journal")]
+
 
 def test_consumer_group_epochs_are_rebalances(spark: Any) -> None:
     def target(ts: int, epoch: int, members: int, moved: int, culprit: str | None,
