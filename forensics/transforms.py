@@ -384,7 +384,8 @@ def commit_stream(rebalances: DataFrame, commits: DataFrame,
     gap = F.when(kind == _COMMIT, F.col("ts") - F.col("_prev"))
     with_median = stepped.withColumn("_gap", gap).withColumn(
         # several commits in one millisecond are one moment: the median of the gaps > 0
-        "_median", F.percentile_approx(F.when(F.col("_gap") > 0, F.col("_gap")), 0.5)
+        # (a coarse sketch: the median only sets the drawing threshold)
+        "_median", F.percentile_approx(F.when(F.col("_gap") > 0, F.col("_gap")), 0.5, 100)
         .over(Window.partitionBy("group_id")))
     drawn = ((F.col("_gap") >= DRAWN_GAP_MIN_MS)
              & (F.col("_gap") >= DRAWN_GAP_MEDIANS * F.col("_median")))

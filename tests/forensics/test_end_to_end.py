@@ -84,6 +84,12 @@ def test_report_names_each_rebalance_cause_and_culprit(
     assert (stable["duration_ms"] >= 0).all() and (stable["join_ms"] >= 0).all()
     assert stable["partitions_moved"].notna().all()
     assert ours["commit_gap_ms"].notna().any()
+    # The gap around each rebalance per partition, from the group log's commit records.
+    around = pd.read_parquet(out / "rebalance_commit_gaps")
+    around = around[around["group_id"] == GROUP]
+    assert (around["source"] == "group_log").all() and around["partition"].notna().all()
+    assert around["commit_gap_ms"].notna().any()
+    assert pd.read_parquet(out / "commits")["longest_rebalance_gap_ms"].notna().any()
 
     page = (out / "report.html").read_text(encoding="utf-8")
     for cause, culprit in expected.rebalances:
