@@ -13,8 +13,6 @@ import itertools
 from dataclasses import replace
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
 from coordinator.group import commands as c
 from coordinator.group.classic.group import ClassicGroup
 from coordinator.group.config import GroupConfig
@@ -22,7 +20,7 @@ from coordinator.group.consumer.commands import ConsumerGroupDescribe, ConsumerG
 from coordinator.group.consumer.config import ConsumerGroupConfig
 from coordinator.group.manager import GroupCoordinator
 from coordinator.group.outcomes import error_outcome
-from coordinator.group.result import RequestRef, Result
+from coordinator.group.result import APPEND_FAILED, RequestRef, Result
 from coordinator.group.timer import TimerWheel
 from coordinator.grouplog.records import CoordinatorRecord
 from coordinator.runtime.clock import ManualClock
@@ -92,7 +90,7 @@ class GroupTestContext:
             self.failed_records.extend(result.records)
             for reply in result.replies:
                 cmd = self.sent[reply.ref]
-                self._deliver(reply.ref, error_outcome(cmd, ErrorCode.coordinator_not_available))
+                self._deliver(reply.ref, error_outcome(cmd, APPEND_FAILED))
             self.apply(self.manager.records_failed(result, self.now_ms))
             return result
         self.records.extend(result.records)

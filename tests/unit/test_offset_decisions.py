@@ -44,8 +44,8 @@ def test_offsets_of_a_subscribed_topic_are_kept() -> None:
     ctx.join_dynamic(builder, connection=9)
     ctx.sleep(0)
     assert core.subscriptions("c") == {"t"}
-    outcome, result = core.delete_offsets(oc.OffsetDelete(ref=REF, group_id="c",
-                                                          topics=(("t", (0,)),)))
+    outcome, result = core.delete_offsets(
+        oc.OffsetDelete(ref=REF, group_id="c", topics=(("t", (0,)),)), lambda g: None)
     assert outcome.topics[0][1][0][1] is ErrorCode.group_subscribed_to_topic  # type: ignore[index]
     assert result.records == []
 
