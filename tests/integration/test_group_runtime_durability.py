@@ -8,7 +8,6 @@ share one fsync (group commit, SPEC §11).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -20,19 +19,8 @@ from coordinator.settings import defaults
 from protocol.build import build
 from storage.fs import FaultyFileSystem
 from tests.fakes import FakeConnection, FakeContext, FakeHeader
-from tests.integration.in_process import started_broker
 
 TOPIC = "t"
-
-
-@pytest.fixture
-async def broker(tmp_path: Path) -> AsyncIterator[tuple[Broker, FaultyFileSystem]]:
-    fs = FaultyFileSystem()
-    broker = await started_broker(tmp_path / "data", groups_fs=fs, partitions=4)
-    try:
-        yield broker, fs
-    finally:
-        await broker.stop()
 
 
 _connections = iter(range(1000, 10**9))
@@ -71,9 +59,9 @@ def committed(broker: Broker, group: str, partition: int) -> int:
 
 
 async def test_a_commit_is_answered_after_its_fsync(
-    broker: tuple[Broker, FaultyFileSystem],
+    faulty_disk_broker: tuple[Broker, FaultyFileSystem],
 ) -> None:
-    b, fs = broker
+    b, fs = faulty_disk_broker
     before = fs.ops.get("fsync", 0)
     ctx = commit(b, "g", {0: 10})
     assert ctx.responses == []  # nothing before the fsync
@@ -85,9 +73,9 @@ async def test_a_commit_is_answered_after_its_fsync(
 
 @pytest.mark.parametrize("fault", ["write", "fsync"])
 async def test_a_failed_write_or_fsync_answers_coordinator_not_available(
-    broker: tuple[Broker, FaultyFileSystem], fault: str,
+    faulty_disk_broker: tuple[Broker, FaultyFileSystem], fault: str,
 ) -> None:
-    b, fs = broker
+    b, fs = faulty_disk_broker
     ok = commit(b, "g", {0: 10, 1: 11})
     await answered(ok)
     assert errors(ok) == [ErrorCode.none, ErrorCode.none]
@@ -107,9 +95,9 @@ async def test_a_failed_write_or_fsync_answers_coordinator_not_available(
 
 
 async def test_commits_arriving_together_share_one_fsync(
-    broker: tuple[Broker, FaultyFileSystem],
+    faulty_disk_broker: tuple[Broker, FaultyFileSystem],
 ) -> None:
-    b, fs = broker
+    b, fs = faulty_disk_broker
     log = b.groups.group_log
     same_partition = [g for g in (f"g{i}" for i in range(5000))
                       if log.partition_of(g) == log.partition_of("g0")][:20]
@@ -129,9 +117,9 @@ async def test_commits_arriving_together_share_one_fsync(
 
 
 async def test_commits_arriving_during_an_fsync_share_the_next_one(
-    broker: tuple[Broker, FaultyFileSystem],
+    faulty_disk_broker: tuple[Broker, FaultyFileSystem],
 ) -> None:
-    b, fs = broker
+    b, fs = faulty_disk_broker
     fsyncs = fs.ops.get("fsync", 0)
     first = commit(b, "g", {0: 1})
     await asyncio.sleep(0)  # the flush of `first` is on its way to the worker thread
@@ -143,9 +131,9 @@ async def test_commits_arriving_during_an_fsync_share_the_next_one(
 
 
 async def test_a_failed_fsync_fails_every_commit_waiting_on_it(
-    broker: tuple[Broker, FaultyFileSystem],
+    faulty_disk_broker: tuple[Broker, FaultyFileSystem],
 ) -> None:
-    b, fs = broker
+    b, fs = faulty_disk_broker
     log = b.groups.group_log
     groups = [g for g in (f"g{i}" for i in range(5000))
               if log.partition_of(g) == log.partition_of("g0")][:5]
