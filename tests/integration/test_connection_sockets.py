@@ -15,6 +15,7 @@ import protocol.connection as connection_module
 from protocol import codec
 from protocol.server import KafkaServer
 from tests.fakes import ParkingHandler, heartbeat_frame
+from tests.integration.in_process import until
 
 
 async def read_correlation_ids(reader: asyncio.StreamReader, count: int) -> list[int]:
@@ -70,7 +71,9 @@ async def test_reading_pauses_when_too_many_requests_are_in_flight() -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(b"".join(heartbeat_frame(i, 0) for i in range(20)))
     await writer.drain()
-    await asyncio.sleep(0.05)
+    await until(lambda: len(handler.parked) == 4
+                and handler.parked[0][0]._reading_paused)
+    # Paused with 4 in flight, so no fifth is handled however long we look.
     assert len(handler.parked) == 4  # reading stopped at the in-flight bound
     while handler.parked:
         handler.answer(*handler.parked.pop(0))

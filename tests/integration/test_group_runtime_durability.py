@@ -19,6 +19,7 @@ from coordinator.settings import defaults
 from protocol.build import build
 from storage.fs import FaultyFileSystem
 from tests.fakes import FakeConnection, FakeContext, FakeHeader
+from tests.integration.in_process import until
 
 TOPIC = "t"
 
@@ -159,8 +160,7 @@ async def test_compaction_in_the_running_broker_keeps_the_committed_view(
     b = Broker(settings)
     await b.start()
     b.create_topic(TOPIC, 4, {}, reason="test")
-    while b.groups.loading:
-        await asyncio.sleep(0.01)
+    await until(lambda: not b.groups.loading, "the group log to load")
     for i in range(300):
         ctx = commit(b, f"g{i % 3}", {i % 4: i})
         await answered(ctx)
@@ -177,8 +177,7 @@ async def test_compaction_in_the_running_broker_keeps_the_committed_view(
 
     reopened = Broker(settings)
     await reopened.start()
-    while reopened.groups.loading:
-        await asyncio.sleep(0.01)
+    await until(lambda: not reopened.groups.loading, "the group log to load")
     assert reopened.groups.offsets.committed_view() == view
     await reopened.stop()
 
@@ -192,8 +191,7 @@ async def test_a_commit_refused_after_a_failed_fsync_does_not_come_back_after_re
     first.groups.fs = fs
     await first.start()
     first.create_topic(TOPIC, 1, {}, reason="test")
-    while first.groups.loading:
-        await asyncio.sleep(0.01)
+    await until(lambda: not first.groups.loading, "the group log to load")
     ok = commit(first, "g", {0: 10})
     await answered(ok)
     fs.fail_next_fsync()
@@ -204,8 +202,7 @@ async def test_a_commit_refused_after_a_failed_fsync_does_not_come_back_after_re
 
     second = Broker(settings)
     await second.start()
-    while second.groups.loading:
-        await asyncio.sleep(0.01)
+    await until(lambda: not second.groups.loading, "the group log to load")
     try:
         assert committed(second, "g", 0) == 10
     finally:
