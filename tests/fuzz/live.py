@@ -495,7 +495,7 @@ def run(frames: int, seconds: float, processes: int, connections: int, batch: in
     corpus = build_corpus(per_schema, seed)
     report: dict[str, Any] = {"corpus_frames": len(corpus),
                               "corpus_s": round(time.monotonic() - began, 1)}
-    broker = BrokerProcess(work_dir / "data", **{"auto.create.topics.enable": "false"})
+    broker = BrokerProcess(work_dir / "data", settings={"auto.create.topics.enable": "false"})
     # The fuzzing processes make their frames while the broker starts and the group forms.
     context = multiprocessing.get_context("spawn")
     go = context.Event()

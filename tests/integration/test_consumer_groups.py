@@ -40,7 +40,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def modern_broker(tmp_path: Path) -> BrokerProcess:
-    process = BrokerProcess(tmp_path / "data", **CONSUMER_GROUP_SETTINGS).start()
+    process = BrokerProcess(tmp_path / "data", settings=CONSUMER_GROUP_SETTINGS).start()
     try:
         make_topic(process, TOPIC, PARTITIONS)
         yield process  # type: ignore[misc]

@@ -268,8 +268,8 @@ def test_no_acknowledged_commit_is_lost_when_the_broker_is_killed(
 ) -> None:
     rng = random.Random(int.from_bytes(os.urandom(4), "big"))
     # Small segments and a busy cleaner: kills also land in the middle of compactions.
-    broker = BrokerProcess(tmp_path / "data", **{"offsets.topic.segment.bytes": "16384",
-                                                 "log.cleaner.backoff.ms": "50"}).start()
+    broker = BrokerProcess(tmp_path / "data", settings={"offsets.topic.segment.bytes": "16384",
+                                                        "log.cleaner.backoff.ms": "50"}).start()
     create_topic(broker)
     acks = committers(broker)
     checked = 0
@@ -345,7 +345,7 @@ def test_a_damaged_group_log_stops_the_start_and_repair_cuts_it(
     tmp_path: Path, where: str,
 ) -> None:
     settings = {"offsets.topic.segment.bytes": "16384"} if where == "sealed" else {}
-    broker = BrokerProcess(tmp_path / "data", **settings).start()
+    broker = BrokerProcess(tmp_path / "data", settings=settings).start()
     create_topic(broker)
     commit_many(broker, "damaged", 400)
     broker.stop()
