@@ -145,13 +145,25 @@ class ParkingHandler:
         self.closed.append(connection.id)
 
 
-def heartbeat_frame(correlation_id: int, generation: int) -> bytes:
-    cls = load_request_schema(12, 3)
+def request_bytes(api_key: int, version: int, body: Any, correlation_id: int = 1,
+                  client_id: str = "t") -> bytes:
+    """A request as it follows the size prefix: kio's header and body. `body` is the kio
+    entity, or a dict of its fields."""
+    cls: Any = load_request_schema(api_key, version)  # kio's schemas are looked up at run time
+    header_cls = cls.__header_schema__
     buffer = io.BytesIO()
-    entity_writer(cls.__header_schema__)(buffer, cls.__header_schema__(
-        request_api_key=12, request_api_version=3, correlation_id=correlation_id,
-        client_id="t"))
-    entity_writer(cls)(buffer, cls(group_id="g", generation_id=generation, member_id="m",
-                                   group_instance_id=None))
-    body = buffer.getvalue()
-    return struct.pack(">i", len(body)) + body
+    entity_writer(header_cls)(buffer, header_cls(
+        request_api_key=api_key, request_api_version=version, correlation_id=correlation_id,
+        client_id=client_id))
+    entity_writer(cls)(buffer, build(cls, body) if isinstance(body, dict) else body)
+    return buffer.getvalue()
+
+
+def framed(request: bytes) -> bytes:
+    return struct.pack(">i", len(request)) + request
+
+
+def heartbeat_frame(correlation_id: int, generation: int, version: int = 3) -> bytes:
+    return framed(request_bytes(12, version, {
+        "group_id": "g", "generation_id": generation, "member_id": "m",
+        "group_instance_id": None}, correlation_id))
