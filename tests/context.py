@@ -68,9 +68,9 @@ class GroupTestContext:
         ):
             cmd = cmd.build()
         ref = RequestRef(connection, next(self._sequence))
-        cmd = replace(cmd, ref=ref)
-        self.sent[ref] = cmd
-        self.apply(self.manager.handle(cmd, self.now_ms))
+        command: Any = replace(cmd, ref=ref)
+        self.sent[ref] = command
+        self.apply(self.manager.handle(command, self.now_ms))
         return self.replies.get(ref)
 
     def ref_of_last(self) -> RequestRef:
@@ -144,6 +144,12 @@ class GroupTestContext:
         """The connection of the member's latest request, as the core tracks it."""
         member = self.group(group_id).members.get(member_id)
         return None if member is None else member.connection_id
+
+    def close_member_connection(self, member_id: str, group_id: str = "g") -> None:
+        """Close the connection of the member's latest request."""
+        connection = self.connection_of(member_id, group_id)
+        assert connection is not None, f"{member_id} has no connection"
+        self.close(connection)
 
     def events_named(self, name: str) -> list[Any]:
         return [e for e in self.events if e.event == name]

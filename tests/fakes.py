@@ -48,18 +48,10 @@ class FakeContext(RequestFacts, ClientRequest):
     `ClientRequest` protocol, as the broker's `RequestContext`): responses land in `responses`."""
 
     def __init__(self, header: FakeHeader, connection: FakeConnection) -> None:
-        self._header = header
-        self._connection = connection
+        self.header: FakeHeader = header
+        self.connection: FakeConnection = connection
         self._slot = object()
         self.responses: list[Any] = []
-
-    @property
-    def header(self) -> FakeHeader:
-        return self._header
-
-    @property
-    def connection(self) -> FakeConnection:
-        return self._connection
 
     @property
     def slot(self) -> object:
@@ -79,6 +71,7 @@ class FakeContext(RequestFacts, ClientRequest):
         assert framed is not None
         codec = response_codec(self.header.api_key, self.header.api_version)
         _, used = entity_reader(codec.header_type)(framed, 4)
+        body: Any
         body, _ = entity_reader(codec.response_type)(framed, 4 + used)
         self.responses.append(body)
 

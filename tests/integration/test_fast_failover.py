@@ -205,10 +205,6 @@ FLAP_TOPIC = "flap"
 FLAP_GROUP = "flappers"
 
 
-def _rebalances(broker: BrokerProcess) -> int:
-    return len(group_events(broker, FLAP_GROUP, "rebalance_started"))
-
-
 class DirectMember:
     """A raw-protocol member connected straight to the broker (not through the proxy), joining,
     heartbeating every 300 ms and rejoining on rebalances, on its own event-loop thread."""

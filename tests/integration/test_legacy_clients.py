@@ -248,7 +248,7 @@ def test_librdkafka_configured_for_an_old_broker(broker: BrokerProcess, fallback
     while len(values) < 100 and time.monotonic() < deadline:
         message = consumer.poll(0.5)
         if message is not None and message.error() is None:
-            values.append(message.value())
+            values.append(message.value() or b"")
     committed = consumer.commit(asynchronous=False)
     consumer.close()
     assert values == [b"value-%d" % i for i in range(100)]

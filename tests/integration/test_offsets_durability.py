@@ -113,11 +113,14 @@ def _confluent(broker: BrokerProcess, group: str, plan: Plan) -> list[str]:
         values = []
         for message in consumer.consume(100, timeout=0.2):
             assert message.error() is None, message.error()
-            values.append(message.value().decode())
+            values.append((message.value() or b"").decode())
         return values
 
     try:
-        return _steps(broker, plan, poll, lambda: consumer.commit(asynchronous=False))
+        def commit() -> None:
+            consumer.commit(asynchronous=False)
+
+        return _steps(broker, plan, poll, commit)
     finally:
         consumer.close()
 

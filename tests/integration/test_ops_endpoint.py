@@ -48,7 +48,7 @@ def scripted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerP
             for member in members:
                 message = member.poll(0.1)
                 if message is not None and not message.error():
-                    member.commit(message, asynchronous=False)
+                    member.commit(message=message, asynchronous=False)
         assert all(len(m.assignment()) == 1 for m in members), "the group never split"
         members[0].close()  # LeaveGroup: the survivor rebalances alone
         deadline = time.monotonic() + 60

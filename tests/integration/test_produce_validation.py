@@ -33,7 +33,7 @@ def produce_error(port: int, records: bytes) -> ErrorCode:
         sock.sendall(produce_frame("checked", records))
         size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
         body = sock.recv(size, socket.MSG_WAITALL)
-    response_cls = load_response_schema(0, 9)
+    response_cls: Any = load_response_schema(0, 9)
     # Response header v1: correlation id + an empty tagged-field section.
     response, _ = entity_reader(response_cls)(body, 5)
     error: ErrorCode = response.responses[0].partition_responses[0].error_code
