@@ -19,7 +19,7 @@ from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
-from coordinator.api.context import ClientRequest, RequestFacts
+from coordinator.api.context import ClientRequest, ConnectionView, HeaderView, RequestFacts
 from protocol.build import build
 from protocol.codec import RequestHeader, encode_response, response_codec, response_type
 from protocol.connection import Connection, ResponseSlot
@@ -48,10 +48,27 @@ class FakeContext(RequestFacts, ClientRequest):
     `ClientRequest` protocol, as the broker's `RequestContext`): responses land in `responses`."""
 
     def __init__(self, header: FakeHeader, connection: FakeConnection) -> None:
-        self.header: FakeHeader = header
-        self.connection: FakeConnection = connection
+        self._header: HeaderView = header
+        self._connection: ConnectionView = connection
         self._slot = object()
         self.responses: list[Any] = []
+
+    # Properties, as the protocol declares them; settable, as the broker's context's fields are.
+    @property
+    def header(self) -> HeaderView:
+        return self._header
+
+    @header.setter
+    def header(self, header: HeaderView) -> None:
+        self._header = header
+
+    @property
+    def connection(self) -> ConnectionView:
+        return self._connection
+
+    @connection.setter
+    def connection(self, connection: ConnectionView) -> None:
+        self._connection = connection
 
     @property
     def slot(self) -> object:
