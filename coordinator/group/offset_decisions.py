@@ -29,14 +29,11 @@ from coordinator.group.offsets import (
     PartitionErrors,
     expire_timestamp_ms,
 )
-from coordinator.group.result import Result
+from coordinator.group.result import Refusal, Result
 from coordinator.grouplog.records import MAX_STORED_STRING_BYTES, OffsetCommitRecord
 
 __all__ = ["CommitDecision", "ExpiryDecision", "GroupOffsets", "Refusal"]
 
-Refusal = Callable[[str], ErrorCode | None]
-"""The runtime's answer for a group whose log partition it does not serve now (still loading,
-or failed to load), None when it serves it."""
 
 
 @dataclass(slots=True)
@@ -154,7 +151,7 @@ class GroupOffsets:
         self,
         group_ids: Sequence[str],
         now_ms: int,
-        unavailable: Callable[[str], ErrorCode | None],
+        unavailable: Refusal,
     ) -> tuple[oc.DeleteGroupsOutcome, Result]:
         """DeleteGroups: each Empty group (or one known only by its offsets, a standalone
         consumer's) is deleted with its offsets; `unavailable(group_id)` is the runtime's

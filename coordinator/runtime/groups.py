@@ -42,7 +42,7 @@ from coordinator.group.consumer.group import TopicImage, TopicInfo
 from coordinator.group.manager import GroupCoordinator
 from coordinator.group.offset_decisions import GroupOffsets
 from coordinator.group.offsets import OffsetStore
-from coordinator.group.outcomes import error_outcome
+from coordinator.group.outcomes import refused_outcome
 from coordinator.group.result import APPEND_FAILED, RequestRef
 from coordinator.grouplog.log import GroupLog
 from coordinator.runtime.apply import ParkedFetches, ResultApplier, Timers
@@ -200,10 +200,12 @@ class GroupRuntime:
         ref = self._ref(ctx)
         command = module.to_command(request, ctx.version, ref, ctx.client_id, ctx.client_host)
         group_id = getattr(command, "group_id", None)
-        if self.loader.loading and self._waits_for_loading(ctx, command, group_id):
-            ctx.respond(module.to_response(
-                error_outcome(command, self.loader.unavailable(group_id)), ctx.version))
-            return
+        if self.loader.loading:  # some group-log partition is not served (yet)
+            refused = refused_outcome(command, self.loader.refusal,
+                                      self.loader.unavailable(None))
+            if refused is not None:
+                ctx.respond(module.to_response(refused, ctx.version))
+                return
         self.applier.park(ref, ctx, module, command)
         result = self.manager.handle(command, self.clock.now_ms())
         # The group's log partition matters to `apply` only while a write of the group's
@@ -211,16 +213,6 @@ class GroupRuntime:
         group_writes = self.applier.group_writes
         self.applier.apply(result, self.group_log.partition_of(group_id)
                            if group_writes and group_id in group_writes else None)
-
-    def _waits_for_loading(self, ctx: ClientRequest, command: Any, group_id: str | None
-                           ) -> bool:
-        """Does the request touch a group-log partition still being replayed?"""
-        if ctx.header.api_key == list_groups.API_KEY:
-            return True
-        group_ids = getattr(command, "group_ids", None)
-        if group_ids is not None:
-            return any(self.loader.is_loading(g) for g in group_ids)
-        return group_id is not None and self.loader.is_loading(group_id)
 
     def offset_commit(self, ctx: ClientRequest, request: Any) -> None:
         command = offset_commit.to_command(request, ctx.version, self._ref(ctx))
