@@ -20,6 +20,16 @@ def _sum_or_none(values: pd.Series) -> float | None:
     return float(present.sum()) if len(present) else None
 
 
+def _counted(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Per `keys`: rebalances, paused time (null when none ended stabilized), groups."""
+    grouped = frame.groupby(keys, dropna=False, sort=False)
+    return pd.DataFrame({
+        "rebalances": grouped.size(),
+        "paused_ms": grouped["_paused"].sum(min_count=1),
+        "groups": grouped["group_id"].nunique(),
+    }).reset_index()
+
+
 def worst_groups(rebalances: pd.DataFrame) -> pd.DataFrame:
     """Per group: rebalances, total and longest pause, longest commit gap, most frequent
     cause; the longest total pause first."""
@@ -53,9 +63,7 @@ def top_causes(rebalances: pd.DataFrame) -> pd.DataFrame:
     if rebalances.empty:
         return pd.DataFrame(columns=columns)
     frame = rebalances.assign(_paused=_paused(rebalances))
-    out = frame.groupby(["cause", "inferred"], dropna=False, sort=False).agg(
-        rebalances=("group_id", "size"), paused_ms=("_paused", _sum_or_none),
-        groups=("group_id", "nunique")).reset_index()
+    out = _counted(frame, ["cause", "inferred"])
     return out.sort_values(["rebalances", "cause"], ascending=[False, True],
                            kind="stable").reset_index(drop=True)[columns]
 
@@ -68,11 +76,15 @@ def top_culprits(rebalances: pd.DataFrame) -> pd.DataFrame:
         else rebalances
     if named.empty:
         return pd.DataFrame(columns=columns)
+    keys = ["culprit_client_id", "culprit_client_host"]
     frame = named.assign(_paused=_paused(named))
-    out = frame.groupby(["culprit_client_id", "culprit_client_host"], dropna=False,
-                        sort=False).agg(
-        rebalances=("group_id", "size"), paused_ms=("_paused", _sum_or_none),
-        causes=("cause", lambda c: sorted({str(v) for v in c.dropna()})),
-        groups=("group_id", "nunique")).reset_index()
+    out = _counted(frame, keys)
+    # Each culprit's distinct causes, sorted: deduplicated first, so the per-culprit step
+    # only builds lists (one Python call per culprit was most of the time here).
+    distinct = (named[[*keys, "cause"]].dropna(subset=["cause"]).astype({"cause": str})
+                .drop_duplicates().sort_values("cause"))
+    causes = distinct.groupby(keys, dropna=False, sort=False)["cause"].agg(list)
+    out = out.merge(causes.rename("causes").reset_index(), on=keys, how="left")
+    out["causes"] = [c if isinstance(c, list) else [] for c in out["causes"]]
     return out.sort_values(["rebalances", "culprit_client_id"], ascending=[False, True],
                            kind="stable").reset_index(drop=True)[columns]
