@@ -106,6 +106,8 @@ class LoopLagMonitor:
         self.lag_max_s = 0.0
         self.lags_over_warn = 0
         self.gc_pauses = {generation: Histogram(GC_BOUNDS) for generation in GENERATIONS}
+        # Objects found unreachable (garbage in reference cycles), by generation.
+        self.gc_collected = dict.fromkeys(GENERATIONS, 0)
         self._call_later: Callable[..., Any] | None = None
         self._handle: Any = None
         self._due = self._last = self._last_cpu = self._last_wait = 0.0
@@ -144,7 +146,10 @@ class LoopLagMonitor:
         paused = now - self._gc_started
         self._gc_started = None
         generation = info.get("generation", 2)
-        self.gc_pauses[generation if generation in self.gc_pauses else 2].observe(paused)
+        if generation not in self.gc_pauses:
+            generation = 2
+        self.gc_pauses[generation].observe(paused)
+        self.gc_collected[generation] += info.get("collected", 0)
         self._gc_s += paused
         self._collections += 1
         if generation == 2:
@@ -179,4 +184,5 @@ class LoopLagMonitor:
         """Copies for a scrape, taken on the loop."""
         return {"lag": self.lag.copy(), "lag_max_s": self.lag_max_s,
                 "lags_over_warn": self.lags_over_warn, "warn_ms": self.warn_ms,
-                "gc_pauses": {g: h.copy() for g, h in self.gc_pauses.items()}}
+                "gc_pauses": {g: h.copy() for g, h in self.gc_pauses.items()},
+                "gc_collected": dict(self.gc_collected)}

@@ -621,6 +621,12 @@ def loop_families(loop: dict[str, Any] | None) -> Iterator[Any]:
     for generation, histogram in sorted(loop["gc_pauses"].items()):
         _histogram(pauses, [str(generation)], histogram)
     yield pauses
+    collected = CounterMetricFamily("rebalanced_gc_collected_objects",
+                                    "Objects the collector found unreachable (garbage in "
+                                    "reference cycles), by generation.", labels=["generation"])
+    for generation, count in sorted(loop["gc_collected"].items()):
+        collected.add_metric([str(generation)], count)
+    yield collected
 
 
 def rebalance_families(snap: dict[str, Any]) -> Iterator[Any]:

@@ -40,8 +40,8 @@ for a CPU (`runqueue_wait_ms`). A stall's `cause` is `broker` when the loop lagg
 half the stall and its thread ran more than it waited (the broker's own work held it),
 `machine` when the loop lagged as long while its thread mostly waited for a CPU, and `outside
 the broker` when the loop was on time for most of the stall (the client's side was held).
-`broker_gc_pauses` gives the broker's collections per generation (count and total time) from
-/metrics.
+`broker_gc_pauses` gives the broker's collections per generation (count, total time, and the
+objects found in garbage cycles) from /metrics.
 Exits non-zero if the broker died, logged a traceback, or the group rebalanced.
 """
 
@@ -575,11 +575,14 @@ def scrape(url: str) -> dict[str, Any]:
                 kind = sample.name.rsplit("_", 1)[1]
                 if kind in ("count", "sum"):
                     pauses.setdefault(sample.labels["generation"], {})[kind] = sample.value
+            elif sample.name == "rebalanced_gc_collected_objects_total":
+                pauses.setdefault(sample.labels["generation"], {})["garbage"] = sample.value
             elif sample.name == "rebalanced_event_loop_lag_max_seconds":
                 lag_max = sample.value
     return {"broker_gc_pauses": {
         generation: {"collections": int(p.get("count", 0)),
-                     "total_ms": round(p.get("sum", 0.0) * 1000, 1)}
+                     "total_ms": round(p.get("sum", 0.0) * 1000, 1),
+                     "cyclic_garbage_objects": int(p.get("garbage", 0))}
         for generation, p in sorted(pauses.items())},
         "broker_loop_lag_max_since_start_ms": None if lag_max is None
         else round(lag_max * 1000, 1)}

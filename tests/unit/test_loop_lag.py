@@ -103,8 +103,9 @@ def test_young_collections_are_timed_by_generation(rig: Any) -> None:
     for generation, ms in ((0, 2), (0, 3), (1, 7)):
         monitor.on_gc("start", {"generation": generation})
         clock.advance(ms)
-        monitor.on_gc("stop", {"generation": generation})
+        monitor.on_gc("stop", {"generation": generation, "collected": ms})
     assert [monitor.gc_pauses[g].count for g in (0, 1, 2)] == [2, 1, 0]
+    assert monitor.gc_collected == {0: 5, 1: 7, 2: 0}
     assert monitor.gc_pauses[1].total == pytest.approx(0.007)
     clock.advance(200)
     timers.fire()
@@ -145,6 +146,7 @@ def test_the_lag_and_the_pauses_are_exported(rig: Any) -> None:
     assert samples[("rebalanced_event_loop_stalls_total", ())] == 1
     assert samples[("rebalanced_gc_pause_seconds_count", (("generation", "2"),))] == 1
     assert samples[("rebalanced_gc_pause_seconds_sum", (("generation", "0"),))] == 0
+    assert samples[("rebalanced_gc_collected_objects_total", (("generation", "2"),))] == 0
 
 
 def test_a_blocking_callback_on_a_real_loop_is_seen_as_the_brokers_lag() -> None:
