@@ -103,7 +103,7 @@ _PINNED_STRINGS = {"group_id": "fuzz-group", "topic": "fuzz-topic", "name": "fuz
 def _pin(value: Any) -> Any:
     """Pin ids and names so that valid requests touch a few groups and no real topic."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        changes = {}
+        changes: dict[str, Any] = {}
         for f in dataclasses.fields(value):
             current = getattr(value, f.name)
             if f.name in _PINNED_STRINGS and (current is None or isinstance(current, str)):
@@ -138,7 +138,7 @@ def build_corpus(per_schema: int, seed: int) -> list[bytes]:
             continue
         for version in range(lo, hi + 1):
             try:
-                cls = load_request_schema(key, version)
+                cls: Any = load_request_schema(key, version)
             except UnknownEntity:
                 continue  # an old version served by the broker's own legacy codec
             header_cls = cls.__header_schema__
@@ -620,7 +620,7 @@ def run(frames: int, seconds: float, processes: int, connections: int, batch: in
     report: dict[str, Any] = {"corpus_frames": len(corpus),
                               "corpus_s": round(time.monotonic() - began, 1)}
     metrics_port = free_port()
-    broker = BrokerProcess(work_dir / "data", **{
+    broker = BrokerProcess(work_dir / "data", settings={
         "auto.create.topics.enable": "false", "loop.lag.warn.ms": str(lag_warn_ms),
         "metrics.listener": f"127.0.0.1:{metrics_port}"})
     wall_minus_monotonic = time.time() - time.monotonic()
