@@ -6,8 +6,18 @@ import asyncio
 import struct
 from typing import Any
 
+import pytest
+
+from protocol.codec import load_codecs
 from protocol.connection import Connection
 from tests.fakes import ParkingHandler, heartbeat_frame
+
+
+@pytest.fixture(autouse=True)
+def _heartbeat_codec_loaded() -> None:
+    """Loaded up front: a first-seen version's codec loads in a worker thread while the frame
+    waits, and these tests look at the connection right after feeding it."""
+    load_codecs(12, 3)
 
 
 class RecordingTransport:
