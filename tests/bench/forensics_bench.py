@@ -221,7 +221,9 @@ def _decode_in_spark(data_dir: Path, expected: int, runs: int = 3) -> tuple[floa
 
     spark = get_session("local[2]")
     register(spark)
-    jvm_pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    jvm_pid = jvm.java.lang.ProcessHandle.current().pid()
     frame = spark.read.format(FORMAT_NAME).load(str(data_dir))
     frame.select("offset").limit(1).collect()  # start the Python workers
     best = (0.0, 0.0)
