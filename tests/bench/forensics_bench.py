@@ -7,7 +7,8 @@ decode rate on 1,000,000 records.
    `python -m forensics` run (JVM start included) to the finished report, on local[2].
 2. Group log: 1,000,000 OffsetCommit records (plus a GroupMetadata record per 1,000) in
    segments written with the broker's own batch and record encoders. Timed: the decoder alone
-   on one core, and `spark.read.format("consumer_offsets")` on local[2].
+   on one core, the data source's reader alone (Arrow batches, no Spark), and
+   `spark.read.format("consumer_offsets")` on local[2].
 
 Usage: python -m tests.bench.forensics_bench [--events N] [--records N] [--keep DIR]
                                              [--group-log-only]
@@ -174,12 +175,14 @@ def main() -> int:
         log_data = work / "log-data"
         records = write_group_log(log_data, args.records)
         decode_rate, decode_cpu_rate = _decode_one_core(log_data)
+        arrow_rate = _arrow_batches_one_core(log_data)
         spark_rate, spark_cpu_rate = _decode_in_spark(log_data, records)
         results.update({
             "group_log_records": records,
             "decode_records_per_s_one_core": round(decode_rate),
             "decode_records_per_cpu_s": round(decode_cpu_rate),
             "decode_c_loop": _c_loop(),
+            "arrow_batches_records_per_cpu_s": round(arrow_rate),
             "spark_decode_records_per_s_local2": round(spark_rate),
             "spark_decode_records_per_s_per_core": round(spark_rate / 2),
             "spark_decode_records_per_cpu_s": round(spark_cpu_rate),
@@ -204,6 +207,18 @@ def _decode_one_core(data_dir: Path) -> tuple[float, float]:
             count += 1
     return (count / (time.perf_counter() - started),
             count / (time.process_time() - cpu_started))
+
+
+def _arrow_batches_one_core(data_dir: Path) -> float:
+    """Records per CPU second of the data source's reader alone (decode and Arrow record
+    batches, what a Spark task runs in Python), without Spark."""
+    from forensics.datasource import ConsumerOffsetsReader
+
+    reader = ConsumerOffsetsReader(str(data_dir))
+    cpu_started = time.process_time()
+    count = sum(batch.num_rows for partition in reader.partitions()
+                for batch in reader.read(partition))
+    return count / (time.process_time() - cpu_started)
 
 
 def _c_loop() -> bool:
