@@ -143,7 +143,8 @@ def run(spark: SparkSession, data_dir: Path, out_dir: Path, *, timelines: int = 
         span=(span_start, span_end), counts=counts, rebalances=rb, worst_groups=worst,
         causes=S.top_causes(rb), culprits=S.top_culprits(rb),
         static_restarts=_static_restarts(listed), problems=problems,
-        write_failures=_write_failures(listed))
+        write_failures=_write_failures(listed),
+        conversions=_collect(T.group_conversions(control)).to_pandas())
     for old in out_dir.glob("timeline-*.png"):
         old.unlink()
     if span_start is not None and span_end is not None and len(worst) and timelines > 0:

@@ -557,51 +557,12 @@ def with_partitions_moved(rebalances: DataFrame, moved: DataFrame | None) -> Dat
         ["group_id", "generation_to"], "left")
 
 
-def static_restarts(events: DataFrame) -> DataFrame:
-    """Static members replaced in place; `rebalance` false means the restart cost nothing."""
-    return events.filter(F.col("event_type") == "static_member_replaced").select(
-        "group_id", "ts", "generation", "group_instance_id", "old_member_id", "member_id",
-        "client_id", "client_host", "rebalance")
-
-
-def write_failures(events: DataFrame) -> DataFrame:
-    """Failed group-log writes: when, which groups' records were in them, and the error."""
-    return events.filter(F.col("event_type") == "group_write_failed").select(
-        "ts", "group_ids", "records", "error")
-
-
-def worst_groups(rebalances: DataFrame) -> DataFrame:
-    """Per group: rebalances, total and longest pause, most frequent cause."""
-    paused = F.when(F.col("outcome") == "stabilized", F.col("duration_ms"))
-    per_cause = rebalances.groupBy("group_id", "cause").agg(F.count(F.lit(1)).alias("n"))
-    top = per_cause.withColumn("_r", F.row_number().over(
-        Window.partitionBy("group_id").orderBy(F.col("n").desc(), "cause"))).filter(
-        F.col("_r") == 1).select("group_id", F.col("cause").alias("top_cause"))
-    return rebalances.groupBy("group_id").agg(
-        F.count(F.lit(1)).alias("rebalances"),
-        F.sum(paused).alias("paused_ms"),
-        F.max(paused).alias("longest_ms"),
-        F.max("commit_gap_ms").alias("longest_commit_gap_ms"),
-    ).join(top, "group_id", "left").orderBy(
-        F.col("paused_ms").desc_nulls_last(), F.col("rebalances").desc(), "group_id")
-
-
-def top_causes(rebalances: DataFrame) -> DataFrame:
-    paused = F.when(F.col("outcome") == "stabilized", F.col("duration_ms"))
-    return rebalances.groupBy("cause", "inferred").agg(
-        F.count(F.lit(1)).alias("rebalances"), F.sum(paused).alias("paused_ms"),
-        F.countDistinct("group_id").alias("groups")).orderBy(
-        F.col("rebalances").desc(), "cause")
-
-
-def top_culprits(rebalances: DataFrame) -> DataFrame:
-    paused = F.when(F.col("outcome") == "stabilized", F.col("duration_ms"))
-    return rebalances.filter(F.col("culprit_client_id").isNotNull()).groupBy(
-        "culprit_client_id", "culprit_client_host").agg(
-        F.count(F.lit(1)).alias("rebalances"), F.sum(paused).alias("paused_ms"),
-        F.collect_set("cause").alias("causes"),
-        F.countDistinct("group_id").alias("groups")).orderBy(
-        F.col("rebalances").desc(), "culprit_client_id")
+def group_conversions(events: DataFrame) -> DataFrame:
+    """Groups that changed type with their members (`group_converted`): classic to consumer
+    (upgrade) or back (downgrade), at which epoch, with how many members, and why."""
+    return events.filter(F.col("event_type") == "group_converted").select(
+        "ts", "group_id", "generation", "direction", "from_type", "to_type", "num_members",
+        "reason", "member_id")
 
 
 def member_sessions_from_group_log(generations: DataFrame) -> DataFrame:
