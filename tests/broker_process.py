@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 
@@ -19,13 +20,15 @@ def free_port() -> int:
 
 class BrokerProcess:
     def __init__(self, data_dir: Path, port: int | None = None,
-                 command: list[str] | None = None, **settings: str) -> None:
+                 command: list[str] | None = None,
+                 settings: Mapping[str, str] | None = None) -> None:
         """`command` starts another build of the broker (an installed `rebalanced` script);
-        by default the source tree's `python -m coordinator` runs."""
+        by default the source tree's `python -m coordinator` runs. `settings` are broker
+        settings by their dotted names (`--name value` flags)."""
         self.data_dir = data_dir
         self.command = command
         self.port = port or free_port()
-        self.settings = {"group.initial.rebalance.delay.ms": "0", **settings}
+        self.settings = {"group.initial.rebalance.delay.ms": "0", **(settings or {})}
         self.flags: list[str] = []  # extra command-line flags, e.g. ["--repair"]
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"broker-{self.port}.log"

@@ -13,8 +13,6 @@ import itertools
 from dataclasses import replace
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
 from coordinator.group import commands as c
 from coordinator.group.classic.group import ClassicGroup
 from coordinator.group.config import GroupConfig
@@ -22,7 +20,7 @@ from coordinator.group.consumer.commands import ConsumerGroupDescribe, ConsumerG
 from coordinator.group.consumer.config import ConsumerGroupConfig
 from coordinator.group.manager import GroupCoordinator
 from coordinator.group.outcomes import error_outcome
-from coordinator.group.result import RequestRef, Result
+from coordinator.group.result import APPEND_FAILED, RequestRef, Result
 from coordinator.group.timer import TimerWheel
 from coordinator.grouplog.records import CoordinatorRecord
 from coordinator.runtime.clock import ManualClock
@@ -70,9 +68,9 @@ class GroupTestContext:
         ):
             cmd = cmd.build()
         ref = RequestRef(connection, next(self._sequence))
-        cmd = replace(cmd, ref=ref)
-        self.sent[ref] = cmd
-        self.apply(self.manager.handle(cmd, self.now_ms))
+        command: Any = replace(cmd, ref=ref)
+        self.sent[ref] = command
+        self.apply(self.manager.handle(command, self.now_ms))
         return self.replies.get(ref)
 
     def ref_of_last(self) -> RequestRef:
@@ -92,7 +90,7 @@ class GroupTestContext:
             self.failed_records.extend(result.records)
             for reply in result.replies:
                 cmd = self.sent[reply.ref]
-                self._deliver(reply.ref, error_outcome(cmd, ErrorCode.coordinator_not_available))
+                self._deliver(reply.ref, error_outcome(cmd, APPEND_FAILED))
             self.apply(self.manager.records_failed(result, self.now_ms))
             return result
         self.records.extend(result.records)
@@ -146,6 +144,12 @@ class GroupTestContext:
         """The connection of the member's latest request, as the core tracks it."""
         member = self.group(group_id).members.get(member_id)
         return None if member is None else member.connection_id
+
+    def close_member_connection(self, member_id: str, group_id: str = "g") -> None:
+        """Close the connection of the member's latest request."""
+        connection = self.connection_of(member_id, group_id)
+        assert connection is not None, f"{member_id} has no connection"
+        self.close(connection)
 
     def events_named(self, name: str) -> list[Any]:
         return [e for e in self.events if e.event == name]

@@ -19,7 +19,7 @@ from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
-from coordinator.api.context import ClientRequest, RequestFacts
+from coordinator.api.context import ClientRequest, ConnectionView, HeaderView, RequestFacts
 from protocol.build import build
 from protocol.codec import RequestHeader, encode_response, response_codec, response_type
 from protocol.connection import Connection, ResponseSlot
@@ -48,18 +48,27 @@ class FakeContext(RequestFacts, ClientRequest):
     `ClientRequest` protocol, as the broker's `RequestContext`): responses land in `responses`."""
 
     def __init__(self, header: FakeHeader, connection: FakeConnection) -> None:
-        self._header = header
-        self._connection = connection
+        self._header: HeaderView = header
+        self._connection: ConnectionView = connection
         self._slot = object()
         self.responses: list[Any] = []
 
+    # Properties, as the protocol declares them; settable, as the broker's context's fields are.
     @property
-    def header(self) -> FakeHeader:
+    def header(self) -> HeaderView:
         return self._header
 
+    @header.setter
+    def header(self, header: HeaderView) -> None:
+        self._header = header
+
     @property
-    def connection(self) -> FakeConnection:
+    def connection(self) -> ConnectionView:
         return self._connection
+
+    @connection.setter
+    def connection(self, connection: ConnectionView) -> None:
+        self._connection = connection
 
     @property
     def slot(self) -> object:
@@ -79,6 +88,7 @@ class FakeContext(RequestFacts, ClientRequest):
         assert framed is not None
         codec = response_codec(self.header.api_key, self.header.api_version)
         _, used = entity_reader(codec.header_type)(framed, 4)
+        body: Any
         body, _ = entity_reader(codec.response_type)(framed, 4 + used)
         self.responses.append(body)
 
@@ -145,13 +155,25 @@ class ParkingHandler:
         self.closed.append(connection.id)
 
 
-def heartbeat_frame(correlation_id: int, generation: int) -> bytes:
-    cls = load_request_schema(12, 3)
+def request_bytes(api_key: int, version: int, body: Any, correlation_id: int = 1,
+                  client_id: str = "t") -> bytes:
+    """A request as it follows the size prefix: kio's header and body. `body` is the kio
+    entity, or a dict of its fields."""
+    cls: Any = load_request_schema(api_key, version)  # kio's schemas are looked up at run time
+    header_cls = cls.__header_schema__
     buffer = io.BytesIO()
-    entity_writer(cls.__header_schema__)(buffer, cls.__header_schema__(
-        request_api_key=12, request_api_version=3, correlation_id=correlation_id,
-        client_id="t"))
-    entity_writer(cls)(buffer, cls(group_id="g", generation_id=generation, member_id="m",
-                                   group_instance_id=None))
-    body = buffer.getvalue()
-    return struct.pack(">i", len(body)) + body
+    entity_writer(header_cls)(buffer, header_cls(
+        request_api_key=api_key, request_api_version=version, correlation_id=correlation_id,
+        client_id=client_id))
+    entity_writer(cls)(buffer, build(cls, body) if isinstance(body, dict) else body)
+    return buffer.getvalue()
+
+
+def framed(request: bytes) -> bytes:
+    return struct.pack(">i", len(request)) + request
+
+
+def heartbeat_frame(correlation_id: int, generation: int, version: int = 3) -> bytes:
+    return framed(request_bytes(12, version, {
+        "group_id": "g", "generation_id": generation, "member_id": "m",
+        "group_instance_id": None}, correlation_id))

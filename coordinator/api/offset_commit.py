@@ -28,7 +28,11 @@ import datetime
 import struct
 from typing import Any
 
-from coordinator.group.offset_commands import OffsetCommit, OffsetCommitOutcome
+from coordinator.group.offset_commands import (
+    ZOOKEEPER_OFFSETS_VERSION,
+    OffsetCommit,
+    OffsetCommitOutcome,
+)
 from coordinator.group.offsets import DEFAULT_RETENTION_TIME_MS
 from coordinator.group.result import RequestRef
 from protocol import fastpath as fp
@@ -37,7 +41,7 @@ from protocol.codec import response_type
 
 API_KEY = 8
 MIN_VERSION = 0
-ZOOKEEPER_ONLY_VERSION = 0
+ZOOKEEPER_ONLY_VERSION = ZOOKEEPER_OFFSETS_VERSION
 DEFAULT_COMMIT_TIMESTAMP = -1
 MAX_VERSION = 9
 

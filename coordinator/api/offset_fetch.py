@@ -4,7 +4,7 @@ Versions handled here: v0-v9 (kio has v1-v10; v10 names topics by id and is not 
 
 * v0: same layout as v1, but offsets kept in ZooKeeper: Kafka 3.x without ZooKeeper answers
   UNSUPPORTED_VERSION on every requested partition, and so does this broker
-  (`coordinator/runtime/groups.py`).
+  (`coordinator/group/offset_decisions.py`).
 
 * v1: one group, topics required; no top-level error, so a group error is answered on every
   requested partition.
@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from coordinator.group.offset_commands import (
+    ZOOKEEPER_OFFSETS_VERSION,
     OffsetFetch,
     OffsetFetchGroup,
     OffsetFetchGroupResult,
@@ -35,7 +36,7 @@ from protocol.codec import response_type
 
 API_KEY = 9
 MIN_VERSION = 0
-ZOOKEEPER_ONLY_VERSION = 0
+ZOOKEEPER_ONLY_VERSION = ZOOKEEPER_OFFSETS_VERSION
 MAX_VERSION = 9
 BATCH_MIN_VERSION = 8
 

@@ -19,7 +19,11 @@ from coordinator.group.offsets import (
     FetchedOffset,
     PartitionErrors,
 )
-from coordinator.group.result import RequestRef
+from coordinator.group.result import APPEND_FAILED, RequestRef
+
+# OffsetCommit and OffsetFetch v0 keep offsets in ZooKeeper, which this broker (like Kafka 3.x
+# without ZooKeeper) does not have: they are answered UNSUPPORTED_VERSION on every partition.
+ZOOKEEPER_OFFSETS_VERSION = 0
 
 # ----------------------------------------------------------------------------- OffsetCommit
 
@@ -121,6 +125,11 @@ class OffsetDeleteOutcome:
     def from_errors(cls, errors: PartitionErrors) -> OffsetDeleteOutcome:
         return cls(topics=tuple((topic, tuple(parts)) for topic, parts in errors))
 
+    @classmethod
+    def append_failed(cls) -> OffsetDeleteOutcome:
+        """The tombstones were not made durable: nothing was deleted."""
+        return cls(error=APPEND_FAILED)
+
 
 # ----------------------------------------------------------------------------- DeleteGroups
 
@@ -135,3 +144,10 @@ class DeleteGroups:
 class DeleteGroupsOutcome:
     # (group_id, error) in request order: NONE, GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, ...
     results: tuple[tuple[str, ErrorCode], ...]
+
+    def append_failed(self) -> DeleteGroupsOutcome:
+        """The answer when the deletions' tombstones were not made durable: the groups this
+        would have deleted are not deleted; the others keep their own errors."""
+        return DeleteGroupsOutcome(results=tuple(
+            (group_id, APPEND_FAILED if error is ErrorCode.none else error)
+            for group_id, error in self.results))

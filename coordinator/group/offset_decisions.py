@@ -6,8 +6,9 @@ durable and a `Result` (records to write, timer changes, events, changes waiting
 for the runtime to apply. They combine the two halves of the core: `GroupCoordinator` (does
 the group exist, may it be changed) and `OffsetStore` (per-partition rules). No I/O, no clock:
 `now_ms` comes in (`Clock.now_ms`, the one clock of every persisted timestamp), as does
-`topic_exists` (the runtime's topic metadata). Whether this node serves a group's partition and
-whether it is still loading stays the runtime's check, before these are called.
+`topic_exists` (the runtime's topic metadata), and `refusal` (`Refusal`): whether this node
+serves a group's log partition now is the runtime's state, what to answer when it does not is
+decided here, beside every other answer.
 """
 
 from __future__ import annotations
@@ -22,15 +23,17 @@ from coordinator.group.classic.state import GroupState
 from coordinator.group.consumer_protocol import subscribed_topics
 from coordinator.group.manager import GroupCoordinator
 from coordinator.group.offsets import (
+    FetchedOffset,
     GroupExpiryView,
     OffsetStore,
     PartitionErrors,
     expire_timestamp_ms,
 )
-from coordinator.group.result import Result
+from coordinator.group.result import Refusal, Result
 from coordinator.grouplog.records import MAX_STORED_STRING_BYTES, OffsetCommitRecord
 
-__all__ = ["CommitDecision", "ExpiryDecision", "GroupOffsets"]
+__all__ = ["CommitDecision", "ExpiryDecision", "GroupOffsets", "Refusal"]
+
 
 
 @dataclass(slots=True)
@@ -94,9 +97,43 @@ class GroupOffsets:
         )
         return CommitDecision(None, errors, records, result)
 
-    def delete_offsets(self, cmd: oc.OffsetDelete) -> tuple[oc.OffsetDeleteOutcome, Result]:
-        """OffsetDelete: refused for an unknown or Dead group, and for a live group whose
-        subscriptions cannot be read; a topic the group subscribes to keeps its offsets."""
+    def fetch(self, cmd: oc.OffsetFetch, api_version: int, refusal: Refusal
+              ) -> oc.OffsetFetchOutcome:
+        """OffsetFetch, group by group: the runtime's refusal, then the consumer group's
+        member check (Kafka `ConsumerGroup.validateOffsetFetch`), then the committed offsets
+        (`OffsetStore.fetch`; with `require_stable`, UNSTABLE_OFFSET_COMMIT for pending ones)."""
+        if api_version == oc.ZOOKEEPER_OFFSETS_VERSION:
+            # Offsets kept in ZooKeeper: Kafka 3.x without ZooKeeper answers every requested
+            # partition UNSUPPORTED_VERSION and reads nothing.
+            return oc.OffsetFetchOutcome(groups=tuple(
+                oc.OffsetFetchGroupResult(group_id=group.group_id, partitions=tuple(
+                    FetchedOffset(topic, partition, -1, -1, "", ErrorCode.unsupported_version)
+                    for topic, partitions in group.topics or ()
+                    for partition in partitions))
+                for group in cmd.groups))
+        results = []
+        for group in cmd.groups:
+            error = refusal(group.group_id)
+            if error is None:
+                error = self.groups.consumer.validate_offset_fetch(
+                    group.group_id, group.member_id, group.member_epoch)
+            if error is not None:
+                results.append(oc.OffsetFetchGroupResult.failed(group, error))
+                continue
+            fetched = self.offsets.fetch(group.group_id, group.topics,
+                                         require_stable=cmd.require_stable)
+            results.append(oc.OffsetFetchGroupResult(group_id=group.group_id,
+                                                     partitions=tuple(fetched)))
+        return oc.OffsetFetchOutcome(groups=tuple(results))
+
+    def delete_offsets(self, cmd: oc.OffsetDelete, refusal: Refusal
+                       ) -> tuple[oc.OffsetDeleteOutcome, Result]:
+        """OffsetDelete: refused for a group the runtime does not serve now, an unknown or
+        Dead group, and a live group whose subscriptions cannot be read; a topic the group
+        subscribes to keeps its offsets."""
+        refused = refusal(cmd.group_id)
+        if refused is not None:
+            return oc.OffsetDeleteOutcome(error=refused), Result()
         group = self.groups.group(cmd.group_id)
         if (group is None and not self.offsets.has_offsets(cmd.group_id)) or (
             group is not None and group.state is GroupState.DEAD
@@ -114,7 +151,7 @@ class GroupOffsets:
         self,
         group_ids: Sequence[str],
         now_ms: int,
-        unavailable: Callable[[str], ErrorCode | None],
+        unavailable: Refusal,
     ) -> tuple[oc.DeleteGroupsOutcome, Result]:
         """DeleteGroups: each Empty group (or one known only by its offsets, a standalone
         consumer's) is deleted with its offsets; `unavailable(group_id)` is the runtime's

@@ -2,8 +2,8 @@
 
 `coordinator/api/<api>.py::to_response` turns an outcome into the kio response of the
 request's version (nullability, renamed fields and v0-v2 LeaveGroup folding happen there).
-`error_outcome` answers any command with one error, for the runtime's checks that come before
-the core (COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR) and for failed appends.
+`error_outcome` answers any command with one error, for failed appends and for groups this
+node does not serve now (`refused_outcome`: COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.group import commands as c
 from coordinator.group.consumer import commands as cc
+from coordinator.group.result import Refusal
 
 __all__ = [
     "DescribeGroupsOutcome",
@@ -30,6 +31,7 @@ __all__ = [
     "Outcome",
     "SyncGroupOutcome",
     "error_outcome",
+    "refused_outcome",
 ]
 
 
@@ -161,3 +163,21 @@ def error_outcome(cmd: c.Command | cc.ConsumerGroupHeartbeat | cc.ConsumerGroupD
         case cc.ConsumerGroupDescribe():
             return cc.ConsumerGroupDescribeOutcome(groups=tuple(
                 cc.DescribedConsumerGroup(group_id=g, error=error) for g in cmd.group_ids))
+
+
+def refused_outcome(cmd: c.Command | cc.ConsumerGroupHeartbeat | cc.ConsumerGroupDescribe,
+                    refusal: Refusal, unserved: ErrorCode) -> Outcome | Any | None:
+    """The answer to a request that touches a group whose log partition is not served now,
+    None when it touches none. `refusal(group_id)` is the runtime's answer per group;
+    `unserved` its answer for the partitions not served as a whole. ListGroups reads every
+    partition: it is refused while any is not served (Kafka fails the listing on a loading
+    shard). A request naming several groups is refused as a whole when one of them is."""
+    if isinstance(cmd, c.ListGroups):
+        return error_outcome(cmd, unserved)
+    group_ids = getattr(cmd, "group_ids", None)
+    if group_ids is not None:
+        refused = any(refusal(group_id) is not None for group_id in group_ids)
+        return error_outcome(cmd, unserved) if refused else None
+    group_id = getattr(cmd, "group_id", None)
+    error = None if group_id is None else refusal(group_id)
+    return None if error is None else error_outcome(cmd, error)

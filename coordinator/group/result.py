@@ -14,13 +14,25 @@ or undoes them and returns the follow-up Result (for example the SyncGroup answe
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
+
+from kio.schema.errors import ErrorCode
 
 from coordinator.grouplog.records import CoordinatorRecord
 
 TimerKey = tuple[Hashable, ...]
+
+# What a request is answered when the records it depends on could not be made durable. Kafka
+# maps a log that did not take its records (not enough replicas, a timeout) to this one, for
+# group metadata (`appendGroupMetadataErrorToResponseError`) and offsets alike; this broker's
+# one log has no finer cause to report. Retriable: the client finds the coordinator again.
+APPEND_FAILED = ErrorCode.coordinator_not_available
+
+Refusal = Callable[[str], ErrorCode | None]
+"""The runtime's answer for a group whose log partition it does not serve now (still loading,
+or failed to load), None when it serves it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,6 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
-from kio.schema.errors import ErrorCode
 
 from coordinator.api.context import ClientRequest
 from coordinator.group.consumer.heartbeat import GROUP_TYPE as CONSUMER_GROUP_TYPE
@@ -29,7 +28,7 @@ from coordinator.group.events import RebalanceStarted
 from coordinator.group.manager import GroupCoordinator
 from coordinator.group.offsets import OffsetStore
 from coordinator.group.outcomes import error_outcome
-from coordinator.group.result import RequestRef, Result
+from coordinator.group.result import APPEND_FAILED, RequestRef, Result
 from coordinator.grouplog.log import GroupLog
 from coordinator.grouplog.records import (
     ConsumerGroupRecord,
@@ -210,7 +209,7 @@ class ResultApplier:
             pending = self._pending.pop(reply.ref, None)
             if pending is not None:
                 pending.ctx.respond(pending.module.to_response(
-                    error_outcome(pending.command, ErrorCode.coordinator_not_available),
+                    error_outcome(pending.command, APPEND_FAILED),
                     pending.ctx.version))
 
     def apply_timers(self, result: Result) -> None:

@@ -41,9 +41,9 @@ from coordinator.group.consumer.config import ConsumerGroupConfig
 from coordinator.group.consumer.group import TopicImage, TopicInfo
 from coordinator.group.manager import GroupCoordinator
 from coordinator.group.offset_decisions import GroupOffsets
-from coordinator.group.offsets import FetchedOffset, OffsetStore
-from coordinator.group.outcomes import HeartbeatOutcome, error_outcome
-from coordinator.group.result import RequestRef
+from coordinator.group.offsets import OffsetStore
+from coordinator.group.outcomes import HeartbeatOutcome, refused_outcome
+from coordinator.group.result import APPEND_FAILED, RequestRef
 from coordinator.grouplog.log import GroupLog
 from coordinator.runtime.apply import ParkedFetches, ResultApplier, Timers
 from coordinator.runtime.clock import SystemClock
@@ -202,10 +202,12 @@ class GroupRuntime:
         ref = self._ref(ctx)
         command = module.to_command(request, ctx.version, ref, ctx.client_id, ctx.client_host)
         group_id = getattr(command, "group_id", None)
-        if self.loader.loading and self._waits_for_loading(ctx, command, group_id):
-            ctx.respond(module.to_response(
-                error_outcome(command, self.loader.unavailable(group_id)), ctx.version))
-            return
+        if self.loader.loading:  # some group-log partition is not served (yet)
+            refused = refused_outcome(command, self.loader.refusal,
+                                      self.loader.unavailable(None))
+            if refused is not None:
+                ctx.respond(module.to_response(refused, ctx.version))
+                return
         self.applier.park(ref, ctx, module, command)
         result = self.manager.handle(command, self.clock.now_ms())
         # The group's log partition matters to `apply` only while a write of the group's
@@ -229,16 +231,6 @@ class GroupRuntime:
                                              ctx.header.correlation_id))
             return
         self.member_request(ctx, request)
-
-    def _waits_for_loading(self, ctx: ClientRequest, command: Any, group_id: str | None
-                           ) -> bool:
-        """Does the request touch a group-log partition still being replayed?"""
-        if ctx.header.api_key == list_groups.API_KEY:
-            return True
-        group_ids = getattr(command, "group_ids", None)
-        if group_ids is not None:
-            return any(self.loader.is_loading(g) for g in group_ids)
-        return group_id is not None and self.loader.is_loading(group_id)
 
     def offset_commit(self, ctx: ClientRequest, request: Any) -> None:
         command = offset_commit.to_command(request, ctx.version, self._ref(ctx))
@@ -267,8 +259,7 @@ class GroupRuntime:
         def committed(done: asyncio.Future[None]) -> None:
             if done.exception() is not None:
                 self.offsets.abort(records)
-                self._answer_commit(ctx, oc.OffsetCommitOutcome.failed(
-                    command, ErrorCode.coordinator_not_available))
+                self._answer_commit(ctx, oc.OffsetCommitOutcome.failed(command, APPEND_FAILED))
                 return
             self.offsets.apply_all(records)
             if self.host.metrics is not None:
@@ -300,62 +291,32 @@ class GroupRuntime:
 
     def offset_fetch(self, ctx: ClientRequest, request: Any) -> None:
         command = offset_fetch.to_command(request, ctx.version, self._ref(ctx))
-        results = []
         if ctx.version == offset_fetch.ZOOKEEPER_ONLY_VERSION:
             self._refuse_zookeeper_version(ctx, "OffsetFetch")
-            for group in command.groups:
-                results.append(oc.OffsetFetchGroupResult(group_id=group.group_id, partitions=tuple(
-                    FetchedOffset(topic, partition, -1, -1, "", ErrorCode.unsupported_version)
-                    for topic, partitions in group.topics or ()
-                    for partition in partitions)))
-            ctx.respond(offset_fetch.to_response(oc.OffsetFetchOutcome(groups=tuple(results)),
-                                                 ctx.version))
-            return
-        for group in command.groups:
-            if self.loader.is_loading(group.group_id):
-                results.append(oc.OffsetFetchGroupResult.failed(
-                    group, self.loader.unavailable(group.group_id)))
-                continue
-            error = self.manager.consumer.validate_offset_fetch(
-                group.group_id, group.member_id, group.member_epoch)
-            if error is not None:
-                results.append(oc.OffsetFetchGroupResult.failed(group, error))
-                continue
-            fetched = self.offsets.fetch(group.group_id, group.topics,
-                                         require_stable=command.require_stable)
-            results.append(oc.OffsetFetchGroupResult(group_id=group.group_id,
-                                                     partitions=tuple(fetched)))
-        ctx.respond(offset_fetch.to_response(oc.OffsetFetchOutcome(groups=tuple(results)),
-                                             ctx.version))
+        outcome = self.core.fetch(command, ctx.version, self.loader.refusal)
+        ctx.respond(offset_fetch.to_response(outcome, ctx.version))
 
     def offset_delete(self, ctx: ClientRequest, request: Any) -> None:
         command = offset_delete.to_command(request, ctx.version, self._ref(ctx))
-        if self.loader.is_loading(command.group_id):
-            outcome = oc.OffsetDeleteOutcome(error=self.loader.unavailable(command.group_id))
-            ctx.respond(offset_delete.to_response(outcome, ctx.version))
-            return
-        outcome, result = self.core.delete_offsets(command)
+        outcome, result = self.core.delete_offsets(command, self.loader.refusal)
         if not result.records:
             ctx.respond(offset_delete.to_response(outcome, ctx.version))
             return
         if self.host.metrics is not None:
             self.host.metrics.offset_deletions += len(result.records)
-        failed = oc.OffsetDeleteOutcome(error=ErrorCode.coordinator_not_available)
+        failed = oc.OffsetDeleteOutcome.append_failed()
         self.applier.write(result, lambda durable: ctx.respond(
             offset_delete.to_response(outcome if durable else failed, ctx.version)))
 
     def delete_groups(self, ctx: ClientRequest, request: Any) -> None:
         command = delete_groups.to_command(request, ctx.version, self._ref(ctx))
         outcome, deleted = self.core.delete_groups(
-            command.group_ids, self.clock.now_ms(),
-            lambda g: self.loader.unavailable(g) if self.loader.is_loading(g) else None)
+            command.group_ids, self.clock.now_ms(), self.loader.refusal)
         if not deleted.records:
             ctx.respond(delete_groups.to_response(outcome, ctx.version))
             return
         self.applier.apply_timers(deleted)
-        failed = oc.DeleteGroupsOutcome(results=tuple(
-            (g, ErrorCode.coordinator_not_available if e is ErrorCode.none else e)
-            for g, e in outcome.results))
+        failed = outcome.append_failed()
 
         def written(durable: bool) -> None:
             if durable:

@@ -58,6 +58,11 @@ class GroupLogLoader:
             return ErrorCode.not_coordinator
         return ErrorCode.coordinator_load_in_progress
 
+    def refusal(self, group_id: str) -> ErrorCode | None:
+        """`unavailable` for a group not served now, None for a group that is (the core's
+        `Refusal`)."""
+        return self.unavailable(group_id) if self.is_loading(group_id) else None
+
     # replay -----------------------------------------------------------------------------------
 
     async def load(self) -> None:

@@ -79,7 +79,7 @@ def probe(port: int) -> None:
 
 def storm(count: int, work_dir: Path) -> dict[str, Any]:
     broker = BrokerProcess(work_dir / f"data-{count}",
-                           **{"group.initial.rebalance.delay.ms": "60000"})
+                           settings={"group.initial.rebalance.delay.ms": "60000"})
     broker.start(timeout=30)
     assert broker.proc is not None
     pid = broker.proc.pid

@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from coordinator.group.events import journal_record
 from coordinator.grouplog.codec import encode_records
@@ -48,8 +49,9 @@ def write_journal(directory: Path, total: int, groups: int = 200, seed: int = 7)
     rng = random.Random(seed)
     directory.mkdir(parents=True, exist_ok=True)
     start = 1_790_000_000_000
-    state = [{"gen": 1, "members": [f"c{g}-{m}" for m in range(rng.randint(4, 6))],
-              "next": 0} for g in range(groups)]
+    state: list[dict[str, Any]] = [
+        {"gen": 1, "members": [f"c{g}-{m}" for m in range(rng.randint(4, 6))], "next": 0}
+        for g in range(groups)]
     lines: list[str] = []
     files = 0
     ts = start

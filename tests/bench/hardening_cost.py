@@ -24,42 +24,19 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from tests.bench.brokers import Rebalanced, free_port, self_cpu_seconds, system_busy_seconds
+from tests.bench.brokers import Rebalanced, self_cpu_seconds, system_busy_seconds
 from tests.bench.commit_load import CommitParams, _run, commit_run
 from tests.bench.coordinator_bench import CoordinatorParams, heartbeat_throughput
 
 SCENARIOS = ("heartbeat", "commit")
 _UNIT = {"heartbeat": "broker CPU per Heartbeat v3, 100 members (µs)",
          "commit": "broker CPU per 10-partition OffsetCommit v8, fsync 100 (µs)"}
-
-
-class TreeBroker(Rebalanced):
-    """The broker of another checkout, started from that checkout's directory."""
-
-    def __init__(self, tree: Path, workdir: Path, settings: dict[str, str] | None = None
-                 ) -> None:
-        super().__init__(workdir, settings)
-        self.tree = tree
-
-    def start(self, timeout: float = 60.0) -> TreeBroker:
-        self.port = self.port or free_port()
-        args = [sys.executable, "-m", "coordinator", "--log.dirs", str(self.data_dir),
-                "--listeners", f"PLAINTEXT://127.0.0.1:{self.port}"]
-        for key, value in self.settings.items():
-            args += [f"--{key}", value]
-        with open(self.log_path, "ab") as log:
-            started = time.monotonic()
-            self.proc = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                                         cwd=self.tree)
-        self._wait_ready(started, timeout)
-        return self
 
 
 def measure(tree: Path, scenario: str, seconds: float, workdir: Path) -> dict[str, Any]:
@@ -77,7 +54,7 @@ def measure(tree: Path, scenario: str, seconds: float, workdir: Path) -> dict[st
 
 def _measure_once(tree: Path, scenario: str, seconds: float, workdir: Path) -> dict[str, Any]:
     settings = {"offsets.commit.fsync": "100"} if scenario == "commit" else {}
-    broker = TreeBroker(tree, workdir, settings)
+    broker = Rebalanced(workdir, settings, repo=tree)
     broker.start()
     busy0, own0, t0 = system_busy_seconds(), self_cpu_seconds(), time.monotonic()
     cpu0 = broker.stats().cpu_seconds()

@@ -41,6 +41,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,6 +122,13 @@ class PacedProducer:
     def start(self) -> None:
         self._thread.start()
 
+    def _on_delivery(self, seq: int) -> Callable[[Any, Any], None]:
+        def delivered(err: Any, _msg: Any) -> None:
+            if err is None:
+                self.acked.add(seq)
+
+        return delivered
+
     def _run(self) -> None:
         started = time.monotonic()
         seq = 0
@@ -133,8 +141,7 @@ class PacedProducer:
             self.sent[seq] = now
             self._producer.produce(self._topic, f"{seq} {now:.4f}".encode(),
                                    partition=seq % PARTITIONS,
-                                   on_delivery=lambda err, msg, s=seq: err is None and
-                                   self.acked.add(s))
+                                   on_delivery=self._on_delivery(seq))
             self._producer.poll(0)
             seq += 1
 

@@ -86,7 +86,7 @@ class Committer:
 
 
 def record(work_dir: Path) -> Expected:
-    broker = BrokerProcess(work_dir / "data", **{"journal.segment.ms": "2000"}).start()
+    broker = BrokerProcess(work_dir / "data", settings={"journal.segment.ms": "2000"}).start()
     expected = Expected()
     try:
         create_topic(broker, TOPIC, PARTITIONS)

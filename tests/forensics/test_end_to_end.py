@@ -32,7 +32,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, E
 
 def test_decoder_reads_the_segments_the_broker_wrote(recorded: tuple[Path, Expected]) -> None:
     data, _ = recorded
-    rows = [dict(zip(GROUP_LOG_COLUMNS, row, strict=True))
+    rows: list[dict[str, Any]] = [dict(zip(GROUP_LOG_COLUMNS, row, strict=True))
             for path, partition in find_segments(data)
             for row in decode_segment(path, partition)]
     assert rows and {r["record_type"] for r in rows} <= {"offset_commit", "group_metadata"}

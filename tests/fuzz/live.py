@@ -83,7 +83,7 @@ _PINNED_STRINGS = {"group_id": "fuzz-group", "topic": "fuzz-topic", "name": "fuz
 def _pin(value: Any) -> Any:
     """Pin ids and names so that valid requests touch a few groups and no real topic."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        changes = {}
+        changes: dict[str, Any] = {}
         for f in dataclasses.fields(value):
             current = getattr(value, f.name)
             if f.name in _PINNED_STRINGS and (current is None or isinstance(current, str)):
@@ -118,7 +118,7 @@ def build_corpus(per_schema: int, seed: int) -> list[bytes]:
             continue
         for version in range(lo, hi + 1):
             try:
-                cls = load_request_schema(key, version)
+                cls: Any = load_request_schema(key, version)
             except UnknownEntity:
                 continue  # an old version served by the broker's own legacy codec
             header_cls = cls.__header_schema__
@@ -495,7 +495,7 @@ def run(frames: int, seconds: float, processes: int, connections: int, batch: in
     corpus = build_corpus(per_schema, seed)
     report: dict[str, Any] = {"corpus_frames": len(corpus),
                               "corpus_s": round(time.monotonic() - began, 1)}
-    broker = BrokerProcess(work_dir / "data", **{"auto.create.topics.enable": "false"})
+    broker = BrokerProcess(work_dir / "data", settings={"auto.create.topics.enable": "false"})
     # The fuzzing processes make their frames while the broker starts and the group forms.
     context = multiprocessing.get_context("spawn")
     go = context.Event()

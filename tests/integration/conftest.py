@@ -1,11 +1,14 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from coordinator.runtime.broker import Broker
+from storage.fs import FaultyFileSystem
 from tests.broker_process import BrokerProcess
+from tests.integration.in_process import started_broker
 
 
 @pytest.fixture
@@ -15,3 +18,15 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
         yield process
     finally:
         process.stop()
+
+
+@pytest.fixture
+async def faulty_disk_broker(tmp_path: Path) -> AsyncIterator[tuple[Broker, FaultyFileSystem]]:
+    """An in-process broker whose group log writes through a filesystem that faults on
+    demand, with topic `TOPIC` of 4 partitions."""
+    fs = FaultyFileSystem()
+    broker = await started_broker(tmp_path / "data", groups_fs=fs, partitions=4)
+    try:
+        yield broker, fs
+    finally:
+        await broker.stop()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import itertools
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,12 +28,13 @@ TOPIC = "t"
 _connection_ids = itertools.count(5000)
 
 
-async def until(predicate: Any, what: str = "condition") -> None:
-    for _ in range(300):
-        if predicate():
-            return
+async def until(predicate: Any, what: str = "condition", timeout: float = 10.0) -> None:
+    """Wait, bounded, for `predicate()` to hold: a loaded machine may take seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 async def started_broker(data_dir: Path, overrides: Mapping[str, str] | None = None, *,

@@ -6,21 +6,14 @@ from __future__ import annotations
 import asyncio
 import struct
 import time
-from collections.abc import Callable
 
 import pytest
 
 from coordinator.settings import ConfigError, load
 from protocol.server import KafkaServer
 from tests.fakes import ParkingHandler, heartbeat_frame
+from tests.integration.in_process import until
 from tests.integration.test_connection_sockets import read_correlation_ids
-
-
-async def eventually(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.01)
 
 
 async def closed_by_peer(reader: asyncio.StreamReader, timeout: float = 10.0) -> bool:
@@ -64,7 +57,7 @@ async def test_a_connection_with_a_parked_request_is_not_idle() -> None:
     port = await server.start()
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(heartbeat_frame(7, 0))  # generation 0: parked until answered
-    await eventually(lambda: bool(handler.parked))
+    await until(lambda: bool(handler.parked))
     # A control connection that only stays idle: once the idle sweep has closed it, the
     # parked one has been idle as long, and must still be open.
     idle_reader, _idle = await asyncio.open_connection("127.0.0.1", port)
@@ -92,7 +85,7 @@ async def test_connections_beyond_the_limits_are_refused() -> None:
         writer.write(heartbeat_frame(5, 1))
         assert await asyncio.wait_for(read_correlation_ids(reader, 1), 5) == [5]
     first[0][1].close()
-    await eventually(lambda: len(server.connections) == 2)
+    await until(lambda: len(server.connections) == 2)
     again_reader, again_writer = await asyncio.open_connection("127.0.0.1", port)
     again_writer.write(heartbeat_frame(6, 1))
     assert await asyncio.wait_for(read_correlation_ids(again_reader, 1), 5) == [6]
@@ -112,11 +105,11 @@ async def test_reading_pauses_broker_wide_while_buffered_bytes_exceed_the_budget
     big_reader, big_writer = await asyncio.open_connection("127.0.0.1", port)
     body = heartbeat_frame(1, 1)[4:] + b"\x00" * (200 * 1024)
     big_writer.write(struct.pack(">i", len(body)) + body[: len(body) - 10])
-    await eventually(lambda: server.budget.exhausted)
+    await until(lambda: server.budget.exhausted)
     # Meanwhile a second client's requests are not read...
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(heartbeat_frame(2, 1))
-    await eventually(lambda: bool(server.budget.waiting))  # its reading is paused
+    await until(lambda: bool(server.budget.waiting))  # its reading is paused
     assert not handler.parked and server.budget.used >= budget
     # ...until the large frame completes and is handled; then both are answered.
     big_writer.write(body[len(body) - 10:])

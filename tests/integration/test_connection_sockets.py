@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import io
 import struct
 import threading
 
 import pytest
-from kio.index import load_request_schema
-from kio.serial import entity_writer
 
 import protocol.connection as connection_module
 from protocol import codec
 from protocol.server import KafkaServer
 from tests.fakes import ParkingHandler, heartbeat_frame
+from tests.integration.in_process import until
 
 
 async def read_correlation_ids(reader: asyncio.StreamReader, count: int) -> list[int]:
@@ -70,7 +68,9 @@ async def test_reading_pauses_when_too_many_requests_are_in_flight() -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(b"".join(heartbeat_frame(i, 0) for i in range(20)))
     await writer.drain()
-    await asyncio.sleep(0.05)
+    await until(lambda: len(handler.parked) == 4
+                and handler.parked[0][0]._reading_paused)
+    # Paused with 4 in flight, so no fifth is handled however long we look.
     assert len(handler.parked) == 4  # reading stopped at the in-flight bound
     while handler.parked:
         handler.answer(*handler.parked.pop(0))
@@ -91,18 +91,6 @@ async def test_many_pipelined_requests_answered_synchronously() -> None:
     assert await asyncio.wait_for(read_correlation_ids(reader, 5000), 10) == list(range(5000))
     writer.close()
     await server.stop()
-
-
-def heartbeat_frame_v4(correlation_id: int) -> bytes:
-    cls = load_request_schema(12, 4)
-    buffer = io.BytesIO()
-    entity_writer(cls.__header_schema__)(buffer, cls.__header_schema__(
-        request_api_key=12, request_api_version=4, correlation_id=correlation_id,
-        client_id="t"))
-    entity_writer(cls)(buffer, cls(group_id="g", generation_id=5, member_id="m",
-                                   group_instance_id=None))
-    body = buffer.getvalue()
-    return struct.pack(">i", len(body)) + body
 
 
 async def test_a_first_seen_version_loads_its_codec_off_the_event_loop(
@@ -132,7 +120,7 @@ async def test_a_first_seen_version_loads_its_codec_off_the_event_loop(
     assert loaded_in and loaded_in[0] != threading.get_ident()
     # The loop keeps answering other connections while the load is held in its thread.
     other_reader, other_writer = await asyncio.open_connection("127.0.0.1", port)
-    other_writer.write(heartbeat_frame_v4(7))
+    other_writer.write(heartbeat_frame(7, 5, version=4))
     assert await asyncio.wait_for(read_correlation_ids(other_reader, 1), 5) == [7]
     release.set()
     assert await asyncio.wait_for(read_correlation_ids(waiting_reader, 2), 5) == [1, 2]

@@ -37,7 +37,7 @@ pytestmark = pytest.mark.integration
 
 def test_survivors_take_over_a_sigkilled_member_well_before_its_session_timeout(
         tmp_path: Path) -> None:
-    broker = BrokerProcess(tmp_path / "data", **{
+    broker = BrokerProcess(tmp_path / "data", settings={
         "group.consumer.session.timeout.ms": str(int(SESSION_TIMEOUT_S * 1000)),
         "group.consumer.heartbeat.interval.ms": "500",
         "group.consumer.min.heartbeat.interval.ms": "100",

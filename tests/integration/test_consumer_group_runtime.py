@@ -5,11 +5,8 @@ OffsetCommit/OffsetFetch, and a failed group-log write that must not leave state
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
@@ -17,20 +14,9 @@ from coordinator.runtime.broker import Broker
 from protocol.build import build
 from storage.fs import FaultyFileSystem
 from tests.fakes import FakeConnection, FakeContext, FakeHeader
-from tests.integration.in_process import started_broker
 
 TOPIC = "t"
 _connections = iter(range(5000, 10**9))
-
-
-@pytest.fixture
-async def broker(tmp_path: Path) -> AsyncIterator[tuple[Broker, FaultyFileSystem]]:
-    fs = FaultyFileSystem()
-    broker = await started_broker(tmp_path / "data", groups_fs=fs, partitions=4)
-    try:
-        yield broker, fs
-    finally:
-        await broker.stop()
 
 
 async def send(broker: Broker, api_key: int, version: int, fields: dict[str, Any]) -> Any:
@@ -53,8 +39,8 @@ def joining(member_id: str) -> dict[str, Any]:
 
 
 async def test_heartbeat_describe_and_list_over_the_wire(
-        broker: tuple[Broker, FaultyFileSystem]) -> None:
-    b, _ = broker
+        faulty_disk_broker: tuple[Broker, FaultyFileSystem]) -> None:
+    b, _ = faulty_disk_broker
     reply = await send(b, 68, 1, joining("m1"))
     assert reply.error_code is ErrorCode.none and reply.member_epoch == 1
     assert reply.heartbeat_interval.total_seconds() == 5
@@ -78,8 +64,8 @@ async def test_heartbeat_describe_and_list_over_the_wire(
 
 
 async def test_offset_apis_check_member_epochs(
-        broker: tuple[Broker, FaultyFileSystem]) -> None:
-    b, _ = broker
+        faulty_disk_broker: tuple[Broker, FaultyFileSystem]) -> None:
+    b, _ = faulty_disk_broker
     await send(b, 68, 1, joining("m1"))
 
     def commit(epoch: int, member_id: str = "m1") -> dict[str, Any]:
@@ -105,8 +91,8 @@ async def test_offset_apis_check_member_epochs(
 
 
 async def test_a_failed_write_leaves_no_state_behind(
-        broker: tuple[Broker, FaultyFileSystem]) -> None:
-    b, fs = broker
+        faulty_disk_broker: tuple[Broker, FaultyFileSystem]) -> None:
+    b, fs = faulty_disk_broker
     await send(b, 68, 1, joining("m1"))
     fs.fail_next_fsync()
     failed = await send(b, 68, 1, joining("m2"))

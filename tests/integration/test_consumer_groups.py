@@ -8,6 +8,7 @@ broker's event journal.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,11 +40,11 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def modern_broker(tmp_path: Path) -> BrokerProcess:
-    process = BrokerProcess(tmp_path / "data", **CONSUMER_GROUP_SETTINGS).start()
+def modern_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(tmp_path / "data", settings=CONSUMER_GROUP_SETTINGS).start()
     try:
         make_topic(process, TOPIC, PARTITIONS)
-        yield process  # type: ignore[misc]
+        yield process
     finally:
         process.stop()
 

@@ -54,7 +54,9 @@ def consume_confluent(bootstrap: str, topic: str, partitions: int, count: int
     while got < count and time.monotonic() < deadline:
         for message in consumer.consume(1000, timeout=1.0):
             assert message.error() is None, message.error()
-            seen[message.partition()].append(int(message.value()))
+            partition = message.partition()
+            assert partition is not None
+            seen[partition].append(int(message.value() or b""))
             got += 1
     consumer.close()
     return seen
@@ -224,10 +226,14 @@ def test_idempotent_producers_work(broker: BrokerProcess) -> None:
     from kafka import KafkaProducer
 
     errors: list[object] = []
+
+    def delivered(err: object, _msg: object) -> None:
+        if err is not None:
+            errors.append(err)
+
     producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True})
     for i in range(3000):
-        producer.produce("idem", str(i).encode(), partition=0,
-                         on_delivery=lambda err, _msg: err and errors.append(err))
+        producer.produce("idem", str(i).encode(), partition=0, on_delivery=delivered)
     assert producer.flush(15) == 0 and errors == []
     kp = KafkaProducer(bootstrap_servers=broker.bootstrap, enable_idempotence=True)
     futures = [kp.send("idem", str(i).encode(), partition=0) for i in range(3000, 4000)]

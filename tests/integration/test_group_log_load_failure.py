@@ -14,7 +14,7 @@ from tests.integration.test_group_log_loading import write_undecodable_commit
 def test_an_unloadable_group_log_stops_the_process_non_zero(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     write_undecodable_commit(data_dir)
-    broker = BrokerProcess(data_dir, **{"offsets.topic.num.partitions": "1"})
+    broker = BrokerProcess(data_dir, settings={"offsets.topic.num.partitions": "1"})
     with contextlib.suppress(RuntimeError):  # it may stop before the port is seen open
         broker.start()
     assert broker.proc is not None

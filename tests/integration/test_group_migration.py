@@ -41,7 +41,7 @@ def consumed_once(workers: list[ConsumerWorker], values: set[str]) -> bool:
 @pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
 def test_a_consumer_protocol_member_joins_a_classic_group_and_leaves_again(
         tmp_path: Path, strategy: str) -> None:
-    broker = BrokerProcess(tmp_path / "data", **CONSUMER_GROUP_SETTINGS).start()
+    broker = BrokerProcess(tmp_path / "data", settings=CONSUMER_GROUP_SETTINGS).start()
     try:
         make_topic(broker, TOPIC, PARTITIONS)
         with worker_pool(broker, tmp_path) as spawn:

@@ -3,7 +3,6 @@ written leaves the group as the log has it (the type it had, with its members)."
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,8 +13,8 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.group.consumer.embedded_protocol import encode_assignment
 from coordinator.runtime.broker import Broker
-from coordinator.settings import defaults
 from storage.fs import FaultyFileSystem
+from tests.integration.in_process import started_broker
 from tests.integration.test_consumer_group_runtime import joining, send
 from tests.migration_helpers import subscription
 
@@ -24,14 +23,9 @@ TOPIC = "t"
 
 @pytest.fixture
 async def broker(tmp_path: Path) -> AsyncIterator[tuple[Broker, FaultyFileSystem]]:
-    broker = Broker(defaults().with_overrides({"log.dirs": str(tmp_path / "data"),
-                                               "group.initial.rebalance.delay.ms": "0"}))
     fs = FaultyFileSystem()
-    broker.groups.fs = fs
-    await broker.start()
-    broker.create_topic(TOPIC, 4, {}, reason="test")
-    while broker.groups.loading:
-        await asyncio.sleep(0.01)
+    broker = await started_broker(tmp_path / "data", {"group.initial.rebalance.delay.ms": "0"},
+                                  groups_fs=fs, partitions=4)
     try:
         yield broker, fs
     finally:

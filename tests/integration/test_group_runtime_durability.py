@@ -8,7 +8,6 @@ share one fsync (group commit, SPEC §11).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -20,19 +19,9 @@ from coordinator.settings import defaults
 from protocol.build import build
 from storage.fs import FaultyFileSystem
 from tests.fakes import FakeConnection, FakeContext, FakeHeader
-from tests.integration.in_process import started_broker
+from tests.integration.in_process import until
 
 TOPIC = "t"
-
-
-@pytest.fixture
-async def broker(tmp_path: Path) -> AsyncIterator[tuple[Broker, FaultyFileSystem]]:
-    fs = FaultyFileSystem()
-    broker = await started_broker(tmp_path / "data", groups_fs=fs, partitions=4)
-    try:
-        yield broker, fs
-    finally:
-        await broker.stop()
 
 
 _connections = iter(range(1000, 10**9))
@@ -71,9 +60,9 @@ def committed(broker: Broker, group: str, partition: int) -> int:
 
 
 async def test_a_commit_is_answered_after_its_fsync(
-    broker: tuple[Broker, FaultyFileSystem],
+    faulty_disk_broker: tuple[Broker, FaultyFileSystem],
 ) -> None:
-    b, fs = broker
+    b, fs = faulty_disk_broker
     before = fs.ops.get("fsync", 0)
     ctx = commit(b, "g", {0: 10})
     assert ctx.responses == []  # nothing before the fsync
@@ -85,9 +74,9 @@ async def test_a_commit_is_answered_after_its_fsync(
 
 @pytest.mark.parametrize("fault", ["write", "fsync"])
 async def test_a_failed_write_or_fsync_answers_coordinator_not_available(
-    broker: tuple[Broker, FaultyFileSystem], fault: str,
+    faulty_disk_broker: tuple[Broker, FaultyFileSystem], fault: str,
 ) -> None:
-    b, fs = broker
+    b, fs = faulty_disk_broker
     ok = commit(b, "g", {0: 10, 1: 11})
     await answered(ok)
     assert errors(ok) == [ErrorCode.none, ErrorCode.none]
@@ -107,9 +96,9 @@ async def test_a_failed_write_or_fsync_answers_coordinator_not_available(
 
 
 async def test_commits_arriving_together_share_one_fsync(
-    broker: tuple[Broker, FaultyFileSystem],
+    faulty_disk_broker: tuple[Broker, FaultyFileSystem],
 ) -> None:
-    b, fs = broker
+    b, fs = faulty_disk_broker
     log = b.groups.group_log
     same_partition = [g for g in (f"g{i}" for i in range(5000))
                       if log.partition_of(g) == log.partition_of("g0")][:20]
@@ -129,9 +118,9 @@ async def test_commits_arriving_together_share_one_fsync(
 
 
 async def test_commits_arriving_during_an_fsync_share_the_next_one(
-    broker: tuple[Broker, FaultyFileSystem],
+    faulty_disk_broker: tuple[Broker, FaultyFileSystem],
 ) -> None:
-    b, fs = broker
+    b, fs = faulty_disk_broker
     fsyncs = fs.ops.get("fsync", 0)
     first = commit(b, "g", {0: 1})
     await asyncio.sleep(0)  # the flush of `first` is on its way to the worker thread
@@ -143,9 +132,9 @@ async def test_commits_arriving_during_an_fsync_share_the_next_one(
 
 
 async def test_a_failed_fsync_fails_every_commit_waiting_on_it(
-    broker: tuple[Broker, FaultyFileSystem],
+    faulty_disk_broker: tuple[Broker, FaultyFileSystem],
 ) -> None:
-    b, fs = broker
+    b, fs = faulty_disk_broker
     log = b.groups.group_log
     groups = [g for g in (f"g{i}" for i in range(5000))
               if log.partition_of(g) == log.partition_of("g0")][:5]
@@ -171,8 +160,7 @@ async def test_compaction_in_the_running_broker_keeps_the_committed_view(
     b = Broker(settings)
     await b.start()
     b.create_topic(TOPIC, 4, {}, reason="test")
-    while b.groups.loading:
-        await asyncio.sleep(0.01)
+    await until(lambda: not b.groups.loading, "the group log to load")
     for i in range(300):
         ctx = commit(b, f"g{i % 3}", {i % 4: i})
         await answered(ctx)
@@ -189,8 +177,7 @@ async def test_compaction_in_the_running_broker_keeps_the_committed_view(
 
     reopened = Broker(settings)
     await reopened.start()
-    while reopened.groups.loading:
-        await asyncio.sleep(0.01)
+    await until(lambda: not reopened.groups.loading, "the group log to load")
     assert reopened.groups.offsets.committed_view() == view
     await reopened.stop()
 
@@ -204,8 +191,7 @@ async def test_a_commit_refused_after_a_failed_fsync_does_not_come_back_after_re
     first.groups.fs = fs
     await first.start()
     first.create_topic(TOPIC, 1, {}, reason="test")
-    while first.groups.loading:
-        await asyncio.sleep(0.01)
+    await until(lambda: not first.groups.loading, "the group log to load")
     ok = commit(first, "g", {0: 10})
     await answered(ok)
     fs.fail_next_fsync()
@@ -216,8 +202,7 @@ async def test_a_commit_refused_after_a_failed_fsync_does_not_come_back_after_re
 
     second = Broker(settings)
     await second.start()
-    while second.groups.loading:
-        await asyncio.sleep(0.01)
+    await until(lambda: not second.groups.loading, "the group log to load")
     try:
         assert committed(second, "g", 0) == 10
     finally:

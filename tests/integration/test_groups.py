@@ -125,7 +125,7 @@ def test_killed_leader_is_removed_on_disconnect_and_survivors_take_over(
 
 
 def test_with_the_grace_off_a_killed_member_waits_for_its_session(tmp_path: Path) -> None:
-    broker = BrokerProcess(tmp_path / "data", **{"group.member.disconnect.grace.ms": "-1"})
+    broker = BrokerProcess(tmp_path / "data", settings={"group.member.disconnect.grace.ms": "-1"})
     broker.start()
     try:
         make_topic(broker, TOPIC, PARTITIONS)

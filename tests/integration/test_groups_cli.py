@@ -138,7 +138,9 @@ def test_describe_lag_members_and_reset_of_a_stopped_group(live: BrokerProcess) 
     while len(first) < 2 and time.monotonic() < deadline:
         message = restarted.poll(0.5)
         if message is not None and not message.error():
-            first.setdefault(message.partition(), message.offset())
+            partition, offset = message.partition(), message.offset()
+            assert partition is not None and offset is not None
+            first.setdefault(partition, offset)
     restarted.close()
     assert first == {0: 1, 1: 4}
 

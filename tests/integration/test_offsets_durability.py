@@ -113,11 +113,14 @@ def _confluent(broker: BrokerProcess, group: str, plan: Plan) -> list[str]:
         values = []
         for message in consumer.consume(100, timeout=0.2):
             assert message.error() is None, message.error()
-            values.append(message.value().decode())
+            values.append((message.value() or b"").decode())
         return values
 
     try:
-        return _steps(broker, plan, poll, lambda: consumer.commit(asynchronous=False))
+        def commit() -> None:
+            consumer.commit(asynchronous=False)
+
+        return _steps(broker, plan, poll, commit)
     finally:
         consumer.close()
 
@@ -268,8 +271,8 @@ def test_no_acknowledged_commit_is_lost_when_the_broker_is_killed(
 ) -> None:
     rng = random.Random(int.from_bytes(os.urandom(4), "big"))
     # Small segments and a busy cleaner: kills also land in the middle of compactions.
-    broker = BrokerProcess(tmp_path / "data", **{"offsets.topic.segment.bytes": "16384",
-                                                 "log.cleaner.backoff.ms": "50"}).start()
+    broker = BrokerProcess(tmp_path / "data", settings={"offsets.topic.segment.bytes": "16384",
+                                                        "log.cleaner.backoff.ms": "50"}).start()
     create_topic(broker)
     acks = committers(broker)
     checked = 0
@@ -345,7 +348,7 @@ def test_a_damaged_group_log_stops_the_start_and_repair_cuts_it(
     tmp_path: Path, where: str,
 ) -> None:
     settings = {"offsets.topic.segment.bytes": "16384"} if where == "sealed" else {}
-    broker = BrokerProcess(tmp_path / "data", **settings).start()
+    broker = BrokerProcess(tmp_path / "data", settings=settings).start()
     create_topic(broker)
     commit_many(broker, "damaged", 400)
     broker.stop()

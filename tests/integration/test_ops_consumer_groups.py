@@ -36,8 +36,8 @@ def handed_over(tmp_path_factory: pytest.TempPathFactory
                 ) -> Iterator[tuple[BrokerProcess, str]]:
     metrics_port = free_port()
     broker = BrokerProcess(tmp_path_factory.mktemp("ops-consumer") / "data",
-                           **CONSUMER_GROUP_SETTINGS,
-                           **{"metrics.listener": f"127.0.0.1:{metrics_port}"}).start()
+                           settings={**CONSUMER_GROUP_SETTINGS,
+                                     "metrics.listener": f"127.0.0.1:{metrics_port}"}).start()
     members: list[Consumer] = []
     try:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})

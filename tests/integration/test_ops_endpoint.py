@@ -28,7 +28,7 @@ def scripted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerP
     """Two members join, one commits, one leaves: three rebalances, one removal by leave."""
     metrics_port = free_port()
     broker = BrokerProcess(tmp_path_factory.mktemp("ops") / "data",
-                           **{"metrics.listener": f"127.0.0.1:{metrics_port}"}).start()
+                           settings={"metrics.listener": f"127.0.0.1:{metrics_port}"}).start()
     try:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         admin.create_topics([NewTopic(TOPIC, 2, 1)])[TOPIC].result(30)
@@ -48,7 +48,7 @@ def scripted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerP
             for member in members:
                 message = member.poll(0.1)
                 if message is not None and not message.error():
-                    member.commit(message, asynchronous=False)
+                    member.commit(message=message, asynchronous=False)
         assert all(len(m.assignment()) == 1 for m in members), "the group never split"
         members[0].close()  # LeaveGroup: the survivor rebalances alone
         deadline = time.monotonic() + 60
@@ -192,7 +192,7 @@ def test_a_screenshot_of_the_page(scripted: tuple[BrokerProcess, str], tmp_path:
 
 def test_console_logs_on_request_json_otherwise(tmp_path: Path) -> None:
     for log_format in ("console", "json"):
-        broker = BrokerProcess(tmp_path / log_format / "data", **{"log.format": log_format})
+        broker = BrokerProcess(tmp_path / log_format / "data", settings={"log.format": log_format})
         broker.start()
         deadline = time.monotonic() + 30
         while "broker started" not in broker.log_text() and time.monotonic() < deadline:

@@ -4,33 +4,28 @@ from __future__ import annotations
 
 import datetime
 import importlib
-import io
 import socket
 import struct
+from typing import Any
 
 import pytest
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 
 from storage.record_batch import encode_batch
 from tests.broker_process import BrokerProcess
+from tests.fakes import framed, request_bytes
 from tests.integration.test_dataplane import consume_confluent, create_topic
 
 
 def produce_frame(topic: str, records: bytes, correlation_id: int = 1) -> bytes:
-    cls = load_request_schema(0, 9)
+    cls: Any = load_request_schema(0, 9)
     module = importlib.import_module(cls.__module__)
     request = cls(transactional_id=None, acks=1, timeout=datetime.timedelta(seconds=5),
                   topic_data=(module.TopicProduceData(name=topic, partition_data=(
                       module.PartitionProduceData(index=0, records=records),)),))
-    buffer = io.BytesIO()
-    entity_writer(cls.__header_schema__)(buffer, cls.__header_schema__(
-        request_api_key=0, request_api_version=9, correlation_id=correlation_id,
-        client_id="raw"))
-    entity_writer(cls)(buffer, request)
-    body = buffer.getvalue()
-    return struct.pack(">i", len(body)) + body
+    return framed(request_bytes(0, 9, request, correlation_id, client_id="raw"))
 
 
 def produce_error(port: int, records: bytes) -> ErrorCode:
@@ -38,7 +33,7 @@ def produce_error(port: int, records: bytes) -> ErrorCode:
         sock.sendall(produce_frame("checked", records))
         size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
         body = sock.recv(size, socket.MSG_WAITALL)
-    response_cls = load_response_schema(0, 9)
+    response_cls: Any = load_response_schema(0, 9)
     # Response header v1: correlation id + an empty tagged-field section.
     response, _ = entity_reader(response_cls)(body, 5)
     error: ErrorCode = response.responses[0].partition_responses[0].error_code

@@ -4,7 +4,6 @@ in-process broker)."""
 from __future__ import annotations
 
 import asyncio
-import io
 import struct
 import uuid
 from collections.abc import AsyncIterator
@@ -12,25 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kio.index import load_request_schema
-from kio.serial import entity_writer
 
 from coordinator.runtime.broker import Broker
-from protocol.build import build
 from protocol.server import KafkaServer
+from tests.fakes import framed, request_bytes
 from tests.integration.in_process import started_broker
 
 
 def frame(api_key: int, version: int, body: dict[str, Any], correlation_id: int = 1) -> bytes:
-    cls = load_request_schema(api_key, version)
-    header_cls = cls.__header_schema__
-    buffer = io.BytesIO()
-    entity_writer(header_cls)(buffer, header_cls(
-        request_api_key=api_key, request_api_version=version, correlation_id=correlation_id,
-        client_id="pipelining"))
-    entity_writer(cls)(buffer, build(cls, body))
-    payload = buffer.getvalue()
-    return struct.pack(">i", len(payload)) + payload
+    return framed(request_bytes(api_key, version, body, correlation_id, client_id="pipelining"))
 
 
 @pytest.fixture

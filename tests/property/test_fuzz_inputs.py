@@ -11,7 +11,6 @@ The number of examples is bounded for `make test` (about half a minute in all) a
 from __future__ import annotations
 
 import asyncio
-import io
 import os
 import struct
 import tempfile
@@ -21,7 +20,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.index import load_request_schema
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 from kio.serial.errors import SerialError
 from kio.static.primitive import Records
 
@@ -43,6 +42,7 @@ from protocol.framing import FrameDecoder, FrameError
 from protocol.guard import body_length
 from protocol.legacy_versions import LEGACY_REQUESTS
 from storage.log import CorruptLogError, LogConfig
+from tests import fakes
 
 EXAMPLES = int(os.environ.get("REBALANCED_FUZZ_EXAMPLES", "250"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None,
@@ -57,13 +57,7 @@ SCHEMAS = [(key, version) for key, (lo, hi) in sorted(SUPPORTED.items())
 
 
 def request_bytes(key: int, version: int, body: Any, correlation_id: int = 1) -> bytes:
-    cls = load_request_schema(key, version)
-    header_cls = cls.__header_schema__
-    buffer = io.BytesIO()
-    entity_writer(header_cls)(buffer, header_cls(request_api_key=key, request_api_version=version,
-                                                 correlation_id=correlation_id, client_id="f"))
-    entity_writer(cls)(buffer, body)
-    return buffer.getvalue()
+    return fakes.request_bytes(key, version, body, correlation_id, client_id="f")
 
 
 @st.composite

@@ -85,7 +85,8 @@ class MigrationMachine(RuleBasedStateMachine):
             return
         share = stable_classic_group(self.ctx, members, PARTITIONS)
         generation = self.ctx.group("g").generation_id
-        for slot, member_id in enumerate(sorted(share, key=self.ctx.connection_of)):
+        by_connection = sorted(share, key=lambda m: self.ctx.connection_of(m) or 0)
+        for slot, member_id in enumerate(by_connection):
             self.classic[slot] = ClassicClient(
                 connection=100 + slot, member_id=member_id, generation=generation,
                 held=set(share[member_id]), needs_join=False)
@@ -221,7 +222,8 @@ class MigrationMachine(RuleBasedStateMachine):
     def one_owner_per_partition(self) -> None:
         members = self._members()
         believed: dict[int, str] = {}
-        clients = [*self.classic.values(), *self.modern.values()]
+        clients: list[ClassicClient | ModernClient] = [*self.classic.values(),
+                                                       *self.modern.values()]
         for client in clients:
             if client.member_id not in members:
                 continue  # removed by the broker: it learns so on its next request

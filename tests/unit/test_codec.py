@@ -1,27 +1,20 @@
 from __future__ import annotations
 
-import io
 import struct
 
 import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_writer
 
 from protocol import codec
 from protocol.build import build
 from protocol.codec import decode_request, encode_response, response_type
 from protocol.errors import MalformedRequest, UnsupportedApi
+from tests.fakes import request_bytes
 
 
 def _request_bytes(key: int, version: int, correlation_id: int, body: object) -> bytes:
-    cls = load_request_schema(key, version)
-    buffer = io.BytesIO()
-    header = cls.__header_schema__(request_api_key=key, request_api_version=version,
-                                   correlation_id=correlation_id, client_id="cid")
-    entity_writer(cls.__header_schema__)(buffer, header)
-    entity_writer(cls)(buffer, body)
-    return buffer.getvalue()
+    return request_bytes(key, version, body, correlation_id, client_id="cid")
 
 
 def heartbeat(version: int) -> object:
@@ -84,14 +77,9 @@ def test_flexible_response_uses_header_v1() -> None:
 
 def heartbeat_v4_with_unknown_tag(tail: bytes = b"") -> bytes:
     """A flexible Heartbeat whose top-level tag section carries tag 5, then `tail`."""
-    cls = load_request_schema(12, 4)
-    buffer = io.BytesIO()
-    header_cls = cls.__header_schema__
-    entity_writer(header_cls)(buffer, header_cls(
-        request_api_key=12, request_api_version=4, correlation_id=1, client_id="x"))
-    entity_writer(cls)(buffer, build(cls, {"group_id": "g", "generation_id": 1,
-                                           "member_id": "m", "group_instance_id": None}))
-    data = bytearray(buffer.getvalue())
+    data = bytearray(request_bytes(12, 4, {"group_id": "g", "generation_id": 1,
+                                           "member_id": "m", "group_instance_id": None},
+                                   client_id="x"))
     assert data[-1] == 0  # the empty tag section
     data[-1:] = b"\x01\x05\x01\x00"  # one tag: id 5, one byte of value
     return bytes(data) + tail

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -50,14 +51,14 @@ def open_log(path: Path, fs: FileSystem = REAL_FS, **kw: bool) -> GroupLog:
     return GroupLog.open(path, 1, CONFIG, "always", fs, **kw)
 
 
-async def write(log: GroupLog, records: list[CoordinatorRecord], now_ms: int = NOW) -> None:
+async def write(log: GroupLog, records: Sequence[CoordinatorRecord], now_ms: int = NOW) -> None:
     for record in records:
         await log.append([record], now_ms)
 
 
 def raw(log: GroupLog) -> list[tuple[int, bytes | None, bytes | None]]:
     """Every (offset, key, value) in the partition, read through the segment log."""
-    out = []
+    out: list[tuple[int, bytes | None, bytes | None]] = []
     partition_log = log.logs[0]
     offset = partition_log.log_start_offset
     while offset < partition_log.log_end_offset:

@@ -5,6 +5,7 @@ protocol inside a consumer group) whose connection closes without leaving is fen
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -36,7 +37,7 @@ def removed(ctx: GroupTestContext) -> list[tuple[str, str]]:
     return [(e.member_id, e.cause.value) for e in ctx.events_named("member_removed")]
 
 
-def two_members(ctx: GroupTestContext, **b_fields: object) -> None:
+def two_members(ctx: GroupTestContext, **b_fields: Any) -> None:
     """a on connection 1 owns everything, b joins on connection 2; both reconciled."""
     ctx.send(join("a"), 1)
     ctx.send(join("b", **b_fields), 2)

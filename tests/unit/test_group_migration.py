@@ -12,6 +12,7 @@ from coordinator.group.consumer.member import MemberState
 from coordinator.grouplog.codec import decode_record, encode_record
 from coordinator.grouplog.records import (
     ConsumerGroupMemberMetadataKey,
+    ConsumerGroupMemberMetadataValue,
     ConsumerGroupRecord,
     GroupMetadataRecord,
 )
@@ -279,7 +280,8 @@ def test_replaying_the_log_rebuilds_the_upgraded_group() -> None:
     assert (live.group_epoch, live.assignment_epoch, live.target) == (
         replayed.group_epoch, replayed.assignment_epoch, replayed.target)
     assert any(isinstance(r.key, ConsumerGroupMemberMetadataKey)
-               and r.value is not None and r.value.classic_member_metadata is not None
+               and isinstance(r.value, ConsumerGroupMemberMetadataValue)
+               and r.value.classic_member_metadata is not None
                for r in ctx.records if isinstance(r, ConsumerGroupRecord))
 
 

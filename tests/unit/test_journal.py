@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,7 +38,7 @@ def open_journal(tmp_path: Path, wall: Wall, **overrides: int) -> Journal:
     return Journal(tmp_path / "events", wall_ms=wall, **settings)
 
 
-def all_lines(journal: Journal) -> list[dict[str, object]]:
+def all_lines(journal: Journal) -> list[dict[str, Any]]:
     paths = [*journal.closed_files(), journal.active_path]
     return [json.loads(text) for p in paths if p.exists()
             for text in p.read_text().splitlines()]

@@ -7,7 +7,7 @@ from kio.schema.errors import ErrorCode
 from coordinator.group import offset_commands as oc
 from coordinator.group.offset_decisions import GroupOffsets
 from coordinator.group.offsets import OffsetStore, OffsetStoreConfig
-from coordinator.group.result import RequestRef
+from coordinator.group.result import APPEND_FAILED, RequestRef
 from coordinator.grouplog.records import GroupMetadataRecord, OffsetCommitRecord
 from tests.bench.members import subscription
 from tests.builders import JoinGroupBuilder, protocols
@@ -44,8 +44,8 @@ def test_offsets_of_a_subscribed_topic_are_kept() -> None:
     ctx.join_dynamic(builder, connection=9)
     ctx.sleep(0)
     assert core.subscriptions("c") == {"t"}
-    outcome, result = core.delete_offsets(oc.OffsetDelete(ref=REF, group_id="c",
-                                                          topics=(("t", (0,)),)))
+    outcome, result = core.delete_offsets(
+        oc.OffsetDelete(ref=REF, group_id="c", topics=(("t", (0,)),)), lambda g: None)
     assert outcome.topics[0][1][0][1] is ErrorCode.group_subscribed_to_topic  # type: ignore[index]
     assert result.records == []
 
@@ -87,3 +87,98 @@ def test_strings_the_group_log_cannot_store_are_refused_with_kafkas_codes() -> N
     assert decision.errors == [("t", [(0, ErrorCode.offset_metadata_too_large),
                                       (1, ErrorCode.none)])]
     assert len(decision.records) == 1
+
+
+# ----------------------------------------------------------------------------- OffsetFetch
+
+SERVED = lambda group_id: None  # noqa: E731
+
+
+def fetch_group(group_id: str, *partitions: int, **kw: object) -> oc.OffsetFetchGroup:
+    return oc.OffsetFetchGroup(group_id=group_id, topics=(("t", partitions),),
+                               **kw)  # type: ignore[arg-type]
+
+
+def test_a_fetch_answers_the_committed_offsets_and_none_for_the_others() -> None:
+    _ctx, core = core_with_standalone_offsets()
+    outcome = core.fetch(oc.OffsetFetch(ref=REF, groups=(fetch_group("solo", 0, 1),)), 8,
+                         SERVED)
+    (group,) = outcome.groups
+    assert group.error is ErrorCode.none
+    assert [(p.partition, p.offset, p.error) for p in group.partitions] == [
+        (0, 5, ErrorCode.none), (1, -1, ErrorCode.none)]
+
+
+def test_a_group_the_runtime_does_not_serve_is_refused_on_its_own() -> None:
+    """Each group of a batched fetch (v8+) is answered on its own: a refused group carries
+    the runtime's answer on every requested partition, the next one is read."""
+    _ctx, core = core_with_standalone_offsets()
+    refusal = {"far": ErrorCode.coordinator_load_in_progress}.get
+    outcome = core.fetch(oc.OffsetFetch(ref=REF, groups=(fetch_group("far", 0),
+                                                         fetch_group("solo", 0))), 8, refusal)
+    far, solo = outcome.groups
+    assert far.error is ErrorCode.coordinator_load_in_progress
+    assert [p.error for p in far.partitions] == [ErrorCode.coordinator_load_in_progress]
+    assert (solo.error, solo.partitions[0].offset) == (ErrorCode.none, 5)
+
+
+def test_a_zookeeper_version_fetch_reads_nothing() -> None:
+    _ctx, core = core_with_standalone_offsets()
+    refusal = {"solo": ErrorCode.not_coordinator}.get
+    outcome = core.fetch(oc.OffsetFetch(ref=REF, groups=(fetch_group("solo", 0, 1),)),
+                         oc.ZOOKEEPER_OFFSETS_VERSION, refusal)
+    (group,) = outcome.groups
+    assert group.error is ErrorCode.none
+    assert [(p.offset, p.error) for p in group.partitions] == [
+        (-1, ErrorCode.unsupported_version)] * 2
+
+
+def test_a_stable_fetch_waits_for_a_pending_commit() -> None:
+    ctx, core = core_with_standalone_offsets()
+    decision = core.commit(
+        oc.OffsetCommit(ref=REF, group_id="solo", topics=(("t", ((0, 9, -1, ""),)),)),
+        8, ctx.now_ms, lambda topic, partition: True)
+    stable = oc.OffsetFetch(ref=REF, groups=(fetch_group("solo", 0),), require_stable=True)
+    assert core.fetch(stable, 8, SERVED).groups[0].partitions[0].error is (
+        ErrorCode.unstable_offset_commit)
+    core.offsets.apply_all(decision.records)
+    assert core.fetch(stable, 8, SERVED).groups[0].partitions[0].offset == 9
+
+
+def test_a_consumer_group_member_fetch_is_checked_against_its_epoch() -> None:
+    from coordinator.group.consumer.config import ConsumerGroupConfig
+    from tests.consumer_helpers import image, join
+
+    ctx = GroupTestContext(consumer_config=ConsumerGroupConfig())
+    ctx.manager.consumer.set_topic_image(image({"t": 1}))
+    core = GroupOffsets(ctx.manager, OffsetStore())
+    assert ctx.send(join("a")).member_epoch == 1
+
+    def error_of(member_id: str | None, epoch: int) -> ErrorCode:
+        group = fetch_group("g", 0, member_id=member_id, member_epoch=epoch)
+        return core.fetch(oc.OffsetFetch(ref=REF, groups=(group,)), 9, SERVED).groups[0].error
+
+    assert error_of("a", 1) is ErrorCode.none
+    assert error_of("a", 0) is ErrorCode.stale_member_epoch
+    assert error_of("zz", 1) is ErrorCode.unknown_member_id
+    assert error_of(None, -1) is ErrorCode.none  # an admin's fetch, not a member's
+
+
+# ------------------------------------------------------------- OffsetDelete, failed writes
+
+
+def test_an_offset_delete_for_a_group_not_served_is_refused_before_anything_is_read() -> None:
+    _ctx, core = core_with_standalone_offsets()
+    outcome, result = core.delete_offsets(
+        oc.OffsetDelete(ref=REF, group_id="solo", topics=(("t", (0,)),)),
+        lambda g: ErrorCode.not_coordinator)
+    assert outcome == oc.OffsetDeleteOutcome(error=ErrorCode.not_coordinator)
+    assert result.records == []
+
+
+def test_a_failed_deletion_write_is_answered_for_the_groups_it_would_have_deleted() -> None:
+    ctx, core = core_with_standalone_offsets()
+    outcome, _ = core.delete_groups(["solo", "ghost"], ctx.now_ms, SERVED)
+    assert outcome.append_failed().results == (
+        ("solo", APPEND_FAILED), ("ghost", ErrorCode.group_id_not_found))
+    assert oc.OffsetDeleteOutcome.append_failed().error is APPEND_FAILED

@@ -137,7 +137,8 @@ def test_the_timed_context_sets_every_field_of_the_plain_one() -> None:
         api_key = 12
         api_version = 3
 
-    timed = om.TimedRequestContext(object(), object(), Header(), om.BrokerMetrics())
+    timed = om.TimedRequestContext(object(), object(), Header(),
+                                   om.Histogram(om.LATENCY_BOUNDS))
     for f in dataclasses.fields(RequestContext):
         getattr(timed, f.name)  # an unset slot raises AttributeError
 

@@ -18,6 +18,7 @@ import pytest
 from kio.index import KioIndexError, load_request_schema
 from kio.serial import entity_writer
 
+from protocol.build import build
 from protocol.codec import decode_request
 from protocol.errors import MalformedRequest
 from protocol.guard import body_length, compile_guard
@@ -113,15 +114,11 @@ def test_heartbeat_has_no_guard_to_run() -> None:
 
 def test_walk_ends_where_kio_ends_for_a_real_commit() -> None:
     cls = load_request_schema(8, 8)
-    from kio.schema.offset_commit.v8.request import (
-        OffsetCommitRequestPartition,
-        OffsetCommitRequestTopic,
-    )
-    request = cls(group_id="g", generation_id_or_member_epoch=1, member_id="m",
-                  group_instance_id=None, topics=(OffsetCommitRequestTopic(
-                      name="t", partitions=tuple(OffsetCommitRequestPartition(
-                          partition_index=i, committed_offset=i, committed_leader_epoch=-1,
-                          committed_metadata=None) for i in range(3))),))
+    request = build(cls, {
+        "group_id": "g", "generation_id_or_member_epoch": 1, "member_id": "m",
+        "group_instance_id": None, "topics": [{"name": "t", "partitions": [
+            {"partition_index": i, "committed_offset": i, "committed_leader_epoch": -1,
+             "committed_metadata": None} for i in range(3)]}]})
     buffer = io.BytesIO()
     entity_writer(cls)(buffer, request)
     body = buffer.getvalue()

@@ -28,14 +28,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kio.schema.errors import ErrorCode
-
 from coordinator.group import events as ev
 from coordinator.group.classic import rebalance as rb
 from coordinator.group.classic.group import ClassicGroup
 from coordinator.group.classic.member import ClassicGroupMember
 from coordinator.group.classic.state import GroupState
 from coordinator.group.commands import Protocol
+from coordinator.group.result import APPEND_FAILED
 
 __all__ = ["AssignmentWrite", "GroupDeletionWrite", "StaticMemberWrite", "finish", "undo"]
 
@@ -68,10 +67,6 @@ class GroupDeletionWrite:
 
 
 Write = AssignmentWrite | StaticMemberWrite | GroupDeletionWrite
-
-# What a failed group-metadata append answers: Kafka maps its log errors to this one for the
-# classic protocol (`appendGroupMetadataErrorToResponseError`).
-APPEND_FAILED = ErrorCode.coordinator_not_available
 
 
 def finish(env: rb.Env, groups: dict[str, ClassicGroup], write: Write) -> None:
