@@ -18,6 +18,7 @@ import coordinator.without_hypothesis  # noqa: F401  (first: before anything imp
 # tables takes most of a second, which `rebalanced groups ...` (an admin client) does not need.
 if TYPE_CHECKING:
     from coordinator.ops.http import OpsServer
+    from coordinator.ops.loop_lag import LoopLagMonitor
     from coordinator.runtime.broker import Broker
     from protocol.server import KafkaServer
 
@@ -67,6 +68,18 @@ def _tune_gc() -> None:
     gc.set_threshold(10_000, 50, 100)
 
 
+def _watch_loop(broker: Broker) -> LoopLagMonitor:
+    """The event-loop lag monitor, on this (the loop's) thread, exported at /metrics."""
+    from coordinator.ops.loop_lag import LoopLagMonitor, schedstat_reader
+
+    monitor = LoopLagMonitor(warn_ms=broker.settings["loop.lag.warn.ms"],
+                             runqueue_wait=schedstat_reader())
+    monitor.start(asyncio.get_running_loop().call_later)
+    if broker.metrics is not None:
+        broker.metrics.loop_lag = monitor
+    return monitor
+
+
 async def serve(broker: Broker, server_factory: type[KafkaServer] | None = None) -> None:
     from protocol.server import KafkaServer, install_signal_handlers
 
@@ -77,6 +90,7 @@ async def serve(broker: Broker, server_factory: type[KafkaServer] | None = None)
     host, port = settings.listen
     await broker.start()
     _tune_gc()
+    loop_lag = _watch_loop(broker)
     server = server_factory(broker, host=host, port=port,
                             max_frame_bytes=settings["socket.request.max.bytes"],
                             max_in_flight=settings["queued.max.requests"],
@@ -96,6 +110,7 @@ async def serve(broker: Broker, server_factory: type[KafkaServer] | None = None)
         await ops.stop()
     await server.stop()
     await broker.stop()
+    loop_lag.stop()
     log.info("broker stopped")
     flusher.cancel()
     if broker.failure is not None:

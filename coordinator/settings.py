@@ -169,6 +169,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("metrics.max.groups", _int(1), "200",
             "groups with their own per-group metric series; later ones share group=__other__"),
 )
+# The event-loop lag monitor (always on; its figures are also exported at /metrics).
+SETTINGS += (
+    Setting("loop.lag.warn.ms", _int(1), "100",
+            "log one warning line when the event loop runs this much later than asked"),
+)
 # The consumer group protocol (KIP-848): Kafka's group.consumer.* broker configs.
 SETTINGS += (
     Setting("group.consumer.session.timeout.ms", _int(1), "45000",

@@ -16,6 +16,15 @@
  * does not unpack, the 4-tuple (offset, timestamp, key: bytes, value: bytes | None). Records
  * with a null key are skipped. `error` is None, or the text of the problem that stopped the
  * walk (the items before it are kept, as the Python generator yields them).
+ *
+ * batch_columns(payload, count, base_offset, base_timestamp, position, columns)
+ *     -> (commit rows added, others: list, error)
+ *
+ * The same walk for the Spark data source, which hands Spark Arrow columns: the commit rows'
+ * fields are appended to `columns`, 11 bytearrays in grouplog.COMMIT_BUFFERS order (native
+ * integers; each string column as int32 end offsets plus UTF-8 bytes, the layout of an Arrow
+ * string array), so no Python object is made per commit. `others` and `error` are as in
+ * batch_rows.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -47,6 +56,57 @@ static int read_varint(const unsigned char *p, Py_ssize_t end, Py_ssize_t *pos, 
     return 0;
 }
 
+/* Where one record's fields are inside the payload. */
+typedef struct {
+    int64_t ts_delta, offset_delta, key_len, value_len;
+    Py_ssize_t key_at, value_at;
+} record_view;
+
+static const char *varint_problem(int bad)
+{
+    return bad == -1 ? "index out of range" : "varint too long";
+}
+
+/* Walks the record at *pos (length, attributes, timestamp and offset deltas, key, value,
+ * headers) and leaves *pos after it. Returns NULL, or the problem that stops the walk in the
+ * words the Python loop's exceptions use. */
+static const char *next_record(const unsigned char *p, Py_ssize_t size, Py_ssize_t *pos,
+                               record_view *r)
+{
+    int64_t length, headers;
+    int bad;
+    if ((bad = read_varint(p, size, pos, &length)))
+        return varint_problem(bad);
+    *pos += 1; /* attributes */
+    if ((bad = read_varint(p, size, pos, &r->ts_delta))
+        || (bad = read_varint(p, size, pos, &r->offset_delta))
+        || (bad = read_varint(p, size, pos, &r->key_len)))
+        return varint_problem(bad);
+    r->key_at = *pos;
+    if (r->key_len > 0)
+        *pos += (Py_ssize_t)r->key_len;
+    if ((bad = read_varint(p, size, pos, &r->value_len)))
+        return varint_problem(bad);
+    r->value_at = *pos;
+    if (r->value_len > 0)
+        *pos += (Py_ssize_t)r->value_len;
+    if ((bad = read_varint(p, size, pos, &headers)))
+        return varint_problem(bad);
+    for (int64_t h = 0; h < headers; h++) {
+        int64_t header_key_len, header_value_len;
+        if ((bad = read_varint(p, size, pos, &header_key_len)))
+            return varint_problem(bad);
+        *pos += (Py_ssize_t)header_key_len;
+        if ((bad = read_varint(p, size, pos, &header_value_len)))
+            return varint_problem(bad);
+        if (header_value_len > 0)
+            *pos += (Py_ssize_t)header_value_len;
+    }
+    if (*pos > size)
+        return "record runs past the end of its batch";
+    return NULL;
+}
+
 static int16_t get_i16(const unsigned char *q)
 {
     return (int16_t)(((uint16_t)q[0] << 8) | q[1]);
@@ -64,6 +124,75 @@ static int64_t get_i64(const unsigned char *q)
     for (int i = 0; i < 8; i++)
         u = (u << 8) | q[i];
     return (int64_t)u;
+}
+
+/* An OffsetCommit record the loops unpack themselves: OffsetCommitKey v0/v1 (int16 group
+ * length, group, int16 topic length, topic, int32 partition) + OffsetCommitValue v3 (int64
+ * offset, int32 leader epoch, int16 metadata length, metadata, int64 commit timestamp). */
+typedef struct {
+    int key_version;
+    const unsigned char *group, *topic;
+    Py_ssize_t group_len, topic_len;
+    int32_t partition;
+    int64_t committed, commit_timestamp;
+} commit_view;
+
+/* True when the record is such a commit, with its fields in `c`. */
+static int as_commit(const unsigned char *p, const record_view *r, commit_view *c)
+{
+    const unsigned char *key = p + r->key_at;
+    const unsigned char *value = p + r->value_at;
+    int64_t key_len = r->key_len, value_len = r->value_len;
+    if (!(key_len >= 10 && key[0] == 0 && key[1] <= 1 && value_len >= 24 && value[0] == 0
+          && value[1] == 3))
+        return 0;
+    int16_t group_len = get_i16(key + 2);
+    Py_ssize_t topic_from = 4 + (Py_ssize_t)group_len; /* relative to the key */
+    int16_t topic_len = group_len >= 0 && topic_from + 2 <= key_len
+                            ? get_i16(key + topic_from) : -1;
+    Py_ssize_t partition_from = topic_from + 2 + topic_len;
+    int16_t metadata_len = get_i16(value + 14);
+    Py_ssize_t timestamp_from = 16 + (Py_ssize_t)metadata_len;
+    if (!(group_len >= 0 && topic_len >= 0 && partition_from + 4 == key_len
+          && metadata_len >= 0 && timestamp_from + 8 == value_len))
+        return 0;
+    c->key_version = key[1];
+    c->group = key + 4;
+    c->group_len = group_len;
+    c->topic = key + topic_from + 2;
+    c->topic_len = topic_len;
+    c->partition = get_i32(key + partition_from);
+    c->committed = get_i64(value + 2);
+    c->commit_timestamp = get_i64(value + timestamp_from);
+    return 1;
+}
+
+/* Appends (offset, timestamp, key: bytes, value: bytes | None) for `decode_record`. */
+static int append_record(PyObject *items, const unsigned char *p, const record_view *r,
+                         int64_t offset, int64_t timestamp)
+{
+    PyObject *key_bytes = PyBytes_FromStringAndSize((const char *)p + r->key_at,
+                                                    (Py_ssize_t)r->key_len);
+    PyObject *value_bytes;
+    if (r->value_len >= 0) {
+        value_bytes = PyBytes_FromStringAndSize((const char *)p + r->value_at,
+                                                (Py_ssize_t)r->value_len);
+    } else {
+        value_bytes = Py_None;
+        Py_INCREF(Py_None);
+    }
+    if (!key_bytes || !value_bytes) {
+        Py_XDECREF(key_bytes);
+        Py_XDECREF(value_bytes);
+        return -1;
+    }
+    PyObject *item = Py_BuildValue("(LLNN)", (long long)offset, (long long)timestamp,
+                                   key_bytes, value_bytes);
+    if (item == NULL)
+        return -1;
+    int appended = PyList_Append(items, item);
+    Py_DECREF(item);
+    return appended;
 }
 
 /* A string for `len` bytes at `at`, reusing the previous one when the bytes are the same (a
@@ -163,114 +292,35 @@ static PyObject *batch_rows(PyObject *self, PyObject *args)
         goto failed;
     Py_ssize_t pos = 0;
     for (long long n = 0; n < count; n++) {
-        int64_t length, ts_delta, offset_delta, key_len, value_len, headers;
-        int bad;
-        if ((bad = read_varint(p, size, &pos, &length))) {
-            problem = bad == -1 ? "index out of range" : "varint too long";
+        record_view r;
+        if ((problem = next_record(p, size, &pos, &r)) != NULL)
             break;
-        }
-        pos += 1; /* attributes */
-        if ((bad = read_varint(p, size, &pos, &ts_delta))
-            || (bad = read_varint(p, size, &pos, &offset_delta))
-            || (bad = read_varint(p, size, &pos, &key_len))) {
-            problem = bad == -1 ? "index out of range" : "varint too long";
-            break;
-        }
-        Py_ssize_t key_at = pos;
-        if (key_len > 0)
-            pos += (Py_ssize_t)key_len;
-        if ((bad = read_varint(p, size, &pos, &value_len))) {
-            problem = bad == -1 ? "index out of range" : "varint too long";
-            break;
-        }
-        Py_ssize_t value_at = pos;
-        if (value_len > 0)
-            pos += (Py_ssize_t)value_len;
-        if ((bad = read_varint(p, size, &pos, &headers))) {
-            problem = bad == -1 ? "index out of range" : "varint too long";
-            break;
-        }
-        for (int64_t h = 0; h < headers && !bad; h++) {
-            int64_t header_key_len, header_value_len;
-            if ((bad = read_varint(p, size, &pos, &header_key_len)))
-                break;
-            pos += (Py_ssize_t)header_key_len;
-            if ((bad = read_varint(p, size, &pos, &header_value_len)))
-                break;
-            if (header_value_len > 0)
-                pos += (Py_ssize_t)header_value_len;
-        }
-        if (bad) {
-            problem = bad == -1 ? "index out of range" : "varint too long";
-            break;
-        }
-        if (pos > size) {
-            problem = "record runs past the end of its batch";
-            break;
-        }
-        if (key_len < 0)
+        if (r.key_len < 0)
             continue; /* not a coordinator record */
-        int64_t offset = base_offset + offset_delta;
-        int64_t timestamp = base_timestamp + ts_delta;
-        const unsigned char *key = p + key_at;
-        const unsigned char *value = p + value_at;
-        if (key_len >= 10 && key[0] == 0 && key[1] <= 1 && value_len >= 24 && value[0] == 0
-            && value[1] == 3) {
-            int16_t group_len = get_i16(key + 2);
-            Py_ssize_t topic_from = 4 + (Py_ssize_t)group_len; /* relative to the key */
-            int16_t topic_len = group_len >= 0 && topic_from + 2 <= key_len
-                                    ? get_i16(key + topic_from) : -1;
-            Py_ssize_t partition_from = topic_from + 2 + topic_len;
-            int16_t metadata_len = get_i16(value + 14);
-            Py_ssize_t timestamp_from = 16 + (Py_ssize_t)metadata_len;
-            if (group_len >= 0 && topic_len >= 0 && partition_from + 4 == key_len
-                && metadata_len >= 0 && timestamp_from + 8 == value_len) {
-                PyObject *group = cached_string(key + 4, group_len, &last_group, &group_at,
-                                                &group_size);
-                PyObject *topic = group == NULL ? NULL
-                    : cached_string(key + topic_from + 2, topic_len, &last_topic, &topic_at,
-                                    &topic_size);
-                if (PyErr_Occurred())
+        int64_t offset = base_offset + r.offset_delta;
+        int64_t timestamp = base_timestamp + r.ts_delta;
+        commit_view c;
+        if (as_commit(p, &r, &c)) {
+            PyObject *group = cached_string(c.group, c.group_len, &last_group, &group_at,
+                                            &group_size);
+            PyObject *topic = group == NULL ? NULL
+                : cached_string(c.topic, c.topic_len, &last_topic, &topic_at, &topic_size);
+            if (PyErr_Occurred())
+                goto failed;
+            if (group != NULL && topic != NULL) {
+                PyObject *row = commit_row(head, offset, timestamp, c.key_version, group, topic,
+                                           c.partition, c.committed, c.commit_timestamp);
+                if (row == NULL || PyList_Append(items, row) < 0) {
+                    Py_XDECREF(row);
                     goto failed;
-                if (group != NULL && topic != NULL) {
-                    PyObject *row = commit_row(head, offset, timestamp, key[1], group, topic,
-                                               get_i32(key + partition_from),
-                                               get_i64(value + 2),
-                                               get_i64(value + timestamp_from));
-                    if (row == NULL || PyList_Append(items, row) < 0) {
-                        Py_XDECREF(row);
-                        goto failed;
-                    }
-                    Py_DECREF(row);
-                    continue;
                 }
-                Py_XDECREF(group); /* not UTF-8: the generic codec reports it */
+                Py_DECREF(row);
+                continue;
             }
+            Py_XDECREF(group); /* not UTF-8: the generic codec reports it */
         }
-        PyObject *key_bytes = PyBytes_FromStringAndSize((const char *)key, (Py_ssize_t)key_len);
-        PyObject *value_bytes;
-        if (value_len >= 0) {
-            value_bytes = PyBytes_FromStringAndSize((const char *)value, (Py_ssize_t)value_len);
-        } else {
-            value_bytes = Py_None;
-            Py_INCREF(Py_None);
-        }
-        PyObject *item = key_bytes && value_bytes
-            ? Py_BuildValue("(LLNN)", (long long)offset, (long long)timestamp, key_bytes,
-                            value_bytes)
-            : NULL;
-        if (item == NULL) {
-            if (!key_bytes || !value_bytes) {
-                Py_XDECREF(key_bytes);
-                Py_XDECREF(value_bytes);
-            }
+        if (append_record(items, p, &r, offset, timestamp) < 0)
             goto failed;
-        }
-        if (PyList_Append(items, item) < 0) {
-            Py_DECREF(item);
-            goto failed;
-        }
-        Py_DECREF(item);
     }
     PyBuffer_Release(&payload);
     Py_XDECREF(last_group);
@@ -287,9 +337,139 @@ failed:
     return NULL;
 }
 
+/* Columns of the commit rows, grown batch by batch; `batch_columns` appends to them. */
+enum {
+    COL_POSITION, COL_OFFSET, COL_TIMESTAMP, COL_KEY_VERSION, COL_PARTITION, COL_COMMITTED,
+    COL_COMMIT_TIMESTAMP, COL_GROUP_ENDS, COL_GROUP_DATA, COL_TOPIC_ENDS, COL_TOPIC_DATA,
+    COLUMN_COUNT
+};
+
+/* Appends `len` bytes to a bytearray (which grows with room to spare, so a run of small
+ * appends stays linear). */
+static int extend(PyObject *column, const void *bytes, Py_ssize_t len)
+{
+    Py_ssize_t at = PyByteArray_GET_SIZE(column);
+    if (len == 0)
+        return 0;
+    if (PyByteArray_Resize(column, at + len) < 0)
+        return -1;
+    memcpy(PyByteArray_AS_STRING(column) + at, bytes, (size_t)len);
+    return 0;
+}
+
+/* True when the bytes are UTF-8 (ASCII is checked here; anything else by Python's decoder,
+ * once per distinct name in the call). */
+static int is_utf8(const unsigned char *at, Py_ssize_t len, const unsigned char **last_at,
+                   Py_ssize_t *last_len)
+{
+    if (*last_at != NULL && *last_len == len && memcmp(*last_at, at, (size_t)len) == 0)
+        return 1;
+    int ascii = 1;
+    for (Py_ssize_t i = 0; i < len && ascii; i++)
+        ascii = at[i] < 0x80;
+    if (!ascii) {
+        PyObject *text = PyUnicode_DecodeUTF8((const char *)at, len, "strict");
+        if (text == NULL) {
+            PyErr_Clear();
+            return 0;
+        }
+        Py_DECREF(text);
+    }
+    *last_at = at;
+    *last_len = len;
+    return 1;
+}
+
+static PyObject *batch_columns(PyObject *self, PyObject *args)
+{
+    Py_buffer payload;
+    long long count, base_offset, base_timestamp, position;
+    PyObject *columns;
+    if (!PyArg_ParseTuple(args, "y*LLLLO!", &payload, &count, &base_offset, &base_timestamp,
+                          &position, &PyList_Type, &columns))
+        return NULL;
+    if (PyList_GET_SIZE(columns) != COLUMN_COUNT) {
+        PyBuffer_Release(&payload);
+        PyErr_SetString(PyExc_ValueError, "columns must be 11 bytearrays");
+        return NULL;
+    }
+    PyObject *column[COLUMN_COUNT];
+    for (int i = 0; i < COLUMN_COUNT; i++) {
+        column[i] = PyList_GET_ITEM(columns, i);
+        if (!PyByteArray_CheckExact(column[i])) {
+            PyBuffer_Release(&payload);
+            PyErr_SetString(PyExc_TypeError, "columns must be 11 bytearrays");
+            return NULL;
+        }
+    }
+    const unsigned char *p = (const unsigned char *)payload.buf;
+    Py_ssize_t size = payload.len;
+    /* The string columns' end offsets continue from what the earlier batches wrote. */
+    int64_t group_end = PyByteArray_GET_SIZE(column[COL_GROUP_DATA]);
+    int64_t topic_end = PyByteArray_GET_SIZE(column[COL_TOPIC_DATA]);
+    const unsigned char *group_at = NULL, *topic_at = NULL;
+    Py_ssize_t group_size = 0, topic_size = 0;
+    const char *problem = NULL;
+    long long rows = 0;
+    PyObject *others = PyList_New(0);
+    if (others == NULL)
+        goto failed;
+    Py_ssize_t pos = 0;
+    for (long long n = 0; n < count; n++) {
+        record_view r;
+        if ((problem = next_record(p, size, &pos, &r)) != NULL)
+            break;
+        if (r.key_len < 0)
+            continue; /* not a coordinator record */
+        int64_t offset = base_offset + r.offset_delta;
+        int64_t timestamp = base_timestamp + r.ts_delta;
+        commit_view c;
+        if (as_commit(p, &r, &c) && is_utf8(c.group, c.group_len, &group_at, &group_size)
+            && is_utf8(c.topic, c.topic_len, &topic_at, &topic_size)) {
+            int32_t key_version = c.key_version;
+            int32_t group_stop, topic_stop;
+            group_end += c.group_len;
+            topic_end += c.topic_len;
+            if (group_end > INT32_MAX || topic_end > INT32_MAX) {
+                PyErr_SetString(PyExc_OverflowError, "string column over 2 GiB");
+                goto failed;
+            }
+            group_stop = (int32_t)group_end;
+            topic_stop = (int32_t)topic_end;
+            if (extend(column[COL_POSITION], &position, 8) < 0
+                || extend(column[COL_OFFSET], &offset, 8) < 0
+                || extend(column[COL_TIMESTAMP], &timestamp, 8) < 0
+                || extend(column[COL_KEY_VERSION], &key_version, 4) < 0
+                || extend(column[COL_PARTITION], &c.partition, 4) < 0
+                || extend(column[COL_COMMITTED], &c.committed, 8) < 0
+                || extend(column[COL_COMMIT_TIMESTAMP], &c.commit_timestamp, 8) < 0
+                || extend(column[COL_GROUP_ENDS], &group_stop, 4) < 0
+                || extend(column[COL_GROUP_DATA], c.group, c.group_len) < 0
+                || extend(column[COL_TOPIC_ENDS], &topic_stop, 4) < 0
+                || extend(column[COL_TOPIC_DATA], c.topic, c.topic_len) < 0)
+                goto failed;
+            rows++;
+            continue;
+        }
+        if (append_record(others, p, &r, offset, timestamp) < 0)
+            goto failed;
+    }
+    PyBuffer_Release(&payload);
+    if (problem == NULL)
+        return Py_BuildValue("(LNO)", rows, others, Py_None);
+    return Py_BuildValue("(LNs)", rows, others, problem);
+
+failed:
+    PyBuffer_Release(&payload);
+    Py_XDECREF(others);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"batch_rows", batch_rows, METH_VARARGS,
      "Rows (or undecoded records) of one uncompressed magic-2 records payload."},
+    {"batch_columns", batch_columns, METH_VARARGS,
+     "Commit rows of one records payload appended to column buffers; the other records."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -19,7 +19,9 @@ from __future__ import annotations
 import gzip
 import re
 import struct
+import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from coordinator.grouplog.codec import RecordDecodeError, decode_record
@@ -32,9 +34,12 @@ except ImportError:  # no C compiler at install time: `_batch_rows_py` does the 
     _speedups = None
 
 __all__ = [
+    "COMMIT_BUFFERS",
     "GROUP_LOG_COLUMNS",
+    "CommitColumns",
     "decode_assignment",
     "decode_segment",
+    "decode_segment_chunks",
     "find_segments",
 ]
 
@@ -70,8 +75,20 @@ def find_segments(data_dir: str | Path) -> list[tuple[str, int]]:
     return sorted(found, key=lambda item: (item[1], item[0]))
 
 
-def decode_segment(path: str, log_partition: int) -> Iterator[tuple[object, ...]]:
-    """Every record of one segment file as a row in `GROUP_LOG_COLUMNS` order."""
+@dataclass(slots=True)
+class _Payload:
+    """The uncompressed records of one batch, and where the batch starts in its file."""
+
+    position: int
+    base_offset: int
+    base_timestamp: int
+    records: bytes | memoryview
+    count: int
+
+
+def _payloads(path: str, log_partition: int) -> Iterator[_Payload | tuple[object, ...]]:
+    """Each data batch of a segment as a `_Payload`, and a problem row (file and byte
+    position) where a batch cannot be read."""
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
@@ -94,13 +111,98 @@ def decode_segment(path: str, log_partition: int) -> Iterator[tuple[object, ...]
                 yield _problem(path, log_partition, start, "corrupt", f"bad gzip batch: {exc}")
                 continue
         base_timestamp = struct.unpack_from(">q", data, start + 27)[0]
-        try:
-            yield from _batch_rows(path, log_partition, start, base_offset, base_timestamp,
-                                   records, count)
-        except (IndexError, ValueError) as exc:
-            yield _problem(path, log_partition, start, "corrupt", f"malformed records: {exc}")
+        yield _Payload(start, base_offset, base_timestamp, records, count)
     if error is not None:
         yield _problem(path, log_partition, error.position, "corrupt", str(error))
+
+
+def decode_segment(path: str, log_partition: int) -> Iterator[tuple[object, ...]]:
+    """Every record of one segment file as a row in `GROUP_LOG_COLUMNS` order."""
+    for item in _payloads(path, log_partition):
+        if isinstance(item, tuple):
+            yield item
+            continue
+        try:
+            yield from _batch_rows(path, log_partition, item.position, item.base_offset,
+                                   item.base_timestamp, item.records, item.count)
+        except (IndexError, ValueError) as exc:
+            yield _problem(path, log_partition, item.position, "corrupt",
+                           f"malformed records: {exc}")
+
+
+@dataclass(slots=True)
+class CommitColumns:
+    """Commit rows of one segment as column buffers in `COMMIT_BUFFERS` order: native-endian
+    int64/int32 values, and each string column as int32 offsets (a leading 0, then each
+    row's end) plus its UTF-8 bytes; the layouts of Arrow arrays, so they become Arrow
+    columns without a Python object per row. Every row is an `offset_commit` of value
+    version 3 from `source_file` (the fields `GROUP_LOG_COLUMNS` has beyond these are the
+    same in each such row)."""
+
+    source_file: str
+    log_partition: int
+    rows: int
+    buffers: list[bytearray]
+
+
+COMMIT_BUFFERS = (
+    "position", "offset", "timestamp", "key_version", "partition", "committed_offset",
+    "commit_timestamp", "group_id.offsets", "group_id.data", "topic.offsets", "topic.data",
+)
+
+
+def _empty_buffers() -> list[bytearray]:
+    return [bytearray(b"\0\0\0\0") if name.endswith(".offsets") else bytearray()
+            for name in COMMIT_BUFFERS]
+
+
+def decode_segment_chunks(path: str, log_partition: int, max_rows: int = 65536
+                          ) -> Iterator[CommitColumns | list[tuple[object, ...]]]:
+    """The rows of `decode_segment`, in chunks of about `max_rows` (a chunk ends after the
+    batch that fills it): the commit records the C loop unpacks as `CommitColumns`, every
+    other row (group metadata, problems, ...) in lists. Row order across the two kinds is not
+    kept; each row carries its offset and position. Without the C loop (or on a big-endian
+    machine, where the buffers would not be Arrow's layout) every chunk is a list."""
+    if _speedups is None or sys.byteorder != "little":
+        rows: list[tuple[object, ...]] = []
+        for row in decode_segment(path, log_partition):
+            rows.append(row)
+            if len(rows) >= max_rows:
+                yield rows
+                rows = []
+        if rows:
+            yield rows
+        return
+    buffers = _empty_buffers()
+    commits = 0
+    others: list[tuple[object, ...]] = []
+    for item in _payloads(path, log_partition):
+        if isinstance(item, tuple):
+            others.append(item)
+        else:
+            try:
+                added, records, error = _speedups.batch_columns(
+                    item.records, item.count, item.base_offset, item.base_timestamp,
+                    item.position, buffers)
+                commits += added
+                others.extend(_record_row(path, log_partition, item.position, *record)
+                              for record in records)
+                if error is not None:
+                    raise ValueError(error)
+            except (IndexError, ValueError) as exc:
+                others.append(_problem(path, log_partition, item.position, "corrupt",
+                                       f"malformed records: {exc}"))
+        if commits >= max_rows:
+            yield CommitColumns(path, log_partition, commits, buffers)
+            buffers = _empty_buffers()
+            commits = 0
+        if len(others) >= max_rows:
+            yield others
+            others = []
+    if commits:
+        yield CommitColumns(path, log_partition, commits, buffers)
+    if others:
+        yield others
 
 
 def _batch_rows(path: str, log_partition: int, position: int, base_offset: int,

@@ -113,7 +113,8 @@ def run(spark: SparkSession, data_dir: Path, out_dir: Path, *, timelines: int = 
         causes=_pandas(T.top_causes(rebalances)),
         culprits=_pandas(T.top_culprits(rebalances)),
         static_restarts=_pandas(T.static_restarts(control)), problems=problems,
-        write_failures=_pandas(T.write_failures(control)))
+        write_failures=_pandas(T.write_failures(control)),
+        conversions=_pandas(T.group_conversions(control)))
     for old in out_dir.glob("timeline-*.png"):
         old.unlink()
     if span_start is not None and span_end is not None and len(worst):

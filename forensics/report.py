@@ -70,8 +70,28 @@ class ReportData:
     timelines: dict[str, str] = field(default_factory=dict)  # group -> PNG file name
     # `group_write_failed` events (ts, group_ids, records, error); None: not looked for
     write_failures: pd.DataFrame | None = None
+    # `group_converted` events (transforms.group_conversions); None: not looked for
+    conversions: pd.DataFrame | None = None
     shown_rebalances: int = 50  # per group; every row is in the Parquet table
     detailed_groups: int = 30
+
+
+def _conversions_section(conversions: pd.DataFrame | None) -> list[str]:
+    """Groups that changed type (classic ↔ consumer) with their members; the rebalances
+    around each conversion are in the group's own table."""
+    if conversions is None or not len(conversions):
+        return []
+    return ["<h2>Group type conversions</h2>",
+            "<p class='meta'>An upgrade keeps the classic members' partitions in the new "
+            "consumer group; a downgrade is followed by a rebalance of the classic group.</p>",
+            _table(["time", "group", "direction", "generation", "members", "reason",
+                    "member"], [
+                [fmt_ts(r.ts), html.escape(str(r.group_id)),
+                 html.escape(f"{_text(r.direction)}: {_text(r.from_type)} → "
+                             f"{_text(r.to_type)}"),
+                 _text(_int(r.generation)), _text(_int(r.num_members)),
+                 html.escape(_text(r.reason)), html.escape(_text(r.member_id))]
+                for r in conversions.sort_values("ts").itertuples()])]
 
 
 def fmt_ts(ts: Any) -> str:
@@ -212,6 +232,8 @@ def render_html(data: ReportData) -> str:
             [fmt_ts(r.ts), html.escape(", ".join(str(g) for g in _list(r.group_ids))),
              html.escape(_text(r.records)), html.escape(_text(r.error))]
             for r in failures.sort_values("ts").itertuples()]))
+
+    parts.extend(_conversions_section(data.conversions))
 
     parts.append("<h2>Rebalances by group</h2>")
     groups = data.worst_groups["group_id"].tolist() if len(data.worst_groups) else []

@@ -22,7 +22,7 @@ KNOWN_EVENT_TYPES = (
     "member_added", "member_removed", "static_member_replaced", "group_empty", "group_dead",
     "offsets_committed", "offsets_expired", "group_write_failed",
     "target_assignment_computed", "member_reconciled",  # consumer groups (KIP-848)
-    "group_converted",  # read, not yet shown: the epochs around it are
+    "group_converted",  # consumer groups (KIP-848): classic <-> consumer migration
 )
 
 # One row per `__consumer_offsets` record (forensics.grouplog.GROUP_LOG_COLUMNS order).

@@ -503,6 +503,14 @@ def write_failures(events: DataFrame) -> DataFrame:
         "ts", "group_ids", "records", "error")
 
 
+def group_conversions(events: DataFrame) -> DataFrame:
+    """Groups that changed type with their members (`group_converted`): classic to consumer
+    (upgrade) or back (downgrade), at which epoch, with how many members, and why."""
+    return events.filter(F.col("event_type") == "group_converted").select(
+        "ts", "group_id", "generation", "direction", "from_type", "to_type", "num_members",
+        "reason", "member_id")
+
+
 def worst_groups(rebalances: DataFrame) -> DataFrame:
     """Per group: rebalances, total and longest pause, most frequent cause."""
     paused = F.when(F.col("outcome") == "stabilized", F.col("duration_ms"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import gc
 import itertools
 import sys
 from typing import Any, Protocol
@@ -68,6 +69,15 @@ def _codec_loaded(api_key: int, api_version: int) -> asyncio.Future[None] | None
         del _codec_loads[key]
         if done.cancelled() or done.exception() is not None:
             give_up_loading(api_key, api_version)  # decoded on the loop, as before
+            return
+        # A codec lives as long as the process: its classes, functions and tables (tens of
+        # thousands of objects once a client has sent many versions) leave the collector's
+        # generations, so that a full collection does not walk them every time (50-90 ms
+        # under load with every version loaded). Freezing is O(1). What it also freezes, the
+        # objects alive at this moment, is freed by reference counting as usual; only those
+        # that later end in a reference cycle are never collected, and there is one freeze
+        # per (API, version) in the life of the process.
+        gc.freeze()
 
     future.add_done_callback(finished)
     return future

@@ -227,6 +227,8 @@ class BrokerMetrics:
         self.rebalance_seconds: dict[str, dict[str, Histogram]] = {}
         self.history: dict[str, GroupHistory] = {}
         self.group_version = 0  # bumped by every group event: the rebalance series changed
+        # The event-loop lag monitor (coordinator.ops.loop_lag), set when the broker serves.
+        self.loop_lag: Any = None
 
     # hot path --------------------------------------------------------------------------------
 
@@ -462,6 +464,7 @@ class BrokerMetrics:
             "groups_by_protocol": by_protocol,
             "num_offsets": num_offsets,
             "connections": connections,
+            "loop": self.loop_lag.snapshot() if self.loop_lag is not None else None,
         }
 
 
@@ -586,6 +589,44 @@ def activity_families(snap: dict[str, Any]) -> Iterator[Any]:
     yield wakeup
     yield GaugeMetricFamily("rebalanced_open_connections", "Open client connections.",
                             value=snap["connections"])
+    yield from loop_families(snap.get("loop"))
+
+
+def loop_families(loop: dict[str, Any] | None) -> Iterator[Any]:
+    """The event loop's lag and the collector's pauses (coordinator.ops.loop_lag)."""
+    if loop is None:
+        return
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+    )
+
+    lag = HistogramMetricFamily(
+        "rebalanced_event_loop_lag_seconds",
+        "How much later than asked the event loop ran a timer set every 25 ms: the least "
+        "every request waited then.")
+    _histogram(lag, [], loop["lag"])
+    yield lag
+    yield GaugeMetricFamily("rebalanced_event_loop_lag_max_seconds",
+                            "The largest event-loop lag since the broker started.",
+                            value=loop["lag_max_s"])
+    yield CounterMetricFamily(
+        "rebalanced_event_loop_stalls",
+        f"Event-loop lags of loop.lag.warn.ms ({loop['warn_ms']:g} ms) or more, each logged "
+        "as one warning line.", value=loop["lags_over_warn"])
+    pauses = HistogramMetricFamily("rebalanced_gc_pause_seconds",
+                                   "Collections by generation (2: full), how long each held "
+                                   "the interpreter.", labels=["generation"])
+    for generation, histogram in sorted(loop["gc_pauses"].items()):
+        _histogram(pauses, [str(generation)], histogram)
+    yield pauses
+    collected = CounterMetricFamily("rebalanced_gc_collected_objects",
+                                    "Objects the collector found unreachable (garbage in "
+                                    "reference cycles), by generation.", labels=["generation"])
+    for generation, count in sorted(loop["gc_collected"].items()):
+        collected.add_metric([str(generation)], count)
+    yield collected
 
 
 def rebalance_families(snap: dict[str, Any]) -> Iterator[Any]:

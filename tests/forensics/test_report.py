@@ -39,13 +39,20 @@ def test_the_page_names_cause_culprit_and_paused_time() -> None:
                                               "client_id", "rebalance"]),
         problems=Problems(malformed_lines=1, malformed_examples=[("events/x.jsonl", 42, "{")]),
         write_failures=pd.DataFrame([{"ts": 1_500, "group_ids": np.array(["billing", "ads"]),
-                                      "records": 3, "error": "[Errno 28] No space left"}]))
+                                      "records": 3, "error": "[Errno 28] No space left"}]),
+        conversions=pd.DataFrame([{"ts": 1_700, "group_id": "billing", "generation": 4,
+                                   "direction": "downgrade", "from_type": "consumer",
+                                   "to_type": "classic", "num_members": 2,
+                                   "reason": "the last consumer member left",
+                                   "member_id": "m-9"}]))
     page = render_html(data)
     assert "<b>worker-7</b>" in page and "session_expiry" in page and "500 ms" in page
     assert "Failed group-log writes" in page and "billing, ads" in page
     assert "No space left" in page
     assert "3 → 2" in page and "events/x.jsonl at byte 42" in page
     assert "no event journal" not in page
+    assert "Group type conversions" in page and "downgrade: consumer → classic" in page
+    assert "the last consumer member left" in page
 
 
 def test_the_timeline_is_a_png(tmp_path: Path) -> None:

@@ -211,3 +211,13 @@ def test_consumer_group_epochs_are_rebalances(spark: Any) -> None:
     # Classic and consumer rows share one table; classic transforms ignore these events.
     both = T.with_consumer_groups(T.rebalances_from_journal(frame), frame)
     assert both.count() == 3
+    # A classic group upgraded with its members: listed as a conversion, not a rebalance.
+    converted = events(
+        spark,
+        {"event_type": "group_converted", "ts": 5000, "generation": 7, "direction": "upgrade",
+         "from_type": "classic", "to_type": "consumer", "num_members": 2,
+         "reason": "member c-1 joined with the consumer protocol", "member_id": "c-1"},
+        member("member_added", 5000, "c-1", 7, group_type="consumer"))
+    assert [tuple(r) for r in T.group_conversions(converted).collect()] == [
+        (5000, "g", 7, "upgrade", "classic", "consumer", 2,
+         "member c-1 joined with the consumer protocol", "c-1")]

@@ -1,0 +1,172 @@
+"""The event-loop lag monitor, driven by the test clock: late timers, what held the loop, and
+the collector's pauses; then one real loop held by a blocking callback."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from coordinator.ops import metrics as om
+from coordinator.ops.loop_lag import LoopLag, LoopLagMonitor, schedstat_reader
+from coordinator.runtime.clock import ManualClock
+
+
+class Timers:
+    """`call_later` for the monitor: remembers the one timer it sets at a time."""
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[float, Callable[[], None]]] = []
+
+    def __call__(self, delay: float, callback: Callable[[], None]) -> Any:
+        self.pending.append((delay, callback))
+        return self
+
+    def cancel(self) -> None:
+        self.pending.clear()
+
+    def fire(self) -> None:
+        _, callback = self.pending.pop()
+        callback()
+
+
+class Thread:
+    """What the loop's thread did: CPU time and time waiting for a CPU, in ms."""
+
+    def __init__(self) -> None:
+        self.cpu_ms = 0
+        self.waited_ms = 0
+
+
+@pytest.fixture
+def rig() -> Any:
+    clock, thread, timers = ManualClock(), Thread(), Timers()
+    lags: list[LoopLag] = []
+    monitor = LoopLagMonitor(interval_s=0.025, warn_ms=100,
+                             clock=lambda: clock.monotonic_ms() / 1000,
+                             cpu_clock=lambda: thread.cpu_ms / 1000,
+                             runqueue_wait=lambda: thread.waited_ms / 1000,
+                             on_lag=lags.append).start(timers)
+    yield clock, thread, timers, monitor, lags
+    monitor.stop()
+
+
+def test_a_timer_on_time_is_no_lag_and_a_late_one_says_what_held_the_loop(rig: Any) -> None:
+    clock, thread, timers, monitor, lags = rig
+    for _ in range(4):
+        clock.advance(25)
+        thread.cpu_ms += 5
+        timers.fire()
+    assert monitor.lag.count == 4 and monitor.lag_max_s == 0 and lags == []
+
+    # 30 ms late: counted, not logged.
+    clock.advance(55)
+    timers.fire()
+    assert monitor.lag_max_s == pytest.approx(0.030) and lags == []
+
+    # 160 ms late; the thread ran 150 ms of it, 120 ms of which a full collection took.
+    clock.advance(10)
+    monitor.on_gc("start", {"generation": 2})
+    clock.advance(120)
+    monitor.on_gc("stop", {"generation": 2, "collected": 0, "uncollectable": 0})
+    clock.advance(55)
+    thread.cpu_ms += 150
+    thread.waited_ms += 20
+    timers.fire()
+    [lag] = lags
+    assert lag.lag_ms == pytest.approx(160)
+    assert lag.interval_ms == pytest.approx(185)
+    assert (lag.busy_ms, lag.runqueue_wait_ms) == (pytest.approx(150), pytest.approx(20))
+    assert (lag.gc_ms, lag.gc_gen2_ms, lag.collections) == (pytest.approx(120),
+                                                            pytest.approx(120), 1)
+    assert lag.cause == "broker"
+    assert monitor.lags_over_warn == 1
+    assert monitor.gc_pauses[2].count == 1 and monitor.gc_pauses[0].count == 0
+
+    # 200 ms late while the thread waited for a CPU: the machine's; the collections of the
+    # previous interval are not counted again.
+    clock.advance(225)
+    thread.cpu_ms += 3
+    thread.waited_ms += 190
+    timers.fire()
+    assert lags[-1].cause == "machine" and lags[-1].gc_ms == 0 and lags[-1].collections == 0
+    assert monitor.lag_max_s == pytest.approx(0.200)
+
+
+def test_young_collections_are_timed_by_generation(rig: Any) -> None:
+    clock, _, timers, monitor, lags = rig
+    for generation, ms in ((0, 2), (0, 3), (1, 7)):
+        monitor.on_gc("start", {"generation": generation})
+        clock.advance(ms)
+        monitor.on_gc("stop", {"generation": generation, "collected": ms})
+    assert [monitor.gc_pauses[g].count for g in (0, 1, 2)] == [2, 1, 0]
+    assert monitor.gc_collected == {0: 5, 1: 7, 2: 0}
+    assert monitor.gc_pauses[1].total == pytest.approx(0.007)
+    clock.advance(200)
+    timers.fire()
+    assert lags[-1].gc_ms == pytest.approx(12) and lags[-1].gc_gen2_ms == 0
+
+
+def test_without_schedstat_a_lag_is_the_brokers(rig: Any) -> None:
+    lag = LoopLag(lag_ms=150, interval_ms=175, busy_ms=10, runqueue_wait_ms=None, gc_ms=0,
+                  gc_gen2_ms=0, collections=0)
+    assert lag.cause == "broker"
+    assert lag.fields()["runqueue_wait_ms"] is None
+
+
+def test_stop_removes_the_collector_callback_and_the_timer() -> None:
+    timers = Timers()
+    monitor = LoopLagMonitor(on_lag=lambda lag: None).start(timers)
+    assert monitor.on_gc in gc.callbacks and timers.pending
+    monitor.stop()
+    assert monitor.on_gc not in gc.callbacks and not timers.pending
+
+
+def test_the_lag_and_the_pauses_are_exported(rig: Any) -> None:
+    clock, _, timers, monitor, _ = rig
+    clock.advance(150)
+    timers.fire()
+    monitor.on_gc("start", {"generation": 2})
+    clock.advance(40)
+    monitor.on_gc("stop", {"generation": 2})
+    metrics = om.BrokerMetrics()
+    metrics.loop_lag = monitor
+    text = om.exposition(metrics.snapshot([], num_offsets=0, connections=0, now_ms=0)).decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in families.values() for s in f.samples}
+    assert samples[("rebalanced_event_loop_lag_seconds_count", ())] == 1
+    assert samples[("rebalanced_event_loop_lag_seconds_sum", ())] == pytest.approx(0.125)
+    assert samples[("rebalanced_event_loop_lag_max_seconds", ())] == pytest.approx(0.125)
+    assert samples[("rebalanced_event_loop_stalls_total", ())] == 1
+    assert samples[("rebalanced_gc_pause_seconds_count", (("generation", "2"),))] == 1
+    assert samples[("rebalanced_gc_pause_seconds_sum", (("generation", "0"),))] == 0
+    assert samples[("rebalanced_gc_collected_objects_total", (("generation", "2"),))] == 0
+
+
+def test_a_blocking_callback_on_a_real_loop_is_seen_as_the_brokers_lag() -> None:
+    lags: list[LoopLag] = []
+
+    async def hold_the_loop() -> None:
+        loop = asyncio.get_running_loop()
+        monitor = LoopLagMonitor(interval_s=0.01, warn_ms=100, runqueue_wait=schedstat_reader(),
+                                 on_lag=lags.append).start(loop.call_later)
+        try:
+            await asyncio.sleep(0.05)
+            busy_until = time.thread_time() + 0.15
+            while time.thread_time() < busy_until:  # 150 ms of CPU on the loop
+                pass
+            deadline = loop.time() + 10
+            while not lags and loop.time() < deadline:
+                await asyncio.sleep(0.01)
+        finally:
+            monitor.stop()
+
+    asyncio.run(hold_the_loop())
+    assert lags, "the held loop was not seen"
+    assert lags[0].lag_ms >= 100 and lags[0].busy_ms >= 140
