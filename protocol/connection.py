@@ -352,16 +352,21 @@ class Connection(asyncio.Protocol):
                 out.append(slot.data)
         if ready:
             del queue[:ready]
-        if out and not self._processing and not self._write_scheduled:
+        if not queue and self._drained is not None:
+            self._drained.set()
+        if self._processing:
             # Responses completed while a batch of pipelined requests is being handled go
             # out in one write when the batch ends; one syscall instead of one per response.
+            # The batch's end also handles what is left of the backlog and updates reading
+            # (mid-batch the backlog still holds the frame being handled, so updating here
+            # would pause reading and resume it at the end, for every request).
+            return
+        if out and not self._write_scheduled:
             # Outside a batch (answers to parked requests, commits made durable by one group
             # fsync) the write waits for the end of this event-loop turn, so the responses
             # completed together share it too.
             self._write_scheduled = True
             asyncio.get_running_loop().call_soon(self._scheduled_write)
-        if not queue and self._drained is not None:
-            self._drained.set()
         if self._backlog:
             self._process_backlog()
         else:

@@ -38,7 +38,7 @@ from coordinator.group import events as ev
 from coordinator.group import migration
 from coordinator.group.classic import rebalance as rb
 from coordinator.group.classic.group import ClassicGroup
-from coordinator.group.classic.heartbeat import heartbeat
+from coordinator.group.classic.heartbeat import heartbeat, steady_heartbeat
 from coordinator.group.classic.join import join_group
 from coordinator.group.classic.leave import leave_group
 from coordinator.group.classic.member import ClassicGroupMember
@@ -146,6 +146,19 @@ class GroupCoordinator:
             case c.ListGroups():
                 env.result.replies.append(Reply(cmd.ref, self._list_groups(cmd)))
         return self._finish(env, cmd)
+
+    def steady_heartbeat(self, group_id: str, member_id: str, generation_id: int,
+                         group_instance_id: str | None, connection_id: int, now_ms: int) -> bool:
+        """A classic group's steady-state Heartbeat done in place (`classic.heartbeat.
+        steady_heartbeat`): True when it was one and its answer is NONE; False, with nothing
+        changed, when `handle` must take the command. The hottest request a coordinator
+        serves, so it skips building the command and its Result."""
+        group = self._groups.get(group_id)
+        if group is None or self.consumer.group(group_id) is not None:
+            return False
+        return steady_heartbeat(group, member_id, generation_id, group_instance_id,
+                                connection_id, now_ms,
+                                self.config.group_member_disconnect_grace_ms >= 0)
 
     # -- the two group types side by side ---------------------------------------------------
 

@@ -42,7 +42,7 @@ from coordinator.group.consumer.group import TopicImage, TopicInfo
 from coordinator.group.manager import GroupCoordinator
 from coordinator.group.offset_decisions import GroupOffsets
 from coordinator.group.offsets import OffsetStore
-from coordinator.group.outcomes import refused_outcome
+from coordinator.group.outcomes import HeartbeatOutcome, refused_outcome
 from coordinator.group.result import APPEND_FAILED, RequestRef
 from coordinator.grouplog.log import GroupLog
 from coordinator.runtime.apply import ParkedFetches, ResultApplier, Timers
@@ -67,6 +67,8 @@ _MEMBER_APIS: dict[int, ModuleType] = {
 }
 
 Handler = Callable[[ClientRequest, Any], None]
+
+_HEARTBEAT_NONE = HeartbeatOutcome()
 
 
 class GroupHost(Timers, Protocol):
@@ -214,6 +216,22 @@ class GroupRuntime:
         self.applier.apply(result, self.group_log.partition_of(group_id)
                            if group_writes and group_id in group_writes else None)
 
+    def heartbeat(self, ctx: ClientRequest, request: Any) -> None:
+        """A classic Heartbeat: in the steady state the core moves the member's session in
+        place and the answer is NONE (`GroupCoordinator.steady_heartbeat`); anything else, or
+        while the group log loads or the group's metadata write is pending (the answer must
+        then wait for it), goes the way of every member request."""
+        group_id = request.group_id
+        if (not self.loader.loading and group_id not in self.applier.group_writes
+                and self.manager.steady_heartbeat(
+                    group_id, request.member_id, request.generation_id,
+                    getattr(request, "group_instance_id", None), ctx.connection.id,
+                    self.clock.now_ms())):
+            ctx.respond_raw(heartbeat.encode(_HEARTBEAT_NONE, ctx.version,
+                                             ctx.header.correlation_id))
+            return
+        self.member_request(ctx, request)
+
     def offset_commit(self, ctx: ClientRequest, request: Any) -> None:
         command = offset_commit.to_command(request, ctx.version, self._ref(ctx))
         if ctx.version == offset_commit.ZOOKEEPER_ONLY_VERSION:
@@ -332,6 +350,7 @@ class GroupRuntime:
         host.register(10, self.find_coordinator)
         for api_key in _MEMBER_APIS:
             host.register(api_key, self.member_request)
+        host.register(heartbeat.API_KEY, self.heartbeat)
         host.register(8, self.offset_commit)
         host.register(9, self.offset_fetch)
         host.register(47, self.offset_delete)

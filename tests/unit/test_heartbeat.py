@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import copy
+from dataclasses import replace
+
 from kio.schema.errors import ErrorCode
 
 from coordinator.group.classic.state import GroupState
+from coordinator.group.config import GroupConfig
+from coordinator.group.outcomes import HeartbeatOutcome
+from coordinator.group.result import Reply, RequestRef
 from tests.builders import JoinGroupBuilder, heartbeat, leave, sync
 from tests.context import GroupTestContext
 
@@ -89,3 +95,74 @@ def test_new_member_parked_in_join_expires_after_the_new_member_timeout() -> Non
     late_ref = ctx.ref_of_last()
     ctx.sleep(300_000)
     assert ctx.reply(late_ref).error is ErrorCode.unknown_member_id
+
+
+# -- the steady-state heartbeat, against the full path ------------------------------------------
+
+
+def _scenarios() -> list[tuple[str, GroupTestContext, list[str]]]:
+    stable = GroupTestContext()
+    stable_ids = stable.stable_group(2, session_ms=10_000)
+    stable.sleep(3_000)
+
+    completing = GroupTestContext()
+    completing_ids = [completing.join_dynamic(JoinGroupBuilder(), connection=100)]
+    completing.sleep(0)  # joined, not yet synced: CompletingRebalance
+
+    preparing = GroupTestContext()
+    preparing_ids = preparing.stable_group(2)
+    preparing.send(JoinGroupBuilder().member_id(preparing_ids[0]), 100)
+
+    empty = GroupTestContext()
+    empty_ids = empty.stable_group(1)
+    empty.send(leave(empty_ids[0]), 100)
+
+    disconnected = GroupTestContext()
+    disconnected_ids = disconnected.stable_group(2)
+    disconnected.close(101)  # the second member's grace runs
+
+    untracked = GroupTestContext(GroupConfig(group_initial_rebalance_delay_ms=0,
+                                             group_member_disconnect_grace_ms=-1))
+    untracked_ids = untracked.stable_group(2)
+
+    static = GroupTestContext()
+    static.send(JoinGroupBuilder().group_instance_id("i0"), 100)
+    static.sleep(0)
+    static_ids = list(static.group().members)
+    static.send(sync(static_ids[0], 1, assignments={static_ids[0]: b"a"}), 100)
+    return [("stable", stable, stable_ids), ("completing", completing, completing_ids),
+            ("preparing", preparing, preparing_ids), ("empty", empty, empty_ids),
+            ("disconnected", disconnected, disconnected_ids),
+            ("untracked connections", untracked, untracked_ids), ("static", static, static_ids)]
+
+
+def test_steady_heartbeat_does_what_the_full_path_does() -> None:
+    """Wherever the steady-state heartbeat applies it leaves the group exactly as the full path
+    does, and the full path answers NONE with no timer, record or event; wherever it does not,
+    it changes nothing."""
+    taken = 0
+    for name, ctx, ids in _scenarios():
+        generation = ctx.group().generation_id
+        for member in [*ids, "ghost"]:
+            for gen in (generation, generation - 1):
+                for connection in (100, 101, 7):
+                    for instance in (None, "i0", "i1"):
+                        for group in ("g", "other", ""):
+                            fast, full = copy.deepcopy(ctx), copy.deepcopy(ctx)
+                            done = fast.manager.steady_heartbeat(
+                                group, member, gen, instance, connection, ctx.now_ms)
+                            ref = RequestRef(connection, 999)
+                            cmd = heartbeat(member, gen, group=group, instance_id=instance)
+                            result = full.manager.handle(replace(cmd, ref=ref), ctx.now_ms)
+                            case = (name, member, gen, connection, instance, group)
+                            if done:
+                                taken += 1
+                                assert result.replies == [Reply(ref, HeartbeatOutcome())], case
+                                assert not (result.timers or result.records or result.events
+                                            or result.writes), case
+                                assert fast.manager._groups == full.manager._groups, case
+                                assert (fast.manager._members_by_connection
+                                        == full.manager._members_by_connection), case
+                            else:
+                                assert fast.manager._groups == ctx.manager._groups, case
+    assert taken >= 10  # the steady state was exercised in every scenario that has one

@@ -15,7 +15,9 @@ from coordinator.group.classic.state import GroupState
 from coordinator.group.outcomes import HeartbeatOutcome
 from coordinator.group.result import Reply
 
-__all__ = ["heartbeat"]
+__all__ = ["heartbeat", "steady_heartbeat"]
+
+_ANSWERED_NOW = (GroupState.STABLE, GroupState.COMPLETING_REBALANCE)
 
 
 def heartbeat(env: rb.Env, group: ClassicGroup, cmd: c.Heartbeat) -> None:
@@ -42,3 +44,37 @@ def _heartbeat(env: rb.Env, group: ClassicGroup, cmd: c.Heartbeat) -> ErrorCode:
             return ErrorCode.rebalance_in_progress
         case GroupState.DEAD:
             raise AssertionError("validated above")
+
+
+def steady_heartbeat(group: ClassicGroup, member_id: str, generation_id: int,
+                     group_instance_id: str | None, connection_id: int, now_ms: int,
+                     tracks_connections: bool) -> bool:
+    """The steady-state heartbeat, done without building a command or a Result: True when it
+    was one (its session moved; the answer is NONE), False, having changed nothing, when the
+    full path (`heartbeat`, then the manager's connection tracking) must run.
+
+    Nearly every heartbeat of a stable group is one: the member exists (under its instance id
+    too), at the group's generation, in a group that is Stable or CompletingRebalance, on the
+    connection it last used with no disconnect grace running (when the manager tracks the
+    connections of dynamic members: `tracks_connections`), and its session deadline only moves
+    later than the wheel's armed wake-up. The full path then moves the deadline and
+    answers NONE, with no timer change, record or event: exactly what is done here.
+    `tests/unit/test_heartbeat.py` runs both on the same states and compares."""
+    state = group.state
+    if state is not _ANSWERED_NOW[0] and state is not _ANSWERED_NOW[1]:
+        return False
+    member = group.members.get(member_id)
+    if member is None or generation_id != group.generation_id:
+        return False
+    if (tracks_connections and not member.is_static
+            and (member.connection_id != connection_id
+                 or member.disconnect_deadline_ms is not None)):
+        return False  # the manager notes the member's new connection or ends its grace
+    if group_instance_id is not None and group.static_members.get(group_instance_id) != member_id:
+        return False
+    deadline_ms = now_ms + member.session_timeout_ms
+    armed_ms = member.heartbeat_armed_ms
+    if armed_ms is None or armed_ms > deadline_ms:
+        return False  # the wheel must be re-armed: the full path does it
+    member.session_deadline_ms = deadline_ms
+    return True
