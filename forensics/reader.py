@@ -220,7 +220,12 @@ def read_group_log(spark: SparkSession, data_dir: Path, problems: Problems
     if not find_segments(data_dir):
         return None
     register(spark)
-    records = spark.read.format(FORMAT_NAME).load(str(data_dir)).cache()
+    # One Spark partition per log partition or segment is how the data source splits the
+    # reading; the cached records are then held in as many partitions as the cluster has
+    # cores, so that every later pass over them runs that many tasks rather than one per
+    # (mostly tiny) `__consumer_offsets` partition.
+    records = (spark.read.format(FORMAT_NAME).load(str(data_dir))
+               .coalesce(spark.sparkContext.defaultParallelism).cache())
     tally = records.groupBy("record_type", "key_version").count().collect()
     for row in tally:
         if row["record_type"] == "undecodable":
