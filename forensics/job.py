@@ -68,8 +68,9 @@ def run(spark: SparkSession, data_dir: Path, out_dir: Path, *, timelines: int = 
     control = parts.control
     summary = parts.summary
     has_journal = summary.events > 0
-    records = read_group_log(spark, data_dir, problems)
-    log_summary = _group_log_summary(records) if records is not None else Summary()
+    group_log = read_group_log(spark, data_dir, problems)
+    records = group_log.records if group_log is not None else None
+    log_summary = group_log.summary if group_log is not None else Summary()
 
     span_start = _min(summary.first_ts, log_summary.first_ts)
     span_end = _max(summary.last_ts, log_summary.last_ts)
@@ -180,19 +181,6 @@ def _write_failures(listed: pd.DataFrame) -> pd.DataFrame:
     """Failed group-log writes: when, which groups' records were in them, and the error."""
     return listed.loc[listed["event_type"] == "group_write_failed",
                       _WRITE_FAILURE_COLUMNS].reset_index(drop=True)
-
-
-def _group_log_summary(records: DataFrame) -> Summary:
-    positive = F.when(F.col("timestamp") > 0, F.col("timestamp"))
-    rows = records.groupBy("record_type").agg(
-        F.count(F.lit(1)).alias("n"), F.min(positive).alias("lo"), F.max(positive).alias("hi"),
-        F.collect_set("group_id").alias("groups")).collect()
-    summary = Summary()
-    for row in rows:
-        summary.add(row["n"], row["record_type"] == "offset_commit", row["lo"], row["hi"],
-                    row["groups"])
-    summary.events = 0  # records, not journal events
-    return summary
 
 
 def _min(a: int | None, b: int | None) -> int | None:

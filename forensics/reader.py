@@ -214,9 +214,23 @@ def clean_journal(raw: DataFrame, problems: Problems) -> DataFrame:
             .drop(CORRUPT_COLUMN, "source_path"))
 
 
+@dataclass
+class GroupLog:
+    """The decoded group log as the job reads it: its commit and group-metadata records
+    (cached) and their totals."""
+
+    records: DataFrame
+    summary: Summary
+
+
+_MODELLED_RECORDS = ("offset_commit", "group_metadata")
+
+
 def read_group_log(spark: SparkSession, data_dir: Path, problems: Problems
-                   ) -> DataFrame | None:
-    """The decoded group log (cached), or None when there is no `__consumer_offsets-N` here."""
+                   ) -> GroupLog | None:
+    """The decoded group log, or None when there is no `__consumer_offsets-N` here. One
+    aggregation over the cached records gives both the problems (undecodable, unknown and
+    corrupt records) and the summary of the modelled ones."""
     if not find_segments(data_dir):
         return None
     register(spark)
@@ -226,17 +240,25 @@ def read_group_log(spark: SparkSession, data_dir: Path, problems: Problems
     # (mostly tiny) `__consumer_offsets` partition.
     records = (spark.read.format(FORMAT_NAME).load(str(data_dir))
                .coalesce(spark.sparkContext.defaultParallelism).cache())
-    tally = records.groupBy("record_type", "key_version").count().collect()
+    positive = F.when(F.col("timestamp") > 0, F.col("timestamp"))
+    tally = records.groupBy("record_type", "key_version").agg(
+        F.count(F.lit(1)).alias("n"), F.min(positive).alias("lo"), F.max(positive).alias("hi"),
+        F.collect_set("group_id").alias("groups")).collect()
+    summary = Summary()
     for row in tally:
         if row["record_type"] == "undecodable":
-            problems.undecodable_records += row["count"]
+            problems.undecodable_records += row["n"]
         elif row["record_type"] == "unknown":
-            problems.unknown_record_types[row["key_version"]] = row["count"]
+            problems.unknown_record_types[row["key_version"]] = row["n"]
+        elif row["record_type"] in _MODELLED_RECORDS:
+            summary.add(row["n"], row["record_type"] == "offset_commit", row["lo"], row["hi"],
+                        row["groups"])
+    summary.events = 0  # records, not journal events
     if any(row["record_type"] == "corrupt" for row in tally):
         for row in records.filter(F.col("record_type") == "corrupt").select(
                 "source_file", "position", "error").limit(50).collect():
             problems.corrupt_batches.append((row["source_file"], row["position"], row["error"]))
-    return records.filter(F.col("record_type").isin("offset_commit", "group_metadata"))
+    return GroupLog(records.filter(F.col("record_type").isin(*_MODELLED_RECORDS)), summary)
 
 
 def _local_path(uri: str) -> str:
