@@ -13,7 +13,8 @@ Theory of operation
   of the request, and hands the whole thing to the active segment as one `write()`. The end
   offset, the tail position and the indexes are updated in memory only after the write (and the
   fsync, if configured) succeeded; on an `OSError` the file is cut back, so a failed append is
-  neither readable nor recovered after a restart.
+  neither readable nor recovered after a restart. `append_records` takes key/value records
+  instead and builds their batch itself, already at its offset: nothing to check or copy.
 * **Roll**: before an append that would push the active segment past `segment_bytes` (or past
   the int32 limits of the index entries, or older than `segment_ms`), a new segment named by
   the log end offset becomes the active one at once, and the old one is *sealed* (fsynced,
@@ -43,7 +44,7 @@ from __future__ import annotations
 import itertools
 import threading
 from bisect import bisect_right
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -60,6 +61,7 @@ from storage.batch import (
     set_log_append_time,
 )
 from storage.fs import REAL_FS, FileSystem
+from storage.record_batch import encode_batch
 from storage.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -343,6 +345,37 @@ class PartitionLog:
             segment = self._roll()
         segment.append(buf, entries, next_offset, now_ms, fsync=self.config.fsync_each_append)
         return AppendInfo(first, next_offset - 1, now_ms if log_append_time else -1)
+
+    def append_records(self, records: Sequence[tuple[bytes, bytes | None]],
+                       timestamp_ms: int) -> AppendInfo:
+        """Append key/value `records` (a None value is a tombstone) as one uncompressed batch
+        built here, at the log end offset and with the leader epoch stamped, as `append` would
+        store it. The group log writes through this: a batch built by `encode_batch` needs
+        none of the checks `append` makes of a client's bytes, and skipping them (the walk,
+        the CRC, the copy) is most of the cost of storing a small commit.
+
+        Raises `InvalidRecordError` (no records), `MessageTooLargeError`, `OSError` (the log is
+        left unchanged), `LogClosedError`.
+        """
+        if self._closed:
+            raise LogClosedError(f"{self.directory}: log is closed")
+        if not records:
+            raise InvalidRecordError("a batch needs at least one record", position=0)
+        first = self.log_end_offset
+        batch = encode_batch(records, timestamp_ms, first, self.leader_epoch)
+        if len(batch) > self.config.max_message_bytes:
+            raise MessageTooLargeError(
+                f"batch of {len(batch)} bytes exceeds max.message.bytes "
+                f"{self.config.max_message_bytes}", position=0)
+        if self.config.message_timestamp_type == LOG_APPEND_TIME:
+            return self.append(batch, timestamp_ms)  # the timestamps are rewritten there
+        next_offset = first + len(records)
+        segment = self._segments[-1]
+        if self._should_roll(segment, len(batch), next_offset, timestamp_ms):
+            segment = self._roll()
+        segment.append(batch, [(0, len(batch), next_offset - 1, timestamp_ms)], next_offset,
+                       timestamp_ms, fsync=self.config.fsync_each_append)
+        return AppendInfo(first, next_offset - 1, -1)
 
     def _should_roll(self, seg: Segment, size: int, next_offset: int, now_ms: int) -> bool:
         if seg.empty:

@@ -41,7 +41,7 @@ _NO_HEADERS = b"\x00"
 
 
 def encode_batch(records: Sequence[tuple[bytes, bytes | None]], timestamp_ms: int,
-                 base_offset: int = 0) -> bytes:
+                 base_offset: int = 0, leader_epoch: int = 0) -> bytes:
     small = _SMALL_VARINTS
     limit = len(small)
     parts: list[bytes] = []
@@ -66,7 +66,7 @@ def encode_batch(records: Sequence[tuple[bytes, bytes | None]], timestamp_ms: in
     tail = _TAIL.pack(0, count - 1, timestamp_ms, timestamp_ms, -1, -1, -1, count)
     body = join(parts)
     crc = crc32c(body, crc32c(tail))
-    head = _HEAD.pack(base_offset, HEADER_SIZE - 12 + len(body), 0, 2, crc)
+    head = _HEAD.pack(base_offset, HEADER_SIZE - 12 + len(body), leader_epoch, 2, crc)
     return join((head, tail, body))
 
 

@@ -453,7 +453,7 @@ class Segment:
 
     def append(
         self,
-        data: bytearray,
+        data: bytes | bytearray,
         batches: list[tuple[int, int, int, int]],
         next_offset: int,
         now_ms: int,

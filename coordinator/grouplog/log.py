@@ -38,7 +38,7 @@ from storage.batch import scan_batches
 from storage.compaction import CleanStats, GroupLogCleaner, verify_sealed
 from storage.fs import REAL_FS, FileSystem
 from storage.log import LogConfig, PartitionLog
-from storage.record_batch import encode_batch, iter_records
+from storage.record_batch import iter_records
 
 log = structlog.get_logger("rebalanced.group_log")
 
@@ -179,7 +179,7 @@ class GroupLog:
             for partition, encoded in by_partition.items():
                 partition_log = self.logs[partition]
                 end_before = partition_log.log_end_offset
-                partition_log.append(encode_batch(encoded, timestamp), timestamp)
+                partition_log.append_records(encoded, timestamp)
                 written.append((partition, end_before))
                 self._dirty.add(partition)
         except OSError as exc:

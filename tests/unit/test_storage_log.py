@@ -22,6 +22,7 @@ from storage.log import (
     OffsetOutOfRange,
     PartitionLog,
 )
+from storage.record_batch import encode_batch
 from tests.unit._batches import base_offsets, decode, make_batch, make_batches
 
 NOW = 1_700_000_000_000
@@ -133,6 +134,50 @@ def test_log_append_time_stamps_the_batch(tmp_path: Path) -> None:
     assert batch.max_timestamp == NOW
     assert batch.attributes & ATTR_LOG_APPEND_TIME
     assert log.offset_for_timestamp(NOW) == (0, NOW)
+
+
+def test_append_records_stores_what_append_stores_for_the_same_batch(tmp_path: Path) -> None:
+    built = open_log(tmp_path / "built")
+    produced = open_log(tmp_path / "produced")
+    built.leader_epoch = produced.leader_epoch = 7
+    runs: list[list[tuple[bytes, bytes | None]]] = [
+        [(b"k1", b"v1"), (b"k2", None)], [(b"k3", b"v" * 300)], [(b"k%d" % i, b"x") for i in
+                                                                  range(40)]]
+    for timestamp, records in enumerate(runs, start=NOW):
+        expected = produced.append(encode_batch(records, timestamp), timestamp)
+        assert built.append_records(records, timestamp) == expected
+    assert built.log_end_offset == produced.log_end_offset == 43
+    assert built.read(0, 100_000) == produced.read(0, 100_000)
+    assert built.offset_for_timestamp(NOW + 1) == produced.offset_for_timestamp(NOW + 1)
+    assert decode(built.read(0, 100_000)) == decode(produced.read(0, 100_000))
+
+
+def test_append_records_refuses_nothing_and_too_much(tmp_path: Path) -> None:
+    log = open_log(tmp_path, max_message_bytes=200)
+    with pytest.raises(InvalidRecordError):
+        log.append_records([], NOW)
+    with pytest.raises(MessageTooLargeError):
+        log.append_records([(b"k", b"x" * 300)], NOW)
+    assert log.log_end_offset == 0
+    log.close()
+    with pytest.raises(LogClosedError):
+        log.append_records([(b"k", b"v")], NOW)
+
+
+def test_append_records_rolls_like_append(tmp_path: Path) -> None:
+    log = open_log(tmp_path, segment_bytes=300)
+    for i in range(10):
+        log.append_records([(b"key", b"v" * 100)], NOW + i)
+    assert log.segment_base_offsets() == list(range(10))  # one batch fits a segment
+    assert [decode(log.read(i, 10_000)) for i in range(10)] == [
+        [(i, b"v" * 100)] for i in range(10)]
+
+
+def test_append_records_with_log_append_time_stamps_the_batch(tmp_path: Path) -> None:
+    log = open_log(tmp_path, message_timestamp_type="LogAppendTime")
+    assert log.append_records([(b"a", b"1")], NOW) == AppendInfo(0, 0, NOW)
+    [(_, _, batch)] = split_batches(log.read(0, 10_000))
+    assert batch.attributes & ATTR_LOG_APPEND_TIME
 
 
 # ------------------------------------------------------------------------- read
