@@ -73,9 +73,11 @@ class GroupOffsets:
         api_version: int,
         now_ms: int,
         topic_exists: Callable[[str, int], bool],
+        pending: bool = True,
     ) -> CommitDecision:
         """The group-side checks (SPEC §10, `GroupCoordinator.validate_offset_commit`), then
-        the per-partition ones and the records (`OffsetStore.commit`, pending until applied)."""
+        the per-partition ones and the records (`OffsetStore.commit`, pending until applied
+        unless `pending` is False: see there)."""
         if _unstorable(cmd.group_id):
             # The group log keys offsets by group id with an int16 length: a longer id could
             # never be written. Kafka answers a group id it cannot use INVALID_GROUP_ID.
@@ -94,6 +96,7 @@ class GroupOffsets:
         errors, records = self.offsets.commit(
             cmd.group_id, cmd.topics, now_ms, topic_exists=topic_exists, expire_timestamp=expire,
             commit_timestamps=cmd.commit_timestamps,  # OffsetCommit v1's explicit timestamps
+            pending=pending,
         )
         return CommitDecision(None, errors, records, result)
 

@@ -172,6 +172,7 @@ class OffsetStore:
         topic_exists: Callable[[str, int], bool],
         expire_timestamp: int = NO_EXPIRE_TIMESTAMP,
         commit_timestamps: Mapping[tuple[str, int], int] | None = None,
+        pending: bool = True,
     ) -> tuple[PartitionErrors, list[OffsetCommitRecord]]:
         """Validate each partition of an OffsetCommit and build the records for the valid ones.
 
@@ -182,6 +183,9 @@ class OffsetStore:
         `commit_timestamps` (OffsetCommit v1) overrides `now_ms` as the commit timestamp of
         the partitions it names, as Kafka keeps a v1 client's explicit timestamp.
         The records are registered as pending; the view changes when they are applied.
+        `pending=False` skips that for a caller that applies (or aborts) them before anything
+        else reads this store: a log that acknowledges an append once written makes the
+        records durable, and the caller applies them, within the same call.
         """
         max_metadata = self._config.offset_metadata_max_bytes
         errors: PartitionErrors = []
@@ -205,6 +209,8 @@ class OffsetStore:
                 value = offset_commit_value(offset, leader_epoch, text, committed_at,
                                             expire_timestamp)
                 records.append(offset_commit_record(group_id, topic, partition, value))
+                if not pending:
+                    continue
                 if group_pending is None:
                     group_pending = self._pending.setdefault(group_id, {})
                 tp = (topic, partition)

@@ -97,6 +97,12 @@ class GroupLog:
             raise
         return cls(logs, fsync_policy, fs)
 
+    @property
+    def acknowledges_on_write(self) -> bool:
+        """True with an interval fsync policy: `append` returns a future that is already done
+        (completed, or failed by the write)."""
+        return not self.fsync_always
+
     def partition_of(self, group_id: str) -> int:
         return partition_for(group_id, len(self.logs))
 

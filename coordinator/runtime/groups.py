@@ -244,7 +244,11 @@ class GroupRuntime:
                 command, self.loader.unavailable(command.group_id)))
             return
         now = self.clock.now_ms()
-        decision = self.core.commit(command, ctx.version, now, self._partition_exists)
+        # When the append is acknowledged as soon as it is written, the records are applied
+        # (or aborted) below before anything else runs: no reader can see them pending.
+        acknowledged_at_once = self.group_log.acknowledges_on_write
+        decision = self.core.commit(command, ctx.version, now, self._partition_exists,
+                                    pending=not acknowledged_at_once)
         self.applier.apply_timers(decision.result)
         self.applier.emit(decision.result)
         if decision.error is not None:
@@ -271,6 +275,7 @@ class GroupRuntime:
         if durable.done():
             committed(durable)  # an interval fsync policy: durable once written, answer now
         else:
+            assert not acknowledged_at_once
             durable.add_done_callback(committed)
 
     def _answer_commit(self, ctx: ClientRequest, outcome: oc.OffsetCommitOutcome) -> None:

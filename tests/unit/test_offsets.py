@@ -168,6 +168,25 @@ def test_aborted_commit_is_neither_pending_nor_visible() -> None:
     ]
 
 
+def test_a_commit_applied_at_once_is_never_pending_and_ends_the_same() -> None:
+    held, direct = OffsetStore(), OffsetStore()
+    committed(held, offset=10)
+    committed(direct, offset=10)
+    topics = [("t", [(0, 20, -1, ""), (1, 21, 4, "m")])]
+    held_errors, held_records = held.commit("g", topics, 1, topic_exists=all_topics)
+    errors, records = direct.commit("g", topics, 1, topic_exists=all_topics, pending=False)
+    assert (errors, records) == (held_errors, held_records)
+    assert not direct.has_pending("g")
+    apply_all(held, held_records)
+    apply_all(direct, records)
+    assert direct.committed_view() == held.committed_view()
+    assert not direct.has_pending("g") and not held.has_pending("g")
+    _, failed = direct.commit("g", [("t", [(0, 30, -1, "")])], 2, topic_exists=all_topics,
+                              pending=False)
+    direct.abort(failed)  # a failed write: nothing to forget, nothing changes
+    assert direct.committed_view() == held.committed_view()
+
+
 # ------------------------------------------------------------------ delete
 
 
