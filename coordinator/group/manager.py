@@ -38,7 +38,7 @@ from coordinator.group import events as ev
 from coordinator.group import migration
 from coordinator.group.classic import rebalance as rb
 from coordinator.group.classic.group import ClassicGroup
-from coordinator.group.classic.heartbeat import heartbeat, steady_heartbeat
+from coordinator.group.classic.heartbeat import heartbeat, steady_commit, steady_heartbeat
 from coordinator.group.classic.join import join_group
 from coordinator.group.classic.leave import leave_group
 from coordinator.group.classic.member import ClassicGroupMember
@@ -571,6 +571,34 @@ class GroupCoordinator:
                 return None, self.consumer.note_request(group_id, member_id, connection_id,
                                                         now_ms)
             return error, Result()
+        if connection_id is not None and self.steady_commit(
+                group_id, member_id, generation_id, group_instance_id, connection_id, now_ms):
+            return None, Result()
+        return self._validate_offset_commit_in_full(group_id, member_id, generation_id,
+                                                    group_instance_id, now_ms, connection_id)
+
+    def steady_commit(self, group_id: str, member_id: str, generation_id: int,
+                      group_instance_id: str | None, connection_id: int, now_ms: int) -> bool:
+        """The group side of nearly every OffsetCommit, done in place
+        (`classic.heartbeat.steady_commit`): a current member of a classic group, on its
+        connection, whose session moves with no timer change, record or event to return.
+        True when it was one; False, with nothing changed, when the full checks must run."""
+        group = self._groups.get(group_id)
+        if group is None or self.consumer.group(group_id) is not None:
+            return False
+        return steady_commit(group, member_id, generation_id, group_instance_id,
+                             connection_id, now_ms,
+                             self.config.group_member_disconnect_grace_ms >= 0)
+
+    def _validate_offset_commit_in_full(
+        self,
+        group_id: str,
+        member_id: str,
+        generation_id: int,
+        group_instance_id: str | None,
+        now_ms: int,
+        connection_id: int | None,
+    ) -> tuple[ErrorCode | None, Result]:
         env = self._env(now_ms)
         error = self._validate_offset_commit(
             env, group_id, member_id, generation_id, group_instance_id

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 from kio.schema.errors import ErrorCode
 
 from coordinator.group import offset_commands as oc
@@ -12,6 +14,7 @@ from coordinator.grouplog.records import GroupMetadataRecord, OffsetCommitRecord
 from tests.bench.members import subscription
 from tests.builders import JoinGroupBuilder, protocols
 from tests.context import GroupTestContext
+from tests.unit.test_heartbeat import _scenarios
 
 REF = RequestRef(1, 1)
 
@@ -182,3 +185,42 @@ def test_a_failed_deletion_write_is_answered_for_the_groups_it_would_have_delete
     assert outcome.append_failed().results == (
         ("solo", APPEND_FAILED), ("ghost", ErrorCode.group_id_not_found))
     assert oc.OffsetDeleteOutcome.append_failed().error is APPEND_FAILED
+
+
+def test_the_steady_commit_does_what_the_full_checks_do() -> None:
+    """Wherever the in-place group side of a commit applies it leaves the group exactly as the
+    full checks do, and those accept the commit with no timer, record or event; wherever it
+    does not, it changes nothing. The same states as the steady heartbeat's test, Preparing
+    Rebalance included (a commit there restarts the session too)."""
+    taken = 0
+    for name, ctx, ids in _scenarios():
+        generation = ctx.group().generation_id
+        for member in [*ids, "ghost", ""]:
+            for gen in (generation, generation - 1, -1):
+                for connection in (100, 101, 7):
+                    for instance in (None, "i0", "i1"):
+                        for group in ("g", "other", ""):
+                            fast, full = copy.deepcopy(ctx), copy.deepcopy(ctx)
+                            done = fast.manager.steady_commit(
+                                group, member, gen, instance, connection, ctx.now_ms)
+                            error, result = full.manager._validate_offset_commit_in_full(
+                                group, member, gen, instance, ctx.now_ms, connection)
+                            case = (name, member, gen, connection, instance, group)
+                            if done:
+                                taken += 1
+                                assert error is None, case
+                                assert not (result.timers or result.records or result.events
+                                            or result.writes or result.replies), case
+                                assert fast.manager._groups == full.manager._groups, case
+                                assert (fast.manager._members_by_connection
+                                        == full.manager._members_by_connection), case
+                            else:
+                                assert fast.manager._groups == ctx.manager._groups, case
+            # Through the public entry point the answer is the same either way.
+            fast, full = copy.deepcopy(ctx), copy.deepcopy(ctx)
+            for member in ids:
+                assert (fast.manager.validate_offset_commit("g", member, generation, None,
+                                                            ctx.now_ms, 100)[0]
+                        == full.manager._validate_offset_commit_in_full(
+                            "g", member, generation, None, ctx.now_ms, 100)[0]), name
+    assert taken >= 10  # the steady state was exercised in every scenario that has one

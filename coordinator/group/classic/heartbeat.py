@@ -15,7 +15,7 @@ from coordinator.group.classic.state import GroupState
 from coordinator.group.outcomes import HeartbeatOutcome
 from coordinator.group.result import Reply
 
-__all__ = ["heartbeat", "steady_heartbeat"]
+__all__ = ["heartbeat", "steady_commit", "steady_heartbeat"]
 
 _ANSWERED_NOW = (GroupState.STABLE, GroupState.COMPLETING_REBALANCE)
 
@@ -63,6 +63,35 @@ def steady_heartbeat(group: ClassicGroup, member_id: str, generation_id: int,
     state = group.state
     if state is not _ANSWERED_NOW[0] and state is not _ANSWERED_NOW[1]:
         return False
+    return _steady_session(group, member_id, generation_id, group_instance_id, connection_id,
+                           now_ms, tracks_connections)
+
+
+def steady_commit(group: ClassicGroup, member_id: str, generation_id: int,
+                  group_instance_id: str | None, connection_id: int, now_ms: int,
+                  tracks_connections: bool) -> bool:
+    """The group side of an OffsetCommit by a current member in the steady state, done in
+    place: True when it was one (its session moved, as a heartbeat moves it; the offsets may
+    be stored), False, having changed nothing, when `GroupCoordinator.validate_offset_commit`
+    must take it.
+
+    Kafka restarts a member's session on a commit in Stable and PreparingRebalance; the
+    member, instance id, generation, connection and wheel conditions are the steady
+    heartbeat's. `tests/unit/test_offset_decisions.py` runs both on the same states and
+    compares."""
+    state = group.state
+    if state is not _SESSION_MOVED_BY_COMMIT[0] and state is not _SESSION_MOVED_BY_COMMIT[1]:
+        return False
+    return _steady_session(group, member_id, generation_id, group_instance_id, connection_id,
+                           now_ms, tracks_connections)
+
+
+_SESSION_MOVED_BY_COMMIT = (GroupState.STABLE, GroupState.PREPARING_REBALANCE)
+
+
+def _steady_session(group: ClassicGroup, member_id: str, generation_id: int,
+                    group_instance_id: str | None, connection_id: int, now_ms: int,
+                    tracks_connections: bool) -> bool:
     member = group.members.get(member_id)
     if member is None or generation_id != group.generation_id:
         return False
