@@ -32,12 +32,14 @@ from coordinator.group.offset_commands import (
     ZOOKEEPER_OFFSETS_VERSION,
     OffsetCommit,
     OffsetCommitOutcome,
+    new_offset_commit,
 )
 from coordinator.group.offsets import DEFAULT_RETENTION_TIME_MS
 from coordinator.group.result import RequestRef
 from protocol import fastpath as fp
 from protocol.build import build
 from protocol.codec import response_type
+from protocol.fast_requests import OffsetCommitFields
 
 API_KEY = 8
 MIN_VERSION = 0
@@ -57,6 +59,10 @@ def _commit_timestamps(request: Any) -> dict[tuple[str, int], int] | None:
 
 
 def to_command(request: Any, version: int, ref: RequestRef) -> OffsetCommit:
+    if type(request) is OffsetCommitFields:  # read by hand, topics already in this shape
+        return new_offset_commit(ref, request.group_id, request.generation_id_or_member_epoch,
+                                 request.member_id, request.group_instance_id,
+                                 DEFAULT_RETENTION_TIME_MS, request.topics, None)
     retention = getattr(request, "retention_time", None)
     retention_ms = DEFAULT_RETENTION_TIME_MS if retention is None else retention // _ONE_MS
     return OffsetCommit(
