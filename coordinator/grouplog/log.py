@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import structlog
@@ -165,20 +165,27 @@ class GroupLog:
 
     # appends ----------------------------------------------------------------------------------
 
-    def append(self, records: list[CoordinatorRecord], now_ms: int | None = None
-               ) -> asyncio.Future[None]:
+    def append(self, records: Sequence[CoordinatorRecord], now_ms: int | None = None, *,
+               group_id: str | None = None) -> asyncio.Future[None]:
+        """Write `records`, each to its group's partition; `group_id` when every record is
+        that group's (an OffsetCommit's are), which saves looking at each."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         timestamp = int(time.time() * 1000) if now_ms is None else now_ms
-        # A commit's records all belong to one group: look its partition up once per run.
-        grouped: dict[int, list[CoordinatorRecord]] = {}
-        group: str | None = None
-        run: list[CoordinatorRecord] = []
-        for record in records:
-            if record.key.group != group:
-                group = record.key.group
-                run = grouped.setdefault(self.partition_of(group), [])
-            run.append(record)
+        grouped: Mapping[int, Sequence[CoordinatorRecord]]
+        if group_id is not None:
+            grouped = {self.partition_of(group_id): records}
+        else:
+            # Records come in runs of one group: look its partition up once per run.
+            runs: dict[int, list[CoordinatorRecord]] = {}
+            group: str | None = None
+            run: list[CoordinatorRecord] = []
+            for record in records:
+                if record.key.group != group:
+                    group = record.key.group
+                    run = runs.setdefault(self.partition_of(group), [])
+                run.append(record)
+            grouped = runs
         by_partition = {partition: encode_records(run) for partition, run in grouped.items()}
         written: list[tuple[int, int]] = []  # (partition, end before this append)
         try:

@@ -258,7 +258,7 @@ class GroupRuntime:
         if not records:
             self._answer_commit(ctx, oc.OffsetCommitOutcome.from_errors(errors))
             return
-        durable = self.group_log.append(list(records), now)
+        durable = self.group_log.append(records, now, group_id=command.group_id)
 
         def committed(done: asyncio.Future[None]) -> None:
             if done.exception() is not None:

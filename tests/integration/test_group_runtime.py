@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,8 @@ class HeldAppends:
         self.futures: list[asyncio.Future[None]] = []
         broker.groups.group_log.append = self.append  # type: ignore[method-assign]
 
-    def append(self, records: list[Any], now_ms: int | None = None) -> asyncio.Future[None]:
+    def append(self, records: Sequence[Any], now_ms: int | None = None, *,
+               group_id: str | None = None) -> asyncio.Future[None]:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.futures.append(future)
         return future
