@@ -8,10 +8,7 @@ each rebalance's cause and culprit; the same run's `__consumer_offsets-*` direct
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -143,26 +140,3 @@ def test_command_line_mistakes_get_one_line(tmp_path: Path,
     with pytest.raises(SystemExit) as exited:
         main(["--data", str(tmp_path)])
     assert exited.value.code == 2
-
-
-def test_the_command_keeps_a_class_data_archive_for_the_next_start(
-        recorded: tuple[Path, Expected], tmp_path: Path) -> None:
-    """`python -m forensics` as a user runs it: the first run's JVM leaves a class-data archive
-    in the cache directory, the second run starts from it; both give the report, and Java's
-    notes about the archive stay off the terminal."""
-    if shutil.which("java") is None:
-        pytest.skip("needs java on PATH (a JDK 17)")
-    data, _ = recorded
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    env.pop("REBALANCED_FORENSICS_CLASS_CACHE", None)
-    for run in range(2):
-        out = tmp_path / f"out-{run}"
-        done = subprocess.run([sys.executable, "-m", "forensics", "--data", str(data),
-                               "--out", str(out), "--timelines", "1"],
-                              env=env, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-2000:]
-        assert "report:" in done.stdout and (out / "report.html").is_file()
-        assert "[cds]" not in done.stdout + done.stderr
-        archives = list((tmp_path / "cache" / "rebalanced").glob("spark-driver-*.jsa"))
-        assert len(archives) == 1 and archives[0].stat().st_size > 0
-        assert not list((tmp_path / "cache" / "rebalanced").glob(".*partial"))
