@@ -146,40 +146,27 @@ def _run(spark: SparkSession, data_dir: Path, out_dir: Path, timelines: int,
     log_summary_f = (pool.submit(summarize_group_log, all_records, problems)
                      if all_records is not None else _done(Summary()))
 
-    # Planned while those jobs run, on the guess that a journal that is there has events.
+    # Planned and collected while those jobs run, on the guess that a journal that is there
+    # has events; only the tables that need the inputs' time span wait for their totals.
     guessed = events is not None or bool(files)
-    plan = _plan(control, frames.commits, records, guessed)
+    pending = _submit(pool, _span_free(control, frames.commits, records, guessed, timelines))
     summary = journal_summary.result()
     log_summary = log_summary_f.result()
     has_journal = summary.events > 0
     if has_journal != guessed:
-        plan = _plan(control, frames.commits, records, has_journal)
-
+        for future in pending.values():
+            future.result()
+        pending = _submit(pool, _span_free(control, frames.commits, records, has_journal,
+                                           timelines))
     span_start = _min(summary.first_ts, log_summary.first_ts)
     span_end = _max(summary.last_ts, log_summary.last_ts)
     data_end: Column = F.lit(span_end if span_end is not None else 0).cast("long")
+    plan = pending.plan
     states = T.group_states(control, data_end) if has_journal or records is None else None
     per_partition = plan.partition_stream is not None and plan.around is not None
     commits = (T.commits(records, data_end, plan.around if per_partition else None)
                if records is not None else None)
-    # Per partition when the group log has its commits (a dead member's partitions stop
-    # while the others go on), else per group.
-    stream, keys = ((plan.partition_stream, PARTITION_KEYS) if plan.partition_stream is not None
-                    else (plan.group_stream, ()))
-    wanted: dict[str, DataFrame | None] = {
-        "rebalances": plan.rebalances,
-        "member_sessions": plan.sessions,
-        "group_states": states,
-        "rebalance_commit_gaps": plan.around,
-        "commits": commits,
-        "listed": control.filter(F.col("event_type").isin(
-            "static_member_replaced", "group_write_failed")),
-        "conversions": T.group_conversions(control),
-        # every group's drawn gaps: they are few, and the worst groups are known only later
-        "gaps": T.drawn_gaps(stream, keys) if stream is not None and timelines > 0 else None,
-    }
-    pending = {name: pool.submit(_collect, frame) for name, frame in wanted.items()
-               if frame is not None}
+    pending.update(_submit(pool, _Tables(plan, {"group_states": states, "commits": commits})))
     tables = {name: future.result() for name, future in pending.items()}
     for name in TABLES:
         _write_or_remove(tables.get(name), out_dir / name)
@@ -215,6 +202,50 @@ def _run(spark: SparkSession, data_dir: Path, out_dir: Path, timelines: int,
     spark.catalog.clearCache()  # --follow runs this again and again in one session
     return Outcome(report=report, rebalances=len(rb), groups=counts["groups"],
                    problems=problems)
+
+
+class _Tables(dict[str, DataFrame | None]):
+    """Frames to collect, by name, and the plan they came from."""
+
+    def __init__(self, plan: _Plan, frames: dict[str, DataFrame | None]) -> None:
+        super().__init__(frames)
+        self.plan = plan
+
+
+class _Pending(dict[str, "Future[pa.Table]"]):
+    """Collections in flight, by name, and the plan their frames came from."""
+
+    def __init__(self, plan: _Plan) -> None:
+        super().__init__()
+        self.plan = plan
+
+
+def _span_free(control: DataFrame, journal_commits: DataFrame | None,
+               records: DataFrame | None, has_journal: bool, timelines: int) -> _Tables:
+    """The frames to collect that do not depend on the inputs' time span."""
+    plan = _plan(control, journal_commits, records, has_journal)
+    # Per partition when the group log has its commits (a dead member's partitions stop
+    # while the others go on), else per group.
+    stream, keys = ((plan.partition_stream, PARTITION_KEYS) if plan.partition_stream is not None
+                    else (plan.group_stream, ()))
+    return _Tables(plan, {
+        "rebalances": plan.rebalances,
+        "member_sessions": plan.sessions,
+        "rebalance_commit_gaps": plan.around,
+        "listed": control.filter(F.col("event_type").isin(
+            "static_member_replaced", "group_write_failed")),
+        "conversions": T.group_conversions(control),
+        # every group's drawn gaps: they are few, and the worst groups are known only later
+        "gaps": T.drawn_gaps(stream, keys) if stream is not None and timelines > 0 else None,
+    })
+
+
+def _submit(pool: ThreadPoolExecutor, tables: _Tables) -> _Pending:
+    pending = _Pending(tables.plan)
+    for name, frame in tables.items():
+        if frame is not None:
+            pending[name] = pool.submit(_collect, frame)
+    return pending
 
 
 def _done(value: Summary) -> Future[Summary]:
