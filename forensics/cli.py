@@ -53,21 +53,27 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"forensics: --out {args.out}: exists and is not a directory\n")
         return 2
 
+    from concurrent.futures import ThreadPoolExecutor
+
     from pyspark.sql import SparkSession
 
-    from forensics.session import get_session
+    from forensics.session import ClassCache, get_session, launched_by_spark_submit
 
     created = SparkSession.getActiveSession() is None
-    spark = get_session(args.master)
-    try:
+    cache = ClassCache() if created and not launched_by_spark_submit() else None
+    # The JVM starts in the background while this process imports the job's modules.
+    with ThreadPoolExecutor(max_workers=1) as starter:
+        starting = starter.submit(get_session, args.master, class_cache=cache)
         if args.follow:
             from forensics.follow import follow
-
+        else:
+            from forensics.job import run
+        spark = starting.result()
+    try:
+        if args.follow:
             follow(spark, args.data.resolve(), args.out.resolve(), journal=args.journal,
                    timelines=args.timelines, interval_s=args.interval, once=args.once)
             return 0
-        from forensics.job import run
-
         outcome = run(spark, args.data.resolve(), args.out.resolve(), timelines=args.timelines,
                       journal=args.journal)
         print(f"{outcome.rebalances} rebalances in {outcome.groups} groups; "
@@ -76,3 +82,5 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if created:
             spark.stop()
+            if cache is not None:
+                cache.finish()

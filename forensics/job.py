@@ -6,7 +6,7 @@ import copy
 import multiprocessing
 import re
 import shutil
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,19 +22,24 @@ from forensics.reader import (
     Problems,
     Summary,
     empty_journal,
+    event_frames,
+    group_log_frame,
     journal_dir,
     journal_files,
-    read_group_log,
-    read_journal,
-    split_events,
+    journal_frames,
+    modelled_records,
+    summarize_events,
+    summarize_group_log,
+    summarize_journal,
 )
-from forensics.report import ReportData, render_html, render_timeline
+from forensics.report import ReportData, ready, render_html, render_timeline
 
 TABLES = ("rebalances", "member_sessions", "group_states", "commits", "rebalance_commit_gaps")
 REPORT_NAME = "report.html"
 PARTITION_KEYS = ("topic", "partition")
 MAX_DRAWN_GAPS = 200  # per timeline
 RENDER_WORKERS = 2
+SPARK_THREADS = 4  # Spark jobs in flight at once: planning one while another runs
 
 
 @dataclass
@@ -52,30 +57,38 @@ def run(spark: SparkSession, data_dir: Path, out_dir: Path, *, timelines: int = 
     `events` replaces the journal read from disk, and `extra_problems` are what its reader
     found (the streaming mode passes both).
 
-    Speed: the journal is parsed once, narrowly, and cached (`reader.read_journal`); the events
-    that explain rebalances are cached apart with every field. The commit gaps come from one
-    sort of the commits with the rebalances marked in between. Each output table is computed
-    once and collected as Arrow: the report reads it and the driver writes it as Parquet
-    (tables are aggregates, small next to their inputs), and the rankings are pandas."""
+    Speed: the journal is parsed once, narrowly, and cached (`reader.journal_frames`); the
+    events that explain rebalances are read apart with every field. The commit gaps come from
+    one sort of the commits with the rebalances marked in between. Each output table is
+    computed once and collected as Arrow: the report reads it and the driver writes it as
+    Parquet (tables are aggregates, small next to their inputs), and the rankings are pandas.
+    Spark jobs are submitted from several threads: the inputs' totals are counted while the
+    rest is planned, and the tables are collected together, so that the driver's planning and
+    the executors' work overlap. The timeline renderers start with the job."""
     out_dir.mkdir(parents=True, exist_ok=True)
     problems = copy.deepcopy(extra_problems) if extra_problems is not None else Problems()
-    if events is None:
-        files = journal_files(journal or journal_dir(data_dir))
-        parts = (read_journal(spark, files, problems) if files
-                 else split_events(empty_journal(spark)))
-    else:
-        parts = split_events(events)
-    control = parts.control
-    summary = parts.summary
-    has_journal = summary.events > 0
-    group_log = read_group_log(spark, data_dir, problems)
-    records = group_log.records if group_log is not None else None
-    log_summary = group_log.summary if group_log is not None else Summary()
+    renderer = _Renderer(min(RENDER_WORKERS, timelines))
+    try:
+        with ThreadPoolExecutor(max_workers=SPARK_THREADS,
+                                thread_name_prefix="forensics-job") as pool:
+            return _run(spark, data_dir, out_dir, timelines, journal, events, problems, pool,
+                        renderer)
+    finally:
+        renderer.close()
 
-    span_start = _min(summary.first_ts, log_summary.first_ts)
-    span_end = _max(summary.last_ts, log_summary.last_ts)
-    data_end: Column = F.lit(span_end if span_end is not None else 0).cast("long")
 
+@dataclass
+class _Plan:
+    rebalances: DataFrame
+    sessions: DataFrame
+    around: DataFrame | None
+    group_stream: DataFrame | None
+    partition_stream: DataFrame | None
+
+
+def _plan(control: DataFrame, journal_commits: DataFrame | None, records: DataFrame | None,
+          has_journal: bool) -> _Plan:
+    """The output tables that do not depend on the inputs' time span, as frames."""
     generations = T.group_generations(records).cache() if records is not None else None
     moved = T.partitions_moved(generations) if generations is not None else None
     if has_journal:
@@ -83,17 +96,14 @@ def run(spark: SparkSession, data_dir: Path, out_dir: Path, *, timelines: int = 
         consumer_moved = T.consumer_partitions_moved(control)
         moved = consumer_moved if moved is None else moved.unionByName(consumer_moved)
         sessions = T.member_sessions(control)
-        states = T.group_states(control, data_end)
     elif generations is not None:
         rebalances = T.rebalances_from_group_log(generations)
         sessions = T.member_sessions_from_group_log(generations)
-        states = None
     else:
         rebalances = T.rebalances_from_journal(control)  # empty, with the right columns
         sessions = T.member_sessions(control)
-        states = T.group_states(control, data_end)
     numbered = T.number_rebalances(T.with_partitions_moved(rebalances, moved)).cache()
-    times = T.commit_times(parts.commits if has_journal else None, records)
+    times = T.commit_times(journal_commits if has_journal else None, records)
     group_stream = T.commit_stream(numbered, times).cache() if times is not None else None
     partition_stream = (T.commit_stream(numbered, T.partition_commit_times(records),
                                         PARTITION_KEYS).cache()
@@ -112,27 +122,59 @@ def run(spark: SparkSession, data_dir: Path, out_dir: Path, *, timelines: int = 
         around = T.rebalance_commit_gaps(numbered, group_stream, (), "journal")
     else:
         around = None
+    return _Plan(rebalances=rebalances, sessions=sessions, around=around,
+                 group_stream=group_stream, partition_stream=partition_stream)
 
-    rb_table = _collect(rebalances)
-    _write(rb_table, out_dir / "rebalances")
-    members_table = _collect(sessions)
-    _write(members_table, out_dir / "member_sessions")
-    _write_or_remove(_collect(states) if states is not None else None,
-                     out_dir / "group_states")
-    around_table = _collect(around) if around is not None else None
-    _write_or_remove(around_table, out_dir / "rebalance_commit_gaps")
-    if records is not None:
-        per_partition = partition_stream is not None and around is not None
-        _write(_collect(T.commits(records, data_end, around if per_partition else None)),
-               out_dir / "commits")
+
+def _run(spark: SparkSession, data_dir: Path, out_dir: Path, timelines: int,
+         journal: Path | None, events: DataFrame | None, problems: Problems,
+         pool: ThreadPoolExecutor, renderer: _Renderer) -> Outcome:
+    # The inputs as frames; their totals are counted in the background.
+    files = journal_files(journal or journal_dir(data_dir)) if events is None else []
+    if events is not None:
+        frames = event_frames(events)
+        journal_summary = pool.submit(summarize_events, events)
+    elif files:
+        frames = journal_frames(spark, files)
+        journal_summary = pool.submit(summarize_journal, frames, problems)
     else:
-        shutil.rmtree(out_dir / "commits", ignore_errors=True)
+        frames = event_frames(empty_journal(spark))
+        journal_summary = _done(Summary())
+    control = frames.control
+    all_records = group_log_frame(spark, data_dir)
+    records = modelled_records(all_records) if all_records is not None else None
+    log_summary_f = (pool.submit(summarize_group_log, all_records, problems)
+                     if all_records is not None else _done(Summary()))
 
-    rb = rb_table.to_pandas()
-    members = members_table.to_pandas()
+    # Planned and collected while those jobs run, on the guess that a journal that is there
+    # has events; only the tables that need the inputs' time span wait for their totals.
+    guessed = events is not None or bool(files)
+    pending = _submit(pool, _span_free(control, frames.commits, records, guessed, timelines))
+    summary = journal_summary.result()
+    log_summary = log_summary_f.result()
+    has_journal = summary.events > 0
+    if has_journal != guessed:
+        for future in pending.values():
+            future.result()
+        pending = _submit(pool, _span_free(control, frames.commits, records, has_journal,
+                                           timelines))
+    span_start = _min(summary.first_ts, log_summary.first_ts)
+    span_end = _max(summary.last_ts, log_summary.last_ts)
+    data_end: Column = F.lit(span_end if span_end is not None else 0).cast("long")
+    plan = pending.plan
+    states = T.group_states(control, data_end) if has_journal or records is None else None
+    per_partition = plan.partition_stream is not None and plan.around is not None
+    commits = (T.commits(records, data_end, plan.around if per_partition else None)
+               if records is not None else None)
+    pending.update(_submit(pool, _Tables(plan, {"group_states": states, "commits": commits})))
+    tables = {name: future.result() for name, future in pending.items()}
+    for name in TABLES:
+        _write_or_remove(tables.get(name), out_dir / name)
+
+    rb = tables["rebalances"].to_pandas()
+    members = tables["member_sessions"].to_pandas()
     worst = S.worst_groups(rb)
-    listed = _collect(control.filter(F.col("event_type").isin(
-        "static_member_replaced", "group_write_failed"))).to_pandas()
+    listed = tables["listed"].to_pandas()
     counts = {
         "groups": len(summary.groups | log_summary.groups),
         "members": len(members),
@@ -145,18 +187,14 @@ def run(spark: SparkSession, data_dir: Path, out_dir: Path, *, timelines: int = 
         causes=S.top_causes(rb), culprits=S.top_culprits(rb),
         static_restarts=_static_restarts(listed), problems=problems,
         write_failures=_write_failures(listed),
-        conversions=_collect(T.group_conversions(control)).to_pandas())
+        conversions=tables["conversions"].to_pandas())
     for old in out_dir.glob("timeline-*.png"):
         old.unlink()
     if span_start is not None and span_end is not None and len(worst) and timelines > 0:
         top = worst["group_id"].head(timelines).tolist()
-        # Per partition when the group log has its commits (a dead member's partitions stop
-        # while the others go on), else per group.
-        stream, keys = ((partition_stream, PARTITION_KEYS) if partition_stream is not None
-                        else (group_stream, ()))
-        gaps = (_collect(T.drawn_gaps(stream, keys).filter(F.col("group_id").isin(*top)))
-                .to_pandas() if stream is not None else None)
-        data.timelines = _timelines(members, gaps, top, rb, out_dir, (span_start, span_end))
+        gaps = tables["gaps"].to_pandas() if "gaps" in tables else None
+        data.timelines = _timelines(members, gaps, top, rb, out_dir, (span_start, span_end),
+                                    renderer)
     report = out_dir / REPORT_NAME
     tmp = report.with_suffix(".html.tmp")
     tmp.write_text(render_html(data), encoding="utf-8")
@@ -164,6 +202,56 @@ def run(spark: SparkSession, data_dir: Path, out_dir: Path, *, timelines: int = 
     spark.catalog.clearCache()  # --follow runs this again and again in one session
     return Outcome(report=report, rebalances=len(rb), groups=counts["groups"],
                    problems=problems)
+
+
+class _Tables(dict[str, DataFrame | None]):
+    """Frames to collect, by name, and the plan they came from."""
+
+    def __init__(self, plan: _Plan, frames: dict[str, DataFrame | None]) -> None:
+        super().__init__(frames)
+        self.plan = plan
+
+
+class _Pending(dict[str, "Future[pa.Table]"]):
+    """Collections in flight, by name, and the plan their frames came from."""
+
+    def __init__(self, plan: _Plan) -> None:
+        super().__init__()
+        self.plan = plan
+
+
+def _span_free(control: DataFrame, journal_commits: DataFrame | None,
+               records: DataFrame | None, has_journal: bool, timelines: int) -> _Tables:
+    """The frames to collect that do not depend on the inputs' time span."""
+    plan = _plan(control, journal_commits, records, has_journal)
+    # Per partition when the group log has its commits (a dead member's partitions stop
+    # while the others go on), else per group.
+    stream, keys = ((plan.partition_stream, PARTITION_KEYS) if plan.partition_stream is not None
+                    else (plan.group_stream, ()))
+    return _Tables(plan, {
+        "rebalances": plan.rebalances,
+        "member_sessions": plan.sessions,
+        "rebalance_commit_gaps": plan.around,
+        "listed": control.filter(F.col("event_type").isin(
+            "static_member_replaced", "group_write_failed")),
+        "conversions": T.group_conversions(control),
+        # every group's drawn gaps: they are few, and the worst groups are known only later
+        "gaps": T.drawn_gaps(stream, keys) if stream is not None and timelines > 0 else None,
+    })
+
+
+def _submit(pool: ThreadPoolExecutor, tables: _Tables) -> _Pending:
+    pending = _Pending(tables.plan)
+    for name, frame in tables.items():
+        if frame is not None:
+            pending[name] = pool.submit(_collect, frame)
+    return pending
+
+
+def _done(value: Summary) -> Future[Summary]:
+    future: Future[Summary] = Future()
+    future.set_result(value)
+    return future
 
 
 _STATIC_RESTART_COLUMNS = ["group_id", "ts", "generation", "group_instance_id", "old_member_id",
@@ -220,7 +308,8 @@ Render = tuple[Path, str, pd.DataFrame, pd.DataFrame, pd.DataFrame, tuple[int, i
 
 
 def _timelines(members: pd.DataFrame, gaps: pd.DataFrame | None, groups: list[str],
-               rb: pd.DataFrame, out_dir: Path, span: tuple[int, int]) -> dict[str, str]:
+               rb: pd.DataFrame, out_dir: Path, span: tuple[int, int],
+               renderer: _Renderer) -> dict[str, str]:
     if gaps is None:
         gaps = pd.DataFrame(columns=["group_id", "key", "gap_start_ts", "gap_end_ts", "gap_ms"])
     jobs: list[Render] = []
@@ -242,22 +331,36 @@ def _timelines(members: pd.DataFrame, gaps: pd.DataFrame | None, groups: list[st
         jobs.append((out_dir / name, group, group_members, group_rb, drawn,
                      (start - pad, end + pad)))
         made[group] = name
-    _render_all(jobs)
+    renderer.render(jobs)
     return made
 
 
-def _render_all(jobs: list[Render]) -> None:
+class _Renderer:
     """matplotlib draws on one core: several timelines render in parallel, each worker a
-    fresh interpreter (not a fork of this one, where the Spark gateway's threads run)."""
-    if len(jobs) < 2:
-        for job in jobs:
-            render_timeline(*job)
-        return
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(RENDER_WORKERS, len(jobs)),
-                             mp_context=context) as pool:
-        for future in [pool.submit(render_timeline, *job) for job in jobs]:
+    fresh interpreter (not a fork of this one, where the Spark gateway's threads run). The
+    workers start with the job, so that their start (importing matplotlib and pandas) is done
+    by the time the tables are."""
+
+    def __init__(self, workers: int) -> None:
+        self._pool: ProcessPoolExecutor | None = None
+        if workers > 1:
+            self._pool = ProcessPoolExecutor(
+                max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+            for _ in range(workers):  # one each: a busy pool starts another worker
+                self._pool.submit(ready)
+
+    def render(self, jobs: list[Render]) -> None:
+        if self._pool is None or len(jobs) < 2:
+            for job in jobs:
+                render_timeline(*job)
+            return
+        for future in [self._pool.submit(render_timeline, *job) for job in jobs]:
             future.result()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
 
 
 def _slug(group: str) -> str:

@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 
 from forensics.datasource import FORMAT_NAME, register
 from forensics.grouplog import find_segments
-from forensics.schema import CORRUPT_COLUMN, JOURNAL_FIELDS, KNOWN_EVENT_TYPES
+from forensics.schema import CORRUPT_COLUMN, JOURNAL_DDL, JOURNAL_FIELDS, KNOWN_EVENT_TYPES
 
 ACTIVE_NAME = ".events-active.jsonl"  # docs/events.md §1
 ACTIVE_COPY_NAME = "events-active-copy.jsonl"
@@ -114,59 +114,105 @@ class Journal:
     summary: Summary
 
 
-def read_journal(spark: SparkSession, files: list[Path], problems: Problems) -> Journal:
-    """Schema-version-1 events of known types; everything else counted in `problems`.
+@dataclass
+class JournalFrames:
+    """The journal as lazy frames, before any Spark job has run (`journal_frames`)."""
 
-    Speed: every line is parsed once for its version, type, time and group only, and cached
-    in that narrow form with the text of the lines that are not commits; those few lines are
-    then parsed with the full schema. Parsing and caching every field of every line cost about
-    twice as much, all for commit lines that need two fields."""
-    if not files:
-        return split_events(empty_journal(spark))
+    heads: DataFrame  # v, event_type, ts, group_id, bad: every line, cached
+    control: DataFrame
+    commits: DataFrame  # group_id, ts
+    paths: list[str]
+
+
+def journal_frames(spark: SparkSession, files: list[Path]) -> JournalFrames:
+    """Schema-version-1 events of known types, as frames; `summarize_journal` counts the rest.
+
+    Speed: Spark's JSON reader parses every line once, and one cached frame keeps what the
+    job reads of it: every line's version, type, time and group (the summary and the commit
+    stream read those), and the other fields only for the events that explain rebalances (a
+    few percent of a journal; null for commits, which costs next to nothing in the cache).
+    Caching every field of every line cost about twice as much; reading the rebalance events
+    in a second pass over the files cost a second parse."""
     readable = [_readable_copy(p) if p.name == ACTIVE_NAME else p for p in files]
-    text = F.col("value")
-    head = F.from_json(text, _HEAD_DDL, {"mode": "PERMISSIVE",
-                                         "columnNameOfCorruptRecord": CORRUPT_COLUMN})
-    lines = (spark.read.text([str(p) for p in readable])
-             .filter(F.trim(text) != "")  # blank lines are no events (the JSON reader agrees)
-             .select(head.alias("j"), text, *_file_columns()))
-    bad = F.col(f"j.{CORRUPT_COLUMN}").isNotNull() | F.col("j.event_type").isNull()
-    parsed = lines.select(
-        "j.v", "j.event_type", "j.ts", "j.group_id", bad.alias("bad"),
-        # The full text only where it is read again: events other than commits, and bad
-        # lines (their examples in the report).
-        F.when(bad | (F.col("j.event_type") != COMMIT_EVENT), text).alias("line"),
-        F.when(bad, F.col("source_path")).alias("source_path"), "file",
-    ).withColumn("row", F.monotonically_increasing_id()).cache()
-    summary = _tally(parsed, problems)
+    paths = [str(p) for p in readable]
+    is_control = (~_bad() & (F.col("v") == JOURNAL_VERSION)
+                  & F.col("event_type").isin(*_CONTROL_TYPES))
+    parsed = (spark.read.schema(JOURNAL_DDL).options(**_PERMISSIVE).json(paths)
+              .select("v", "event_type", "ts", "group_id", _bad().alias("bad"),
+                      F.when(is_control, F.struct(*_JOURNAL_COLUMNS, _file_columns()[1]))
+                      .alias("event"))
+              .withColumn("row", F.monotonically_increasing_id())
+              .cache())
+    heads = parsed.select("v", "event_type", "ts", "group_id", "bad")
+    control = parsed.filter(F.col("event").isNotNull()).select("event.*", "row").cache()
+    commits = heads.filter(~F.col("bad") & (F.col("v") == JOURNAL_VERSION)
+                           & (F.col("event_type") == COMMIT_EVENT)).select("group_id", "ts")
+    return JournalFrames(heads=heads, control=control, commits=commits, paths=paths)
+
+
+def summarize_journal(frames: JournalFrames, problems: Problems) -> Summary:
+    """The journal's totals, with what is skipped counted in `problems` (one Spark job, and
+    one more to find the first malformed lines when there are any)."""
+    summary = _tally(frames.heads, problems)
     if problems.malformed_lines:
-        examples = parsed.filter(F.col("bad")).select(
-            F.col("source_path").alias("path"), "line").limit(20)
-        for row in examples.collect():
+        spark = frames.heads.sparkSession
+        text = F.col("value")
+        head = F.from_json(text, _HEAD_DDL, _PERMISSIVE)
+        # The raw text of a bad line: the JSON reader keeps it only for lines that are not
+        # JSON at all, not for a JSON object without a type.
+        lines = spark.read.text(frames.paths).filter(F.trim(text) != "").select(
+            head.alias("j"), text, *_file_columns())
+        bad = F.col(f"j.{CORRUPT_COLUMN}").isNotNull() | F.col("j.event_type").isNull()
+        for row in lines.filter(bad).select(F.col("source_path").alias("path"),
+                                            F.col("value").alias("line")).limit(20).collect():
             text_of = row["line"] or ""
             path = _local_path(row["path"])
             problems.malformed_examples.append(
                 (path, _byte_position(path, text_of), text_of[:120]))
-    good = ~F.col("bad") & (F.col("v") == JOURNAL_VERSION)
-    control = (parsed.filter(good & F.col("event_type").isin(*_CONTROL_TYPES))
-               .select(F.from_json("line", JOURNAL_FIELDS).alias("e"), "file", "row")
-               .select("e.*", "file", "row").cache())
-    commits = parsed.filter(good & (F.col("event_type") == COMMIT_EVENT)).select(
-        "group_id", "ts")
-    return Journal(control=control, commits=commits, summary=summary)
+    return summary
 
 
-def split_events(events: DataFrame) -> Journal:
-    """A `Journal` from clean events (journal fields plus `file` and `row`), as the streaming
-    mode keeps them."""
+def read_journal(spark: SparkSession, files: list[Path], problems: Problems) -> Journal:
+    """Schema-version-1 events of known types; everything else counted in `problems`."""
+    if not files:
+        return split_events(empty_journal(spark))
+    frames = journal_frames(spark, files)
+    summary = summarize_journal(frames, problems)
+    return Journal(control=frames.control, commits=frames.commits, summary=summary)
+
+
+_PERMISSIVE = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COLUMN}
+_JOURNAL_COLUMNS = [part.split(" ", 1)[0] for part in JOURNAL_FIELDS.split(", ")]
+
+
+def _bad() -> Column:
+    return F.col(CORRUPT_COLUMN).isNotNull() | F.col("event_type").isNull()
+
+
+def event_frames(events: DataFrame) -> JournalFrames:
+    """`JournalFrames` of clean events (journal fields plus `file` and `row`), as the
+    streaming mode keeps them."""
+    is_commit = F.col("event_type") == COMMIT_EVENT
+    return JournalFrames(heads=events, control=events.filter(~is_commit).cache(),
+                         commits=events.filter(is_commit).select("group_id", "ts"), paths=[])
+
+
+def summarize_events(events: DataFrame) -> Summary:
+    """The totals of clean events (`event_frames`)."""
     is_commit = F.col("event_type") == COMMIT_EVENT
     summary = Summary()
     for row in events.groupBy(is_commit.alias("commit")).agg(
             F.count(F.lit(1)).alias("n"), F.min("ts").alias("lo"), F.max("ts").alias("hi"),
             F.collect_set("group_id").alias("groups")).collect():
         summary.add(row["n"], bool(row["commit"]), row["lo"], row["hi"], row["groups"])
-    return Journal(control=events.filter(~is_commit).cache(),
-                   commits=events.filter(is_commit).select("group_id", "ts"), summary=summary)
+    return summary
+
+
+def split_events(events: DataFrame) -> Journal:
+    """A `Journal` from clean events (`event_frames`), with its totals."""
+    frames = event_frames(events)
+    return Journal(control=frames.control, commits=frames.commits,
+                   summary=summarize_events(events))
 
 
 def _tally(parsed: DataFrame, problems: Problems) -> Summary:
@@ -226,11 +272,9 @@ class GroupLog:
 _MODELLED_RECORDS = ("offset_commit", "group_metadata")
 
 
-def read_group_log(spark: SparkSession, data_dir: Path, problems: Problems
-                   ) -> GroupLog | None:
-    """The decoded group log, or None when there is no `__consumer_offsets-N` here. One
-    aggregation over the cached records gives both the problems (undecodable, unknown and
-    corrupt records) and the summary of the modelled ones."""
+def group_log_frame(spark: SparkSession, data_dir: Path) -> DataFrame | None:
+    """Every decoded group-log record (cached once read), or None when there is no
+    `__consumer_offsets-N` here."""
     if not find_segments(data_dir):
         return None
     register(spark)
@@ -238,8 +282,18 @@ def read_group_log(spark: SparkSession, data_dir: Path, problems: Problems
     # reading; the cached records are then held in as many partitions as the cluster has
     # cores, so that every later pass over them runs that many tasks rather than one per
     # (mostly tiny) `__consumer_offsets` partition.
-    records = (spark.read.format(FORMAT_NAME).load(str(data_dir))
-               .coalesce(spark.sparkContext.defaultParallelism).cache())
+    return (spark.read.format(FORMAT_NAME).load(str(data_dir))
+            .coalesce(spark.sparkContext.defaultParallelism).cache())
+
+
+def modelled_records(records: DataFrame) -> DataFrame:
+    """The commit and group-metadata records: what the job reads."""
+    return records.filter(F.col("record_type").isin(*_MODELLED_RECORDS))
+
+
+def summarize_group_log(records: DataFrame, problems: Problems) -> Summary:
+    """One aggregation over `group_log_frame` gives both the problems (undecodable, unknown
+    and corrupt records) and the summary of the modelled ones."""
     positive = F.when(F.col("timestamp") > 0, F.col("timestamp"))
     tally = records.groupBy("record_type", "key_version").agg(
         F.count(F.lit(1)).alias("n"), F.min(positive).alias("lo"), F.max(positive).alias("hi"),
@@ -258,7 +312,17 @@ def read_group_log(spark: SparkSession, data_dir: Path, problems: Problems
         for row in records.filter(F.col("record_type") == "corrupt").select(
                 "source_file", "position", "error").limit(50).collect():
             problems.corrupt_batches.append((row["source_file"], row["position"], row["error"]))
-    return GroupLog(records.filter(F.col("record_type").isin(*_MODELLED_RECORDS)), summary)
+    return summary
+
+
+def read_group_log(spark: SparkSession, data_dir: Path, problems: Problems
+                   ) -> GroupLog | None:
+    """The decoded group log with its summary, or None when there is no group log here."""
+    records = group_log_frame(spark, data_dir)
+    if records is None:
+        return None
+    summary = summarize_group_log(records, problems)
+    return GroupLog(modelled_records(records), summary)
 
 
 def _local_path(uri: str) -> str:

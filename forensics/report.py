@@ -335,6 +335,10 @@ vertical-align:top;text-align:left}th{background:#f4f4f4}table.rb{font-size:12px
 # -- timelines -------------------------------------------------------------------------------
 
 
+def ready() -> None:
+    """Nothing: a renderer process that ran it has imported this module (matplotlib, pandas)."""
+
+
 def render_timeline(path: Path, group: str, sessions: pd.DataFrame, rebalances: pd.DataFrame,
                     gaps: pd.DataFrame, span: tuple[int, int]) -> None:
     """Members as lanes (their sessions as bars, removals marked with the cause), rebalances as
