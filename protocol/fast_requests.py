@@ -54,6 +54,27 @@ class ConsumerGroupHeartbeatFields:
     topic_partitions: None
 
 
+def _header_v2(frame: bytes) -> tuple[int, int, str | None, int] | None:
+    """Request header v2 (key, version, correlation id, int16-length client id, no tags):
+    version, correlation id, client id and where the body starts; None for a client id that
+    is not there or header tags. Raises on a frame too short (the callers decline then)."""
+    _, version, correlation_id, client_length = _HEADER.unpack_from(frame, 0)
+    pos = 10
+    if client_length < 0:
+        if client_length != -1:
+            return None
+        client_id = None
+    else:
+        end = pos + client_length
+        if end > len(frame):
+            return None
+        client_id = frame[pos:end].decode()
+        pos = end
+    if frame[pos] != 0:  # header tags
+        return None
+    return version, correlation_id, client_id, pos + 1
+
+
 def decode_consumer_group_heartbeat(frame: bytes
                                     ) -> tuple[int, int, str | None, Any] | None:
     """(api version, correlation id, client id, fields) of a v0/v1 request whose arrays are
@@ -66,23 +87,10 @@ def decode_consumer_group_heartbeat(frame: bytes
     (compact nullable array), tags. Bytes after the body are ignored, as kio ignores them.
     """
     try:
-        _, version, correlation_id, client_length = _HEADER.unpack_from(frame, 0)
-        if version > 1:
+        header = _header_v2(frame)
+        if header is None or header[0] > 1:
             return None
-        pos = 10
-        if client_length < 0:
-            if client_length != -1:
-                return None
-            client_id = None
-        else:
-            end = pos + client_length
-            if end > len(frame):
-                return None
-            client_id = frame[pos:end].decode()
-            pos = end
-        if frame[pos] != 0:  # header tags
-            return None
-        pos += 1
+        version, correlation_id, client_id, pos = header
         # Compact strings: one length byte (n + 1, 0 for null) below 0x80, then n bytes.
         length = frame[pos] - 1
         if length < 0 or length > 126:  # null (not allowed) or a multi-byte length
@@ -167,23 +175,11 @@ def decode_offset_commit(frame: bytes) -> tuple[int, int, str | None, Any] | Non
     committed metadata (compact nullable string), tags; then the topic's tags; the body's tags.
     """
     try:
-        _, version, correlation_id, client_length = _HEADER.unpack_from(frame, 0)
-        if version != 8 and version != 9:
+        header = _header_v2(frame)
+        if header is None or header[0] not in (8, 9):
             return None
-        pos = 10
-        if client_length < 0:
-            if client_length != -1:
-                return None
-            client_id = None
-        else:
-            end = pos + client_length
-            if end > len(frame):
-                return None
-            client_id = frame[pos:end].decode()
-            pos = end
-        if frame[pos] != 0:  # header tags
-            return None
-        group_id, pos = _string(frame, pos + 1)
+        version, correlation_id, client_id, pos = header
+        group_id, pos = _string(frame, pos)
         (generation,) = _I32.unpack_from(frame, pos)
         member_id, pos = _string(frame, pos + 4)
         instance_id, pos = _nullable(frame, pos)

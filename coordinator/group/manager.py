@@ -153,8 +153,8 @@ class GroupCoordinator:
         steady_heartbeat`): True when it was one and its answer is NONE; False, with nothing
         changed, when `handle` must take the command. The hottest request a coordinator
         serves, so it skips building the command and its Result."""
-        group = self._groups.get(group_id)
-        if group is None or self.consumer.group(group_id) is not None:
+        group = self._classic_only(group_id)
+        if group is None:
             return False
         return steady_heartbeat(group, member_id, generation_id, group_instance_id,
                                 connection_id, now_ms,
@@ -577,14 +577,22 @@ class GroupCoordinator:
         return self._validate_offset_commit_in_full(group_id, member_id, generation_id,
                                                     group_instance_id, now_ms, connection_id)
 
+    def _classic_only(self, group_id: str) -> ClassicGroup | None:
+        """The classic group of that id, when no consumer group has the id too (the steady
+        paths leave such a group to the full checks)."""
+        group = self._groups.get(group_id)
+        if group is None or self.consumer.group(group_id) is not None:
+            return None
+        return group
+
     def steady_commit(self, group_id: str, member_id: str, generation_id: int,
                       group_instance_id: str | None, connection_id: int, now_ms: int) -> bool:
         """The group side of nearly every OffsetCommit, done in place
         (`classic.heartbeat.steady_commit`): a current member of a classic group, on its
         connection, whose session moves with no timer change, record or event to return.
         True when it was one; False, with nothing changed, when the full checks must run."""
-        group = self._groups.get(group_id)
-        if group is None or self.consumer.group(group_id) is not None:
+        group = self._classic_only(group_id)
+        if group is None:
             return False
         return steady_commit(group, member_id, generation_id, group_instance_id,
                              connection_id, now_ms,

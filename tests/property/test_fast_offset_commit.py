@@ -23,6 +23,7 @@ from protocol import fast_requests
 from protocol.build import build
 from protocol.codec import decode_request
 from protocol.errors import MalformedRequest
+from tests.property.test_fast_requests import damaged_copy
 
 PROPS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -97,16 +98,8 @@ def test_the_hand_decoder_reads_what_kio_reads(request: tuple[int, bytes]) -> No
 def test_a_damaged_frame_is_read_or_refused_as_kio_does(request: tuple[int, bytes],
                                                         data: st.DataObject) -> None:
     _, frame = request
-    damaged = bytearray(frame)
-    how = data.draw(st.sampled_from(["flip", "cut", "append"]))
-    if how == "flip":
-        at = data.draw(st.integers(4, len(damaged) - 1))  # keep the api key and version
-        damaged[at] = data.draw(st.integers(0, 255))
-    elif how == "cut":
-        del damaged[data.draw(st.integers(8, len(damaged) - 1)):]
-    else:
-        damaged += data.draw(st.binary(min_size=1, max_size=4))
-    assert decoded(bytes(damaged), hand=True) == decoded(bytes(damaged), hand=False)
+    damaged = damaged_copy(frame, data)
+    assert decoded(damaged, hand=True) == decoded(damaged, hand=False)
 
 
 def test_the_commit_of_kafka_python_is_read_by_hand() -> None:
