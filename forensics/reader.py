@@ -260,15 +260,6 @@ def clean_journal(raw: DataFrame, problems: Problems) -> DataFrame:
             .drop(CORRUPT_COLUMN, "source_path"))
 
 
-@dataclass
-class GroupLog:
-    """The decoded group log as the job reads it: its commit and group-metadata records
-    (cached) and their totals."""
-
-    records: DataFrame
-    summary: Summary
-
-
 _MODELLED_RECORDS = ("offset_commit", "group_metadata")
 
 
@@ -313,16 +304,6 @@ def summarize_group_log(records: DataFrame, problems: Problems) -> Summary:
                 "source_file", "position", "error").limit(50).collect():
             problems.corrupt_batches.append((row["source_file"], row["position"], row["error"]))
     return summary
-
-
-def read_group_log(spark: SparkSession, data_dir: Path, problems: Problems
-                   ) -> GroupLog | None:
-    """The decoded group log with its summary, or None when there is no group log here."""
-    records = group_log_frame(spark, data_dir)
-    if records is None:
-        return None
-    summary = summarize_group_log(records, problems)
-    return GroupLog(modelled_records(records), summary)
 
 
 def _local_path(uri: str) -> str:
