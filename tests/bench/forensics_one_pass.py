@@ -4,7 +4,9 @@
 (`forensics_bench.write_journal`, 1,000,000 events by default) and then times, in a fresh
 local[2] session (the same settings and class-data archive as `python -m forensics`), one read
 of the journal by Spark's JSON reader, one shuffle by group and a per-group function over Arrow
-(sort by time, count the rebalance starts, find the longest gap between events). The real job
+(sort by time, count the rebalance starts, find the longest gap between events). The rows
+carry what a job of this shape needs: group, time and type of every event, and the fields that
+explain rebalances for the events that are not commits. The real job
 runs a few dozen distinct Spark SQL operators where this runs three; the difference between
 the two wall times is what a job with that shape could save (BENCHMARKS.md, forensics).
 """
@@ -20,6 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from tests.bench.forensics_bench import write_journal
+
+DETAIL_FIELDS = ("generation", "from_state", "to_state", "reason", "cause", "member_id",
+                 "group_instance_id", "client_id", "client_host", "protocol_name", "leader_id",
+                 "num_members", "duration_ms", "rebalance", "assignor", "moved_partitions",
+                 "member_state")
 
 
 def per_group(table: Any) -> Any:
@@ -52,8 +59,15 @@ def main() -> int:
         spark = get_session(class_cache=cache)
         session_s = time.perf_counter() - started
         paths = [str(p) for p in journal_files(work / "events")]
+        from pyspark.sql import functions as F
+
+        # What a one-pass job must carry: every event's group, time and type, and the other
+        # fields only for the events that are not commits (as one struct, null for commits:
+        # the same fields as columns of their own cost ~12 s more here).
         journal = spark.read.schema(JOURNAL_DDL).json(paths).select(
-            "group_id", "ts", "event_type")
+            "group_id", "ts", "event_type",
+            F.when(F.col("event_type") != "offsets_committed", F.struct(*DETAIL_FIELDS))
+            .alias("detail"))
         groups = journal.groupBy("group_id").applyInArrow(
             per_group, "group_id STRING, starts BIGINT, longest_gap_ms BIGINT").toArrow()
         wall_s = time.perf_counter() - started
