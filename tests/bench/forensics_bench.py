@@ -277,23 +277,18 @@ def _watch_cpu(job: subprocess.Popen[bytes]) -> dict[str, float]:
     jvm_threads: dict[int, tuple[str, int]] = {}
     python = 0.0
     while job.poll() is None:
-        jvm = None
-        for pid in _descendants(job.pid):
-            try:
-                if Path(f"/proc/{pid}/comm").read_text().strip() == "java":
-                    jvm = pid
-            except OSError:
-                continue
+        processes = _processes()
+        jvm = next((pid for pid, (_, name, _) in processes.items()
+                    if name == "java" and _in_tree(pid, job.pid, processes)), None)
         if jvm is not None:
             for task in Path(f"/proc/{jvm}/task").iterdir():
                 try:
-                    name = (task / "comm").read_text().strip()
-                    stat = (task / "stat").read_text()
-                except OSError:
+                    _, name, ticks = _stat(task / "stat")
+                except (OSError, ValueError):
                     continue
-                fields = stat[stat.rindex(")") + 2:].split()
-                jvm_threads[int(task.name)] = (name, int(fields[11]) + int(fields[12]))
-            python = _process_tree_cpu_s(job.pid) - _process_tree_cpu_s(jvm)
+                jvm_threads[int(task.name)] = (name, ticks)
+            python = (_process_tree_cpu_s(job.pid, processes)
+                      - _process_tree_cpu_s(jvm, processes))
         time.sleep(0.5)
     split = {"jvm_tasks": 0.0, "jvm_jit": 0.0, "jvm_other": 0.0}
     for name, ticks in jvm_threads.values():
@@ -304,46 +299,40 @@ def _watch_cpu(job: subprocess.Popen[bytes]) -> dict[str, float]:
     return {k: round(v, 1) for k, v in split.items()}
 
 
-def _descendants(root: int) -> list[int]:
-    found: list[int] = []
+def _stat(path: Path) -> tuple[int, str, int]:
+    """Parent pid, name, and user + system CPU ticks (with reaped children's) of a
+    /proc/PID/stat or /proc/PID/task/TID/stat file."""
+    stat = path.read_text()
+    fields = stat[stat.rindex(")") + 2:].split()
+    name = stat[stat.index("(") + 1:stat.rindex(")")]
+    return int(fields[1]), name, sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+
+
+def _processes() -> dict[int, tuple[int, str, int]]:
+    """Every live process: pid -> `_stat`."""
+    found: dict[int, tuple[int, str, int]] = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-        if ppid == root:
-            found.append(int(entry))
-            found.extend(_descendants(int(entry)))
+        if entry.isdigit():
+            try:
+                found[int(entry)] = _stat(Path(f"/proc/{entry}/stat"))
+            except (OSError, ValueError):
+                continue
     return found
 
 
-def _process_tree_cpu_s(root: int) -> float:
+def _in_tree(pid: int, root: int, processes: dict[int, tuple[int, str, int]]) -> bool:
+    while pid > 1 and pid != root:
+        pid = processes[pid][0] if pid in processes else 0
+    return pid == root
+
+
+def _process_tree_cpu_s(root: int,
+                        processes: dict[int, tuple[int, str, int]] | None = None) -> float:
     """User + system CPU seconds of `root` and its live descendants, including the children
     they have reaped (Linux /proc)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    parent: dict[int, int] = {}
-    cpu: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        parent[int(entry)] = int(fields[1])
-        cpu[int(entry)] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
-    total = 0
-    for pid, ticks in cpu.items():
-        ancestor = pid
-        while ancestor > 1 and ancestor != root:
-            ancestor = parent.get(ancestor, 0)
-        if ancestor == root:
-            total += ticks
-    return total / tick
+    processes = _processes() if processes is None else processes
+    ticks = sum(cpu for pid, (_, _, cpu) in processes.items() if _in_tree(pid, root, processes))
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 if __name__ == "__main__":
