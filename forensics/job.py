@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import multiprocessing
 import re
 import shutil
@@ -18,19 +17,18 @@ from pyspark.sql import functions as F
 
 from forensics import summaries as S
 from forensics import transforms as T
+from forensics.journal_pass import TABLE_TYPES, close_states
 from forensics.reader import (
+    JournalTables,
     Problems,
     Summary,
-    empty_journal,
-    event_frames,
+    analyse_journal,
     group_log_frame,
     journal_dir,
     journal_files,
-    journal_frames,
+    journal_tables,
     modelled_records,
-    summarize_events,
     summarize_group_log,
-    summarize_journal,
 )
 from forensics.report import ReportData, ready, render_html, render_timeline
 
@@ -39,7 +37,7 @@ REPORT_NAME = "report.html"
 PARTITION_KEYS = ("topic", "partition")
 MAX_DRAWN_GAPS = 200  # per timeline
 RENDER_WORKERS = 2
-SPARK_THREADS = 4  # Spark jobs in flight at once: planning one while another runs
+SPARK_THREADS = 4  # Spark jobs in flight at once: the journal pass beside the group log's
 
 
 @dataclass
@@ -51,130 +49,75 @@ class Outcome:
 
 
 def run(spark: SparkSession, data_dir: Path, out_dir: Path, *, timelines: int = 10,
-        journal: Path | None = None, events: DataFrame | None = None,
-        extra_problems: Problems | None = None) -> Outcome:
-    """Analyse `data_dir` (a rebalanced `log.dirs` or a Kafka log directory) into `out_dir`.
-    `events` replaces the journal read from disk, and `extra_problems` are what its reader
-    found (the streaming mode passes both).
+        journal: Path | None = None) -> Outcome:
+    """Analyse `data_dir` (a rebalanced `log.dirs` or a Kafka log directory) into `out_dir`;
+    the journal is `journal`, else `data_dir`/events.
 
-    Speed: the journal is parsed once, narrowly, and cached (`reader.journal_frames`); the
-    events that explain rebalances are read apart with every field. The commit gaps come from
-    one sort of the commits with the rebalances marked in between. Each output table is
-    computed once and collected as Arrow: the report reads it and the driver writes it as
-    Parquet (tables are aggregates, small next to their inputs), and the rankings are pandas.
-    Spark jobs are submitted from several threads: the inputs' totals are counted while the
-    rest is planned, and the tables are collected together, so that the driver's planning and
-    the executors' work overlap. The timeline renderers start with the job."""
+    Speed: each journal file is parsed in its own task and gathered there per group
+    (`journal_chunks`), those rows are shuffled once by group, and each group's go through
+    one Python function that makes every journal table at once (`journal_pass`). On a cold
+    JVM every distinct Spark SQL operator costs compile time and every row handled before
+    the code is compiled costs more: a row per file and group, and one pass, cost far less
+    than a row per line and a plan per table. The group log, where there is one, is read by
+    its own data source at the same time; its tables (per-partition commits and gaps,
+    partitions moved) are Spark SQL over the decoded records. Every table is collected as
+    Arrow (tables are aggregates, small next to their inputs) and the driver writes it as
+    Parquet; the rankings are pandas. The timeline renderers start with the job."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    problems = copy.deepcopy(extra_problems) if extra_problems is not None else Problems()
+    problems = Problems()
     renderer = _Renderer(min(RENDER_WORKERS, timelines))
     try:
         with ThreadPoolExecutor(max_workers=SPARK_THREADS,
                                 thread_name_prefix="forensics-job") as pool:
-            return _run(spark, data_dir, out_dir, timelines, journal, events, problems, pool,
-                        renderer)
+            return _run(spark, data_dir, out_dir, timelines, journal or journal_dir(data_dir),
+                        problems, pool, renderer)
     finally:
         renderer.close()
 
 
-@dataclass
-class _Plan:
-    rebalances: DataFrame
-    sessions: DataFrame
-    around: DataFrame | None
-    group_stream: DataFrame | None
-    partition_stream: DataFrame | None
-
-
-def _plan(control: DataFrame, journal_commits: DataFrame | None, records: DataFrame | None,
-          has_journal: bool) -> _Plan:
-    """The output tables that do not depend on the inputs' time span, as frames."""
-    generations = T.group_generations(records).cache() if records is not None else None
-    moved = T.partitions_moved(generations) if generations is not None else None
-    if has_journal:
-        rebalances = T.with_consumer_groups(T.rebalances_from_journal(control), control)
-        consumer_moved = T.consumer_partitions_moved(control)
-        moved = consumer_moved if moved is None else moved.unionByName(consumer_moved)
-        sessions = T.member_sessions(control)
-    elif generations is not None:
-        rebalances = T.rebalances_from_group_log(generations)
-        sessions = T.member_sessions_from_group_log(generations)
-    else:
-        rebalances = T.rebalances_from_journal(control)  # empty, with the right columns
-        sessions = T.member_sessions(control)
-    numbered = T.number_rebalances(T.with_partitions_moved(rebalances, moved)).cache()
-    times = T.commit_times(journal_commits if has_journal else None, records)
-    group_stream = T.commit_stream(numbered, times).cache() if times is not None else None
-    partition_stream = (T.commit_stream(numbered, T.partition_commit_times(records),
-                                        PARTITION_KEYS).cache()
-                        if records is not None else None)
-    if group_stream is not None:
-        rebalances = T.with_commit_gaps(numbered, group_stream)
-    else:
-        rebalances = (numbered.drop("_rid")
-                      .withColumn("gap_start_ts", F.lit(None).cast("long"))
-                      .withColumn("gap_end_ts", F.lit(None).cast("long"))
-                      .withColumn("commit_gap_ms", F.lit(None).cast("long")))
-    if partition_stream is not None:
-        around = T.rebalance_commit_gaps(numbered, partition_stream, PARTITION_KEYS,
-                                         "group_log")
-    elif group_stream is not None:
-        around = T.rebalance_commit_gaps(numbered, group_stream, (), "journal")
-    else:
-        around = None
-    return _Plan(rebalances=rebalances, sessions=sessions, around=around,
-                 group_stream=group_stream, partition_stream=partition_stream)
-
-
 def _run(spark: SparkSession, data_dir: Path, out_dir: Path, timelines: int,
-         journal: Path | None, events: DataFrame | None, problems: Problems,
-         pool: ThreadPoolExecutor, renderer: _Renderer) -> Outcome:
-    # The inputs as frames; their totals are counted in the background.
-    files = journal_files(journal or journal_dir(data_dir)) if events is None else []
-    if events is not None:
-        frames = event_frames(events)
-        journal_summary = pool.submit(summarize_events, events)
-    elif files:
-        frames = journal_frames(spark, files)
-        journal_summary = pool.submit(summarize_journal, frames, problems)
-    else:
-        frames = event_frames(empty_journal(spark))
-        journal_summary = _done(Summary())
-    control = frames.control
+         journal: Path, problems: Problems, pool: ThreadPoolExecutor,
+         renderer: _Renderer) -> Outcome:
+    # The journal pass and the group log's first jobs run at once.
+    analysed = (pool.submit(_collect, analyse_journal(spark, journal))
+                if journal_files(journal) else None)
     all_records = group_log_frame(spark, data_dir)
     records = modelled_records(all_records) if all_records is not None else None
     log_summary_f = (pool.submit(summarize_group_log, all_records, problems)
                      if all_records is not None else _done(Summary()))
+    generations = T.group_generations(records).cache() if records is not None else None
+    moved_f = (pool.submit(_collect, T.partitions_moved(generations))
+               if generations is not None and analysed is not None else None)
 
-    # Planned and collected while those jobs run, on the guess that a journal that is there
-    # has events; only the tables that need the inputs' time span wait for their totals.
-    guessed = events is not None or bool(files)
-    pending = _submit(pool, _span_free(control, frames.commits, records, guessed, timelines))
-    summary = journal_summary.result()
+    found = (journal_tables(analysed.result(), problems) if analysed is not None
+             else JournalTables(tables=_empty_journal_tables(), summary=Summary()))
+    summary = found.summary
     log_summary = log_summary_f.result()
     has_journal = summary.events > 0
-    if has_journal != guessed:
-        for future in pending.values():
-            future.result()
-        pending = _submit(pool, _span_free(control, frames.commits, records, has_journal,
-                                           timelines))
     span_start = _min(summary.first_ts, log_summary.first_ts)
     span_end = _max(summary.last_ts, log_summary.last_ts)
-    data_end: Column = F.lit(span_end if span_end is not None else 0).cast("long")
-    plan = pending.plan
-    states = T.group_states(control, data_end) if has_journal or records is None else None
-    per_partition = plan.partition_stream is not None and plan.around is not None
-    commits = (T.commits(records, data_end, plan.around if per_partition else None)
-               if records is not None else None)
-    pending.update(_submit(pool, _Tables(plan, {"group_states": states, "commits": commits})))
-    tables = {name: future.result() for name, future in pending.items()}
+    data_end = span_end if span_end is not None else 0
+
+    tables: dict[str, pa.Table | None]
+    if has_journal:
+        moved = moved_f.result() if moved_f is not None else None
+        tables = _journal_outputs(spark, found.tables, moved, records, data_end, timelines,
+                                  pool)
+    elif generations is not None and records is not None:
+        tables = _group_log_outputs(generations, records, data_end, timelines, pool)
+    else:  # nothing to report: the tables a journal would fill, empty
+        tables = {"rebalances": found.tables["rebalances"],
+                  "member_sessions": found.tables["member_sessions"],
+                  "group_states": close_states(found.tables["group_states"], data_end)}
     for name in TABLES:
         _write_or_remove(tables.get(name), out_dir / name)
 
-    rb = tables["rebalances"].to_pandas()
-    members = tables["member_sessions"].to_pandas()
+    rebalances, sessions = tables["rebalances"], tables["member_sessions"]
+    assert rebalances is not None and sessions is not None
+    rb = rebalances.to_pandas()
+    members = sessions.to_pandas()
     worst = S.worst_groups(rb)
-    listed = tables["listed"].to_pandas()
+    listed = found.tables["listed"].to_pandas()
     counts = {
         "groups": len(summary.groups | log_summary.groups),
         "members": len(members),
@@ -187,12 +130,13 @@ def _run(spark: SparkSession, data_dir: Path, out_dir: Path, timelines: int,
         causes=S.top_causes(rb), culprits=S.top_culprits(rb),
         static_restarts=_static_restarts(listed), problems=problems,
         write_failures=_write_failures(listed),
-        conversions=tables["conversions"].to_pandas())
+        conversions=found.tables["conversions"].to_pandas())
     for old in out_dir.glob("timeline-*.png"):
         old.unlink()
     if span_start is not None and span_end is not None and len(worst) and timelines > 0:
         top = worst["group_id"].head(timelines).tolist()
-        gaps = tables["gaps"].to_pandas() if "gaps" in tables else None
+        drawn = tables.get("gaps")
+        gaps = drawn.to_pandas() if drawn is not None else None
         data.timelines = _timelines(members, gaps, top, rb, out_dir, (span_start, span_end),
                                     renderer)
     report = out_dir / REPORT_NAME
@@ -204,48 +148,102 @@ def _run(spark: SparkSession, data_dir: Path, out_dir: Path, timelines: int,
                    problems=problems)
 
 
-class _Tables(dict[str, DataFrame | None]):
-    """Frames to collect, by name, and the plan they came from."""
-
-    def __init__(self, plan: _Plan, frames: dict[str, DataFrame | None]) -> None:
-        super().__init__(frames)
-        self.plan = plan
+def _empty_journal_tables() -> dict[str, pa.Table]:
+    return {name: pa.schema(list(struct)).empty_table()
+            for name, struct in TABLE_TYPES.items() if name != "tally"}
 
 
-class _Pending(dict[str, "Future[pa.Table]"]):
-    """Collections in flight, by name, and the plan their frames came from."""
+def _journal_outputs(spark: SparkSession, found: dict[str, pa.Table], moved: pa.Table | None,
+                     records: DataFrame | None, data_end: int, timelines: int,
+                     pool: ThreadPoolExecutor) -> dict[str, pa.Table | None]:
+    """The output tables of a journal (and of the group log beside it, if any). The journal
+    pass made the rebalances with the group's commit gap around each, the member sessions,
+    the state times and the gaps worth drawing. The group log adds how many partitions each
+    classic rebalance moved and, from its per-partition commit records, the commit gap of
+    each partition around each rebalance (a dead member's partitions stop committing while
+    the others go on), the per-partition commit table and the drawn gaps per partition."""
+    rebalances = _with_classic_moves(found["rebalances"], moved)
+    tables: dict[str, pa.Table | None] = {
+        "rebalances": rebalances,
+        "member_sessions": found["member_sessions"],
+        "group_states": close_states(found["group_states"], data_end),
+        "gaps": found["gaps"] if timelines > 0 else None,
+    }
+    if records is None:
+        tables["rebalance_commit_gaps"] = _journal_commit_gaps(rebalances)
+        return tables
+    frame = spark.createDataFrame(rebalances.select(list(T.REBALANCE_GAP_COLUMNS)))
+    numbered = T.number_rebalances(frame).cache()
+    stream = T.commit_stream(numbered, T.partition_commit_times(records),
+                             PARTITION_KEYS).cache()
+    around = T.rebalance_commit_gaps(numbered, stream, PARTITION_KEYS, "group_log").cache()
+    frames = {"rebalance_commit_gaps": around,
+              "commits": T.commits(records, _lit(data_end), around)}
+    if timelines > 0:
+        frames["gaps"] = T.drawn_gaps(stream, PARTITION_KEYS)
+    pending = {name: pool.submit(_collect, f) for name, f in frames.items()}
+    tables.update({name: future.result() for name, future in pending.items()})
+    return tables
 
-    def __init__(self, plan: _Plan) -> None:
-        super().__init__()
-        self.plan = plan
+
+def _group_log_outputs(generations: DataFrame, records: DataFrame, data_end: int,
+                       timelines: int, pool: ThreadPoolExecutor
+                       ) -> dict[str, pa.Table | None]:
+    """The output tables of a group log alone (a Kafka log directory): rebalances and member
+    sessions inferred from the GroupMetadata records, commit gaps from the commit records;
+    no state times (the records do not have them)."""
+    rebalances = T.with_partitions_moved(T.rebalances_from_group_log(generations),
+                                         T.partitions_moved(generations))
+    numbered = T.number_rebalances(rebalances).cache()
+    group_stream = T.commit_stream(numbered, T.commit_times(records)).cache()
+    stream = T.commit_stream(numbered, T.partition_commit_times(records),
+                             PARTITION_KEYS).cache()
+    around = T.rebalance_commit_gaps(numbered, stream, PARTITION_KEYS, "group_log").cache()
+    frames = {
+        "rebalances": T.with_commit_gaps(numbered, group_stream),
+        "member_sessions": T.member_sessions_from_group_log(generations),
+        "rebalance_commit_gaps": around,
+        "commits": T.commits(records, _lit(data_end), around),
+    }
+    if timelines > 0:
+        frames["gaps"] = T.drawn_gaps(stream, PARTITION_KEYS)
+    pending = {name: pool.submit(_collect, f) for name, f in frames.items()}
+    return {name: future.result() for name, future in pending.items()}
 
 
-def _span_free(control: DataFrame, journal_commits: DataFrame | None,
-               records: DataFrame | None, has_journal: bool, timelines: int) -> _Tables:
-    """The frames to collect that do not depend on the inputs' time span."""
-    plan = _plan(control, journal_commits, records, has_journal)
-    # Per partition when the group log has its commits (a dead member's partitions stop
-    # while the others go on), else per group.
-    stream, keys = ((plan.partition_stream, PARTITION_KEYS) if plan.partition_stream is not None
-                    else (plan.group_stream, ()))
-    return _Tables(plan, {
-        "rebalances": plan.rebalances,
-        "member_sessions": plan.sessions,
-        "rebalance_commit_gaps": plan.around,
-        "listed": control.filter(F.col("event_type").isin(
-            "static_member_replaced", "group_write_failed")),
-        "conversions": T.group_conversions(control),
-        # every group's drawn gaps: they are few, and the worst groups are known only later
-        "gaps": T.drawn_gaps(stream, keys) if stream is not None and timelines > 0 else None,
+def _lit(value: int) -> Column:
+    return F.lit(value).cast("long")
+
+
+def _with_classic_moves(rebalances: pa.Table, moved: pa.Table | None) -> pa.Table:
+    """Partitions moved by each classic rebalance, from the group log's assignments (a
+    consumer group's come with its journal events)."""
+    if moved is None or moved.num_rows == 0 or rebalances.num_rows == 0:
+        return rebalances
+    by_generation = {(g, n): m for g, n, m in zip(
+        moved.column("group_id").to_pylist(), moved.column("generation").to_pylist(),
+        moved.column("partitions_moved").to_pylist(), strict=True)}
+    filled = [m if m is not None else by_generation.get((g, n)) for g, n, m in zip(
+        rebalances.column("group_id").to_pylist(),
+        rebalances.column("generation_to").to_pylist(),
+        rebalances.column("partitions_moved").to_pylist(), strict=True)]
+    index = rebalances.schema.get_field_index("partitions_moved")
+    return rebalances.set_column(index, "partitions_moved", pa.array(filled, pa.int64()))
+
+
+def _journal_commit_gaps(rebalances: pa.Table) -> pa.Table:
+    """`rebalance_commit_gaps` from the journal alone: one row per rebalance from the group's
+    commit times (the journal's commit lines do not name partitions)."""
+    n = rebalances.num_rows
+    columns = {name: rebalances.column(name) for name in T.REBALANCE_GAP_COLUMNS}
+    columns.update({
+        "topic": pa.nulls(n, pa.string()), "partition": pa.nulls(n, pa.int32()),
+        "gap_start_ts": rebalances.column("gap_start_ts"),
+        "gap_end_ts": rebalances.column("gap_end_ts"),
+        "commit_gap_ms": rebalances.column("commit_gap_ms"),
+        "source": pa.array(["journal"] * n, pa.string()),
     })
-
-
-def _submit(pool: ThreadPoolExecutor, tables: _Tables) -> _Pending:
-    pending = _Pending(tables.plan)
-    for name, frame in tables.items():
-        if frame is not None:
-            pending[name] = pool.submit(_collect, frame)
-    return pending
+    return pa.table(columns)
 
 
 def _done(value: Summary) -> Future[Summary]:

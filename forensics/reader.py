@@ -2,27 +2,29 @@
 
 from __future__ import annotations
 
-import atexit
-import shutil
-import tempfile
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
-from pyspark.sql import Column, DataFrame, SparkSession
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from forensics.datasource import FORMAT_NAME, register
 from forensics.grouplog import find_segments
-from forensics.schema import CORRUPT_COLUMN, JOURNAL_DDL, JOURNAL_FIELDS, KNOWN_EVENT_TYPES
+from forensics.journal_chunks import CHUNK, journal_files, read_files
+from forensics.journal_pass import (
+    COMMIT,
+    JOURNAL_VERSION,
+    OUTPUT,
+    TABLE_TYPES,
+    analyse_group_table,
+    spark_ddl,
+)
+from forensics.schema import KNOWN_EVENT_TYPES
 
-ACTIVE_NAME = ".events-active.jsonl"  # docs/events.md §1
-ACTIVE_COPY_NAME = "events-active-copy.jsonl"
-_ACTIVE_COPIES: dict[str, str] = {}  # copy -> the active file it was taken from
-JOURNAL_VERSION = 1
-COMMIT_EVENT = "offsets_committed"
-_CONTROL_TYPES = tuple(t for t in KNOWN_EVENT_TYPES if t != COMMIT_EVENT)
-# What the first parse of every line reads (`read_journal`).
-_HEAD_DDL = f"v INT, event_type STRING, ts BIGINT, group_id STRING, {CORRUPT_COLUMN} STRING"
+__all__ = ["journal_files"]
 
 
 @dataclass
@@ -32,7 +34,7 @@ class Problems:
     malformed_lines: int = 0
     malformed_examples: list[tuple[str, int, str]] = field(default_factory=list)
     unknown_event_types: dict[str, int] = field(default_factory=dict)
-    other_versions: dict[int, int] = field(default_factory=dict)
+    other_versions: dict[int | None, int] = field(default_factory=dict)
     corrupt_batches: list[tuple[str, int, str]] = field(default_factory=list)
     undecodable_records: int = 0
     unknown_record_types: dict[int, int] = field(default_factory=dict)
@@ -40,45 +42,6 @@ class Problems:
 
 def journal_dir(data_dir: Path) -> Path:
     return data_dir / "events"
-
-
-def journal_files(directory: Path, include_active: bool = True) -> list[Path]:
-    """Closed files in time order, then the active one (a batch run reads it too)."""
-    if not directory.is_dir():
-        return []
-    closed = sorted(p for p in directory.glob("events-*.jsonl") if p.is_file())
-    active = directory / ACTIVE_NAME
-    if include_active and active.is_file() and active.stat().st_size > 0:
-        closed.append(active)
-    return closed
-
-
-def _readable_copy(active: Path) -> Path:
-    """Spark skips hidden files even when named explicitly: read the active file through a
-    copy taken now (the broker keeps appending to the original). Removed at exit."""
-    directory = Path(tempfile.mkdtemp(prefix="forensics-journal-"))
-    atexit.register(shutil.rmtree, directory, True)
-    copy = directory / ACTIVE_COPY_NAME
-    shutil.copyfile(active, copy)
-    _ACTIVE_COPIES[str(copy)] = str(active)
-    return copy
-
-
-def _file_columns() -> list[Column]:
-    """`source_path`, and `file`: sorts in time order, the active file last."""
-    name = F.col("_metadata.file_name")
-    return [F.col("_metadata.file_path").alias("source_path"),
-            F.when(name.isin(ACTIVE_NAME, ACTIVE_COPY_NAME), F.lit("~active"))
-            .otherwise(name).alias("file")]
-
-
-def with_file(raw: DataFrame) -> DataFrame:
-    """`source_path` and `file` (`_file_columns`) added to a journal frame."""
-    return raw.select("*", *_file_columns())
-
-
-def empty_journal(spark: SparkSession) -> DataFrame:
-    return spark.createDataFrame([], f"{JOURNAL_FIELDS}, file STRING, row BIGINT")
 
 
 @dataclass
@@ -103,161 +66,57 @@ class Summary:
         self.groups.update(groups)
 
 
-@dataclass
-class Journal:
-    """The journal split the way the job reads it: the events that explain rebalances (a few
-    percent of a journal, every field), the commit stream (group and time only: one
-    `offsets_committed` line per commit request is most of a journal), and the totals."""
+def analyse_journal(spark: SparkSession, directory: Path) -> DataFrame:
+    """One row per group (`journal_pass.OUTPUT`): each journal file in `directory` read and
+    gathered per group in a task of its own (`journal_chunks.read_files`), the rows shuffled
+    by group once, and each group's through `journal_pass.analyse_group_table`.
 
-    control: DataFrame
-    commits: DataFrame  # group_id, ts
+    The files are listed here, on the driver, and read by the executors with plain `open()`:
+    on a cluster the journal must be on a filesystem every executor mounts at the same path.
+    A Spark range with a partition per file hands each task its file's number: no Python
+    process on the driver is needed to plan the read, as a Python data source would."""
+    paths = [str(p) for p in journal_files(directory)]
+    files = spark.range(0, len(paths), 1, max(len(paths), 1))
+    chunks = files.mapInArrow(partial(read_files, paths), spark_ddl(CHUNK))
+    return chunks.groupBy("group_id").applyInArrow(analyse_group_table, spark_ddl(OUTPUT))
+
+
+@dataclass
+class JournalTables:
+    """The journal's tables (Arrow, `journal_pass.TABLE_TYPES`) and its totals."""
+
+    tables: dict[str, pa.Table]
     summary: Summary
 
 
-@dataclass
-class JournalFrames:
-    """The journal as lazy frames, before any Spark job has run (`journal_frames`)."""
-
-    heads: DataFrame  # v, event_type, ts, group_id, bad: every line, cached
-    control: DataFrame
-    commits: DataFrame  # group_id, ts
-    paths: list[str]
-
-
-def journal_frames(spark: SparkSession, files: list[Path]) -> JournalFrames:
-    """Schema-version-1 events of known types, as frames; `summarize_journal` counts the rest.
-
-    Speed: Spark's JSON reader parses every line once, and one cached frame keeps what the
-    job reads of it: every line's version, type, time and group (the summary and the commit
-    stream read those), and the other fields only for the events that explain rebalances (a
-    few percent of a journal; null for commits, which costs next to nothing in the cache).
-    Caching every field of every line cost about twice as much; reading the rebalance events
-    in a second pass over the files cost a second parse."""
-    readable = [_readable_copy(p) if p.name == ACTIVE_NAME else p for p in files]
-    paths = [str(p) for p in readable]
-    is_control = (~_bad() & (F.col("v") == JOURNAL_VERSION)
-                  & F.col("event_type").isin(*_CONTROL_TYPES))
-    parsed = (spark.read.schema(JOURNAL_DDL).options(**_PERMISSIVE).json(paths)
-              .select("v", "event_type", "ts", "group_id", _bad().alias("bad"),
-                      F.when(is_control, F.struct(*_JOURNAL_COLUMNS, _file_columns()[1]))
-                      .alias("event"))
-              .withColumn("row", F.monotonically_increasing_id())
-              .cache())
-    heads = parsed.select("v", "event_type", "ts", "group_id", "bad")
-    control = parsed.filter(F.col("event").isNotNull()).select("event.*", "row").cache()
-    commits = heads.filter(~F.col("bad") & (F.col("v") == JOURNAL_VERSION)
-                           & (F.col("event_type") == COMMIT_EVENT)).select("group_id", "ts")
-    return JournalFrames(heads=heads, control=control, commits=commits, paths=paths)
-
-
-def summarize_journal(frames: JournalFrames, problems: Problems) -> Summary:
-    """The journal's totals, with what is skipped counted in `problems` (one Spark job, and
-    one more to find the first malformed lines when there are any)."""
-    summary = _tally(frames.heads, problems)
-    if problems.malformed_lines:
-        spark = frames.heads.sparkSession
-        text = F.col("value")
-        head = F.from_json(text, _HEAD_DDL, _PERMISSIVE)
-        # The raw text of a bad line: the JSON reader keeps it only for lines that are not
-        # JSON at all, not for a JSON object without a type.
-        lines = spark.read.text(frames.paths).filter(F.trim(text) != "").select(
-            head.alias("j"), text, *_file_columns())
-        bad = F.col(f"j.{CORRUPT_COLUMN}").isNotNull() | F.col("j.event_type").isNull()
-        for row in lines.filter(bad).select(F.col("source_path").alias("path"),
-                                            F.col("value").alias("line")).limit(20).collect():
-            text_of = row["line"] or ""
-            path = _local_path(row["path"])
-            problems.malformed_examples.append(
-                (path, _byte_position(path, text_of), text_of[:120]))
-    return summary
-
-
-def read_journal(spark: SparkSession, files: list[Path], problems: Problems) -> Journal:
-    """Schema-version-1 events of known types; everything else counted in `problems`."""
-    if not files:
-        return split_events(empty_journal(spark))
-    frames = journal_frames(spark, files)
-    summary = summarize_journal(frames, problems)
-    return Journal(control=frames.control, commits=frames.commits, summary=summary)
-
-
-_PERMISSIVE = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COLUMN}
-_JOURNAL_COLUMNS = [part.split(" ", 1)[0] for part in JOURNAL_FIELDS.split(", ")]
-
-
-def _bad() -> Column:
-    return F.col(CORRUPT_COLUMN).isNotNull() | F.col("event_type").isNull()
-
-
-def event_frames(events: DataFrame) -> JournalFrames:
-    """`JournalFrames` of clean events (journal fields plus `file` and `row`), as the
-    streaming mode keeps them."""
-    is_commit = F.col("event_type") == COMMIT_EVENT
-    return JournalFrames(heads=events, control=events.filter(~is_commit).cache(),
-                         commits=events.filter(is_commit).select("group_id", "ts"), paths=[])
-
-
-def summarize_events(events: DataFrame) -> Summary:
-    """The totals of clean events (`event_frames`)."""
-    is_commit = F.col("event_type") == COMMIT_EVENT
+def journal_tables(analysed: pa.Table, problems: Problems) -> JournalTables:
+    """`analyse_journal`'s rows as one table each, with what was skipped counted (and the
+    first malformed lines located) in `problems`."""
+    tables = {}
+    for name, struct in TABLE_TYPES.items():
+        schema = pa.schema(list(struct))
+        flat = pc.list_flatten(analysed.column(name)) if analysed.num_rows else None
+        chunks = (flat.chunks if isinstance(flat, pa.ChunkedArray) else [flat]
+                  if flat is not None else [])
+        tables[name] = pa.Table.from_batches(
+            [pa.RecordBatch.from_struct_array(c) for c in chunks if len(c)], schema=schema)
     summary = Summary()
-    for row in events.groupBy(is_commit.alias("commit")).agg(
-            F.count(F.lit(1)).alias("n"), F.min("ts").alias("lo"), F.max("ts").alias("hi"),
-            F.collect_set("group_id").alias("groups")).collect():
-        summary.add(row["n"], bool(row["commit"]), row["lo"], row["hi"], row["groups"])
-    return summary
-
-
-def split_events(events: DataFrame) -> Journal:
-    """A `Journal` from clean events (`event_frames`), with its totals."""
-    frames = event_frames(events)
-    return Journal(control=frames.control, commits=frames.commits,
-                   summary=summarize_events(events))
-
-
-def _tally(parsed: DataFrame, problems: Problems) -> Summary:
-    """Count what is skipped, and sum up what is kept, in one pass."""
-    summary = Summary()
-    for row in parsed.groupBy("bad", "v", "event_type").agg(
-            F.count(F.lit(1)).alias("n"), F.min("ts").alias("lo"), F.max("ts").alias("hi"),
-            F.collect_set("group_id").alias("groups")).collect():
+    for row in tables.pop("tally").to_pylist():
         if row["bad"]:
             problems.malformed_lines += row["n"]
         elif row["v"] != JOURNAL_VERSION:
             problems.other_versions[row["v"]] = (problems.other_versions.get(row["v"], 0)
                                                  + row["n"])
         elif row["event_type"] not in KNOWN_EVENT_TYPES:
-            problems.unknown_event_types[row["event_type"]] = row["n"]
+            problems.unknown_event_types[row["event_type"]] = (
+                problems.unknown_event_types.get(row["event_type"], 0) + row["n"])
         else:
-            summary.add(row["n"], row["event_type"] == COMMIT_EVENT, row["lo"], row["hi"],
-                        row["groups"])
-    return summary
-
-
-def clean_journal(raw: DataFrame, problems: Problems) -> DataFrame:
-    """Keep the events this job reads (schema version 1, known types); count the rest. For a
-    frame from Spark's JSON reader with `with_file` (the streaming mode's micro-batches)."""
-    is_bad = F.col(CORRUPT_COLUMN).isNotNull() | F.col("event_type").isNull()
-    tally = raw.withColumn("_bad", is_bad).groupBy("_bad", "v", "event_type").count().collect()
-    for row in tally:
-        if row["_bad"]:
-            problems.malformed_lines += row["count"]
-        elif row["v"] != JOURNAL_VERSION:
-            problems.other_versions[row["v"]] = (problems.other_versions.get(row["v"], 0)
-                                                 + row["count"])
-        elif row["event_type"] not in KNOWN_EVENT_TYPES:
-            problems.unknown_event_types[row["event_type"]] = row["count"]
-    if problems.malformed_lines:
-        examples = raw.filter(is_bad).select(F.col("source_path").alias("path"),
-                                             CORRUPT_COLUMN).limit(20)
-        for row in examples.collect():
-            text = row[CORRUPT_COLUMN] or ""
-            path = _local_path(row["path"])
-            problems.malformed_examples.append(
-                (path, _byte_position(path, text), text[:120]))
-    return (raw.filter(F.col(CORRUPT_COLUMN).isNull() & (F.col("v") == JOURNAL_VERSION)
-                       & F.col("event_type").isin(*KNOWN_EVENT_TYPES))
-            .drop(CORRUPT_COLUMN, "source_path"))
+            summary.add(row["n"], row["event_type"] == COMMIT, row["lo"], row["hi"],
+                        [row["group_id"]] if row["group_id"] is not None else [])
+    malformed = sorted((r["path"], r["position"], r["text"])
+                       for r in tables.pop("malformed").to_pylist())
+    problems.malformed_examples.extend(malformed[:20])
+    return JournalTables(tables=tables, summary=summary)
 
 
 _MODELLED_RECORDS = ("offset_commit", "group_metadata")
@@ -306,23 +165,3 @@ def summarize_group_log(records: DataFrame, problems: Problems) -> Summary:
     return summary
 
 
-def _local_path(uri: str) -> str:
-    path = uri[len("file:"):] if uri.startswith("file:") else uri
-    return _ACTIVE_COPIES.get(path, path)
-
-
-def _byte_position(path: str, text: str) -> int:
-    """Where a malformed line starts in its file (-1 when the file is not readable here)."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError:
-        return -1
-    if not text:
-        return -1
-    line = text.encode("utf-8", "replace")
-    if data.startswith(line + b"\n") or data == line:
-        return 0
-    found = data.find(b"\n" + line + b"\n")
-    if found < 0 and data.endswith(b"\n" + line):
-        found = len(data) - len(line) - 1
-    return found + 1 if found >= 0 else -1

@@ -1,32 +1,19 @@
-"""Pure DataFrame transforms: journal events and group-log records in, forensics tables out.
+"""Pure DataFrame transforms over the group log: decoded records in, forensics tables out.
 
 Every function takes DataFrames and returns one; none reads files or collects, so each is
-tested on tiny frames. Inputs:
-
-* `events`: the journal (`schema.JOURNAL_FIELDS` columns) plus `file` and `row`, which order
-  events that share a millisecond (`reader.read_journal`).
-* `records`: the decoded group log (`schema.GROUP_LOG_DDL`).
+tested on tiny frames. `records` are the decoded group log (`schema.GROUP_LOG_DDL`);
+`rebalances` come from the journal pass (`journal_pass`) or from the group log alone
+(`rebalances_from_group_log`). The journal's own tables are made by `journal_pass`.
 
 Times are epoch milliseconds throughout.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, Window, WindowSpec
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-START = "rebalance_started"
-ENDS = ("group_stabilized", "group_empty", "group_dead")
-OUTCOME = {"group_stabilized": "stabilized", "group_empty": "empty", "group_dead": "dead"}
-
-_MEMBER = ("ts", "member_id", "group_instance_id", "client_id", "client_host", "cause")
-
-
-def _outcome(end_type: Column) -> Column:
-    mapped = F.when(F.lit(False), F.lit(None).cast("string"))
-    for event_type, outcome in OUTCOME.items():
-        mapped = mapped.when(end_type == event_type, F.lit(outcome))
-    return mapped.otherwise(end_type)
+from forensics.journal_pass import DRAWN_GAP_MEDIANS, DRAWN_GAP_MIN_MS
 
 
 def _first(array: Column) -> Column:
@@ -34,261 +21,12 @@ def _first(array: Column) -> Column:
     return F.try_element_at(array, F.lit(1))
 
 
-def _in_order(*partition: str) -> WindowSpec:
-    return Window.partitionBy(*partition).orderBy("ts", "file", "row")
-
-
-def _member_struct(cause: Column) -> Column:
-    return F.struct(F.col("ts"), F.col("member_id"), F.col("group_instance_id"),
-                    F.col("client_id"), F.col("client_host"), cause.alias("cause"))
-
-
-def rebalances_from_journal(events: DataFrame) -> DataFrame:
-    """One row per rebalance: from a `rebalance_started` that opens one (not a restart of an
-    open one) to the `group_stabilized`/`group_empty`/`group_dead` that closes it
-    (docs/events.md §5). Open rebalances have a null `end_ts`."""
-    relevant = events.filter(F.col("group_id").isNotNull() & F.col("event_type").isin(
-        START, "join_completed", "member_added", "member_removed", *ENDS))
-    w = _in_order("group_id")
-    boundary = F.when(F.col("event_type").isin(START, *ENDS), F.col("event_type"))
-    is_start = F.col("event_type") == START
-    marked = (
-        relevant
-        .withColumn("prev_boundary", F.last(boundary, ignorenulls=True).over(
-            w.rowsBetween(Window.unboundedPreceding, -1)))
-        .withColumn("inside", F.coalesce(F.col("prev_boundary") == START, F.lit(False)))
-        .withColumn("opens", is_start & ~F.col("inside"))
-        .withColumn("closes", F.col("event_type").isin(*ENDS) & F.col("inside"))
-        .withColumn("rb", F.sum(F.col("opens").cast("int")).over(
-            w.rowsBetween(Window.unboundedPreceding, 0)))
-        # A member event just before an opening start is that rebalance's cause (the core
-        # emits the removal, then the start): attribute it to the next rebalance, and keep it
-        # only if it happened in the same millisecond as that start (filtered below).
-        .withColumn("rb", F.when(F.col("event_type").startswith("member_") & ~F.col("inside"),
-                                 F.col("rb") + 1).otherwise(F.col("rb")))
-    )
-    is_member_added = F.col("event_type") == "member_added"
-    is_member_removed = F.col("event_type") == "member_removed"
-    grouped = marked.groupBy("group_id", "rb").agg(
-        F.max(F.when(F.col("opens"), F.struct(
-            "ts", "generation", "from_state", "reason", "cause", "member_id", "client_id",
-            "client_host"))).alias("first"),
-        F.sum(is_start.cast("int")).alias("starts"),
-        F.max(F.when((F.col("event_type") == "join_completed") & F.col("inside"),
-                     F.struct("ts", "generation", "num_members", "protocol_name",
-                              "leader_id"))).alias("join"),
-        F.max(F.when(F.col("closes"), F.struct("ts", "event_type", "generation",
-                                               "num_members"))).alias("end"),
-        F.collect_list(F.when(is_member_added, _member_struct(F.lit(None).cast("string"))))
-        .alias("added"),
-        F.collect_list(F.when(is_member_removed, _member_struct(F.col("cause"))))
-        .alias("removed"),
-    ).filter(F.col("first").isNotNull())
-    start_ts = F.col("first.ts")
-    end_ts = F.col("end.ts")
-
-    def during(name: str) -> Column:
-        return F.filter(F.col(name), lambda m: (m["ts"] >= start_ts)
-                        & (end_ts.isNull() | (m["ts"] <= end_ts)))
-
-    culprit = F.col("first.member_id")
-    out = (
-        grouped
-        .withColumn("added", during("added"))
-        .withColumn("removed", during("removed"))
-        .withColumn("culprit_instance", _first(F.filter(
-            F.concat("added", "removed"), lambda m: m["member_id"] == culprit))
-            .getField("group_instance_id"))
-        .select(
-            "group_id",
-            F.col("first.generation").alias("generation_from"),
-            F.coalesce(F.col("end.generation"), F.col("join.generation"))
-            .alias("generation_to"),
-            start_ts.alias("start_ts"),
-            end_ts.alias("end_ts"),
-            (F.col("join.ts") - start_ts).alias("join_ms"),
-            F.when(F.col("end.event_type") == "group_stabilized", end_ts - F.col("join.ts"))
-            .alias("sync_ms"),
-            (end_ts - start_ts).alias("duration_ms"),
-            F.coalesce(F.col("end.event_type"), F.lit("open")).alias("outcome"),
-            F.col("first.cause").alias("cause"),
-            F.col("first.reason").alias("reason"),
-            culprit.alias("culprit_member_id"),
-            F.col("culprit_instance").alias("culprit_instance_id"),
-            F.col("first.client_id").alias("culprit_client_id"),
-            F.col("first.client_host").alias("culprit_client_host"),
-            F.col("first.from_state").alias("from_state"),
-            F.coalesce(F.col("end.num_members"), F.col("join.num_members"))
-            .alias("members_after"),
-            F.col("join.protocol_name").alias("protocol"),
-            (F.col("starts") - 1).alias("restarts"),
-            F.transform("added", lambda m: m["client_id"]).alias("members_joined"),
-            F.transform("removed", lambda m: F.concat_ws(":", m["client_id"], m["cause"]))
-            .alias("members_removed"),
-        )
-        .withColumn("outcome", _outcome(F.col("outcome")))
-    )
-    by_start = Window.partitionBy("group_id").orderBy("start_ts")
-    return (out
-            .withColumn("members_before", F.coalesce(
-                F.lag("members_after").over(by_start),
-                F.when(F.col("from_state") == "Empty", F.lit(0))))
-            .withColumn("inferred", F.lit(False))
-            .withColumn("source", F.lit("journal")))
-
-
-TARGET = "target_assignment_computed"
-RECONCILED = "member_reconciled"
-_CONSUMER_CAUSE = {"leave": "member_leave"}  # else the removal cause itself
-
-
-def rebalances_from_consumer_groups(events: DataFrame) -> DataFrame:
-    """Consumer groups (KIP-848, docs/events.md §4) have no group-wide barrier: one row per
-    new group epoch, from its `target_assignment_computed` to the last `member_reconciled`
-    with `member_state` `stable` at that epoch before the next epoch's target (null while no
-    member has reconciled: `open`). The membership change is the member events since the
-    previous target; the cause is that change (`member_join`, `member_leave`, or the removal
-    cause), else `assignment_change` (a subscription or topic metadata change). Join and
-    sync phases do not exist here and stay null; `partitions_moved` is the event's own."""
-    consumer = events.filter(F.col("group_id").isNotNull() & F.col("event_type").isin(
-        TARGET, RECONCILED, "member_added", "member_removed"))
-    w = _in_order("group_id")
-    targets_so_far = F.sum((F.col("event_type") == TARGET).cast("int")).over(
-        w.rowsBetween(Window.unboundedPreceding, 0))
-    # A membership change leads to the next target: count it with that one.
-    is_change = F.col("event_type").isin("member_added", "member_removed")
-    marked = consumer.withColumn("rb", targets_so_far).withColumn(
-        "rb", F.when(is_change, F.col("rb") + 1)
-        .otherwise(F.col("rb")))
-    grouped = marked.groupBy("group_id", "rb").agg(
-        F.max(F.when(F.col("event_type") == TARGET, F.struct(
-            "ts", "generation", "reason", "member_id", "num_members", "assignor",
-            "moved_partitions"))).alias("target"),
-        F.collect_list(F.when(F.col("event_type") == RECONCILED, F.struct(
-            "ts", "generation", "member_state"))).alias("steps"),
-        F.collect_list(F.when(F.col("event_type") == "member_added",
-                              _member_struct(F.lit(None).cast("string")))).alias("added"),
-        F.collect_list(F.when(F.col("event_type") == "member_removed",
-                              _member_struct(F.col("cause")))).alias("removed"),
-    ).filter(F.col("target").isNotNull())
-    epoch = F.col("target.generation")
-    start_ts = F.col("target.ts")
-    stable = F.filter("steps", lambda s: (s["member_state"] == "stable")
-                      & (s["generation"] == epoch) & (s["ts"] >= start_ts))
-    end_ts = F.array_max(F.transform(stable, lambda s: s["ts"]))
-    culprit = F.col("target.member_id")
-    culprit_event = _first(F.filter(F.concat("added", "removed"),
-                                    lambda m: m["member_id"] == culprit))
-    removal = _first(F.col("removed")).getField("cause")
-    cause = (F.when(F.size("added") > 0, F.lit("member_join"))
-             .when(F.size("removed") > 0, F.coalesce(
-                 F.create_map(*[F.lit(x) for kv in _CONSUMER_CAUSE.items() for x in kv])
-                 [removal], removal))
-             .otherwise(F.lit("assignment_change")))
-    by_start = Window.partitionBy("group_id").orderBy("start_ts")
-    out = grouped.select(
-        "group_id",
-        epoch.alias("generation_to"),
-        start_ts.alias("start_ts"),
-        end_ts.alias("end_ts"),
-        F.lit(None).cast("long").alias("join_ms"),
-        F.lit(None).cast("long").alias("sync_ms"),
-        (end_ts - start_ts).alias("duration_ms"),
-        F.when(end_ts.isNotNull(), F.lit("stabilized")).otherwise(F.lit("open"))
-        .alias("outcome"),
-        cause.alias("cause"),
-        F.col("target.reason").alias("reason"),
-        culprit.alias("culprit_member_id"),
-        culprit_event.getField("group_instance_id").alias("culprit_instance_id"),
-        culprit_event.getField("client_id").alias("culprit_client_id"),
-        culprit_event.getField("client_host").alias("culprit_client_host"),
-        F.lit(None).cast("string").alias("from_state"),
-        F.col("target.num_members").alias("members_after"),
-        F.col("target.assignor").alias("protocol"),
-        F.lit(None).cast("long").alias("restarts"),
-        F.transform("added", lambda m: m["client_id"]).alias("members_joined"),
-        F.transform("removed", lambda m: F.concat_ws(":", m["client_id"], m["cause"]))
-        .alias("members_removed"),
-        F.col("target.moved_partitions").cast("long").alias("partitions_moved"),
-    )
-    return (out
-            .withColumn("generation_from", F.lag("generation_to").over(by_start))
-            .withColumn("members_before", F.lag("members_after").over(by_start))
-            .withColumn("inferred", F.lit(False))
-            .withColumn("source", F.lit("journal")))
-
-
-def with_consumer_groups(rebalances: DataFrame, events: DataFrame) -> DataFrame:
-    """The classic groups' rebalances and the consumer groups' epochs in one table."""
-    consumer = rebalances_from_consumer_groups(events)
-    return rebalances.unionByName(consumer.drop("partitions_moved"))
-
-
-def consumer_partitions_moved(events: DataFrame) -> DataFrame:
-    """(group_id, generation, partitions_moved) of consumer groups, from their journal."""
-    return events.filter(F.col("event_type") == TARGET).select(
-        "group_id", "generation", F.col("moved_partitions").cast("long")
-        .alias("partitions_moved"))
-
-
-def member_sessions(events: DataFrame) -> DataFrame:
-    """One row per member: when it joined (or was put in place by a static restart), when it
-    left and why. Members present before the journal starts have a null `joined_ts`."""
-    added = events.filter(F.col("event_type") == "member_added").select(
-        "group_id", "member_id", "group_instance_id", "client_id", "client_host",
-        F.col("ts").alias("joined_ts"), F.col("generation").alias("joined_generation"),
-        F.lit("join").alias("joined_how"))
-    replaced = events.filter(F.col("event_type") == "static_member_replaced").select(
-        "group_id", "member_id", "group_instance_id", "client_id", "client_host",
-        F.col("ts").alias("joined_ts"), F.col("generation").alias("joined_generation"),
-        F.lit("static_restart").alias("joined_how"))
-    starts = added.unionByName(replaced).dropDuplicates(["group_id", "member_id"])
-    removed = events.filter(F.col("event_type") == "member_removed").select(
-        "group_id", "member_id",
-        F.col("group_instance_id").alias("r_instance"), F.col("client_id").alias("r_client"),
-        F.col("client_host").alias("r_host"), F.col("ts").alias("left_ts"),
-        F.col("generation").alias("left_generation"), F.col("cause").alias("left_cause"),
-        F.col("reason").alias("left_reason")).dropDuplicates(["group_id", "member_id"])
-    joined = starts.join(removed, ["group_id", "member_id"], "full_outer")
-    return joined.select(
-        "group_id", "member_id",
-        F.coalesce("group_instance_id", "r_instance").alias("group_instance_id"),
-        F.coalesce("client_id", "r_client").alias("client_id"),
-        F.coalesce("client_host", "r_host").alias("client_host"),
-        "joined_ts", "joined_generation", "joined_how", "left_ts", "left_generation",
-        "left_cause", "left_reason",
-        (F.col("left_ts") - F.col("joined_ts")).alias("session_ms"),
-    )
-
-
-def group_states(events: DataFrame, data_end_ts: Column) -> DataFrame:
-    """Time each group spent in each state; the last state runs to `data_end_ts`."""
-    changes = events.filter(F.col("group_id").isNotNull() & F.col("to_state").isNotNull())
-    w = _in_order("group_id")
-    spans = changes.withColumn("next_ts", F.lead("ts").over(w)).withColumn(
-        "span_ms", F.greatest(F.coalesce(F.col("next_ts"), data_end_ts) - F.col("ts"),
-                              F.lit(0)))
-    return spans.groupBy("group_id", F.col("to_state").alias("state")).agg(
-        F.sum("span_ms").alias("total_ms"), F.count(F.lit(1)).alias("entered"))
-
-
-def commit_times(journal_commits: DataFrame | None, records: DataFrame | None
-                 ) -> DataFrame | None:
-    """(group_id, ts) of every commit: the journal's `offsets_committed` lines (`group_id`,
-    `ts`) and group-log commit timestamps. Not deduplicated (that would shuffle every commit):
-    a millisecond may repeat."""
-    parts = []
-    if journal_commits is not None:
-        parts.append(journal_commits.select("group_id", "ts"))
-    if records is not None:
-        parts.append(offset_commits(records).select(
-            "group_id", F.col("commit_timestamp").alias("ts")))
-    if not parts:
-        return None
-    union = parts[0]
-    for part in parts[1:]:
-        union = union.unionByName(part)
-    return union.filter(F.col("ts").isNotNull() & (F.col("ts") > 0))
+def commit_times(records: DataFrame) -> DataFrame:
+    """(group_id, ts) of every commit record in the group log. Not deduplicated (that would
+    shuffle every commit): a millisecond may repeat."""
+    return offset_commits(records).select(
+        "group_id", F.col("commit_timestamp").alias("ts")).filter(
+        F.col("ts").isNotNull() & (F.col("ts") > 0))
 
 
 def offset_commits(records: DataFrame) -> DataFrame:
@@ -337,8 +75,6 @@ def commits(records: DataFrame, data_end_ts: Column,
 # it ends as after it: in each group's (or partition's) sorted stream, end marks sort before
 # the commits of their millisecond and start marks after them.
 _END_MARK, _COMMIT, _START_MARK = 0, 1, 2
-DRAWN_GAP_MIN_MS = 1000
-DRAWN_GAP_MEDIANS = 5
 
 
 def number_rebalances(rebalances: DataFrame) -> DataFrame:
@@ -555,14 +291,6 @@ def with_partitions_moved(rebalances: DataFrame, moved: DataFrame | None) -> Dat
         moved.select("group_id", F.col("generation").alias("generation_to"),
                      F.col("partitions_moved").cast("long")),
         ["group_id", "generation_to"], "left")
-
-
-def group_conversions(events: DataFrame) -> DataFrame:
-    """Groups that changed type with their members (`group_converted`): classic to consumer
-    (upgrade) or back (downgrade), at which epoch, with how many members, and why."""
-    return events.filter(F.col("event_type") == "group_converted").select(
-        "ts", "group_id", "generation", "direction", "from_type", "to_type", "num_members",
-        "reason", "member_id")
 
 
 def member_sessions_from_group_log(generations: DataFrame) -> DataFrame:
