@@ -48,6 +48,23 @@ def test_decoder_reads_the_segments_the_broker_wrote(recorded: tuple[Path, Expec
     assert len(commits) > 10 and all(r["commit_timestamp"] > 0 for r in commits)
 
 
+def test_the_documented_schema_reads_the_journal_the_broker_wrote(
+        spark: Any, recorded: tuple[Path, Expected], tmp_path: Path) -> None:
+    """docs/events.md names `forensics.schema.JOURNAL_DDL` as the Spark schema of the journal
+    for anyone reading it themselves: every line the broker wrote fits it."""
+    from pyspark.sql import functions as F
+
+    from forensics.schema import CORRUPT_COLUMN, JOURNAL_DDL
+
+    data, _ = recorded
+    for n, path in enumerate(p for p in (data / "events").iterdir() if p.suffix == ".jsonl"):
+        # Spark skips hidden files (the active one) even when named: read copies
+        shutil.copyfile(path, tmp_path / f"journal-{n}.jsonl")
+    frame = spark.read.schema(JOURNAL_DDL).json(str(tmp_path)).cache()
+    assert frame.count() > 10
+    assert frame.filter(F.col(CORRUPT_COLUMN).isNotNull() | F.col("ts").isNull()).count() == 0
+
+
 def damaged_copy(data: Path, target: Path) -> tuple[Path, Path]:
     """The recorded run plus what a crash and a newer broker leave behind: a torn journal line,
     an unknown event type and a torn batch header at the end of a segment."""
