@@ -270,12 +270,13 @@ def _decode_in_spark(data_dir: Path, expected: int, runs: int = 3) -> tuple[floa
 
 def _watch_cpu(job: subprocess.Popen[bytes]) -> dict[str, float]:
     """Where a run's CPU goes, sampled from /proc until `job` exits: the driver JVM's task
-    threads, its JIT compiler threads and the rest of it, and the Python processes (the
+    threads, its JIT compiler threads and the rest of it, the Python workers Spark starts
+    (its daemon and their workers, children of the JVM), and the other Python processes (the
     command and its timeline renderers). A thread's last sample stands for its total, so the
-    JVM's figures miss at most the last interval before it exits."""
+    figures miss at most the last interval before the JVM exits."""
     tick = os.sysconf("SC_CLK_TCK")
     jvm_threads: dict[int, tuple[str, int]] = {}
-    python = 0.0
+    python = workers = 0.0
     while job.poll() is None:
         processes = _processes()
         jvm = next((pid for pid, (_, name, _) in processes.items()
@@ -283,29 +284,37 @@ def _watch_cpu(job: subprocess.Popen[bytes]) -> dict[str, float]:
         if jvm is not None:
             for task in Path(f"/proc/{jvm}/task").iterdir():
                 try:
-                    _, name, ticks = _stat(task / "stat")
+                    _, name, ticks = _stat(task / "stat", children=False)
                 except (OSError, ValueError):
                     continue
                 jvm_threads[int(task.name)] = (name, ticks)
-            python = (_process_tree_cpu_s(job.pid, processes)
-                      - _process_tree_cpu_s(jvm, processes))
+            jvm_tree = _process_tree_cpu_s(jvm, processes)
+            python = _process_tree_cpu_s(job.pid, processes) - jvm_tree
+            try:
+                own = _stat(Path(f"/proc/{jvm}/stat"), children=False)[2] / tick
+                workers = jvm_tree - own
+            except (OSError, ValueError):
+                pass
         time.sleep(0.5)
     split = {"jvm_tasks": 0.0, "jvm_jit": 0.0, "jvm_other": 0.0}
     for name, ticks in jvm_threads.values():
         kind = ("jvm_jit" if "CompilerThre" in name
                 else "jvm_tasks" if name.startswith("Executor task") else "jvm_other")
         split[kind] += ticks / tick
+    split["python_workers"] = workers
     split["python"] = python
     return {k: round(v, 1) for k, v in split.items()}
 
 
-def _stat(path: Path) -> tuple[int, str, int]:
-    """Parent pid, name, and user + system CPU ticks (with reaped children's) of a
-    /proc/PID/stat or /proc/PID/task/TID/stat file."""
+def _stat(path: Path, children: bool = True) -> tuple[int, str, int]:
+    """Parent pid, name, and user + system CPU ticks (with reaped children's unless
+    `children` is false) of a /proc/PID/stat or /proc/PID/task/TID/stat file. A thread's
+    file carries its process's reaped children too: read threads with `children` false."""
     stat = path.read_text()
     fields = stat[stat.rindex(")") + 2:].split()
     name = stat[stat.index("(") + 1:stat.rindex(")")]
-    return int(fields[1]), name, sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    last = 15 if children else 13  # utime stime [cutime cstime]
+    return int(fields[1]), name, sum(int(x) for x in fields[11:last])
 
 
 def _processes() -> dict[int, tuple[int, str, int]]:
