@@ -134,25 +134,26 @@ def analyse_group_table(table: pa.Table) -> pa.Table:
         return OUTPUT.empty_table()
     group = table.column("group_id")[0].as_py()
     commits = sorted(pc.list_flatten(table.column("commit_ts")).to_pylist())
-    lines = _flat_table(table.column("events")).sort_by(
+    lines = flat_table(table.column("events")).sort_by(
         [("ts", "ascending"), ("file", "ascending"), ("row", "ascending")])
     events = [json.loads(line) for line in lines.column("line").to_pylist()]
     result = analyse_group(group, events, commits)
-    tally = _flat_table(table.column("tally")).group_by(
+    tally = flat_table(table.column("tally")).group_by(
         ["bad", "v", "event_type"], use_threads=False).aggregate(
         [("n", "sum"), ("lo", "min"), ("hi", "max")])
     result.tables["tally"] = [
         {"group_id": group, "bad": r["bad"], "v": r["v"], "event_type": r["event_type"],
          "n": r["n_sum"], "lo": r["lo_min"], "hi": r["hi_max"]} for r in tally.to_pylist()]
-    result.tables["malformed"] = _flat_table(table.column("malformed")).to_pylist()
+    result.tables["malformed"] = flat_table(table.column("malformed")).to_pylist()
     columns: dict[str, Any] = {"group_id": pa.array([group], _S)}
     for name, struct in TABLE_TYPES.items():
         columns[name] = pa.array([result.tables[name]], pa.list_(struct))
     return pa.table(columns, schema=OUTPUT)
 
 
-def _flat_table(lists: pa.ChunkedArray) -> pa.Table:
-    """A column of lists of structs as one table of the structs' fields."""
+def flat_table(lists: pa.ChunkedArray) -> pa.Table:
+    """A column of lists of structs as one table of the structs' fields (the job splits the
+    pass's output with it too)."""
     import pyarrow.compute as pc
 
     struct_type = lists.type.value_type

@@ -7,7 +7,6 @@ from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -20,6 +19,7 @@ from forensics.journal_pass import (
     OUTPUT,
     TABLE_TYPES,
     analyse_group_table,
+    flat_table,
     spark_ddl,
 )
 from forensics.schema import KNOWN_EVENT_TYPES
@@ -92,14 +92,7 @@ class JournalTables:
 def journal_tables(analysed: pa.Table, problems: Problems) -> JournalTables:
     """`analyse_journal`'s rows as one table each, with what was skipped counted (and the
     first malformed lines located) in `problems`."""
-    tables = {}
-    for name, struct in TABLE_TYPES.items():
-        schema = pa.schema(list(struct))
-        flat = pc.list_flatten(analysed.column(name)) if analysed.num_rows else None
-        chunks = (flat.chunks if isinstance(flat, pa.ChunkedArray) else [flat]
-                  if flat is not None else [])
-        tables[name] = pa.Table.from_batches(
-            [pa.RecordBatch.from_struct_array(c) for c in chunks if len(c)], schema=schema)
+    tables = {name: flat_table(analysed.column(name)) for name in TABLE_TYPES}
     summary = Summary()
     for row in tables.pop("tally").to_pylist():
         if row["bad"]:
