@@ -68,16 +68,21 @@ class Summary:
 
 def analyse_journal(spark: SparkSession, directory: Path) -> DataFrame:
     """One row per group (`journal_pass.OUTPUT`): each journal file in `directory` read and
-    gathered per group in a task of its own (`journal_chunks.read_files`), the rows shuffled
-    by group once, and each group's through `journal_pass.analyse_group_table`.
+    gathered per group on its own (`journal_chunks.read_files`, the files shared out among
+    the cores), those rows shuffled by group once, and each group's through
+    `journal_pass.analyse_group_table`.
 
     The files are listed here, on the driver, and read by the executors with plain `open()`:
     on a cluster the journal must be on a filesystem every executor mounts at the same path.
-    A Spark range with a partition per file hands each task its file's number: no Python
-    process on the driver is needed to plan the read, as a Python data source would."""
+    A Spark range hands each task the numbers of its files: no Python process on the driver
+    is needed to plan the read, as a Python data source would."""
     paths = [str(p) for p in journal_files(directory)]
-    files = spark.range(0, len(paths), 1, max(len(paths), 1))
-    chunks = files.mapInArrow(partial(read_files, paths), spark_ddl(CHUNK))
+    # A task per core, not per file or per shuffle partition: a Python task's start costs
+    # more than reading a file, and the groups' rows are few.
+    cores = max(spark.sparkContext.defaultParallelism, 1)
+    files = spark.range(0, len(paths), 1, max(min(len(paths), cores), 1))
+    chunks = (files.mapInArrow(partial(read_files, paths), spark_ddl(CHUNK))
+              .repartition(cores, "group_id"))
     return chunks.groupBy("group_id").applyInArrow(analyse_group_table, spark_ddl(OUTPUT))
 
 
