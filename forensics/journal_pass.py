@@ -1,16 +1,18 @@
 """The journal's tables from one pass: each group's events, in order, through one function.
 
-The job reads the journal once, shuffles it by group and hands each group's events, as an
-Arrow table, to `analyse_group_table` (`groupBy("group_id").applyInArrow`). That function
-walks the group's events in time order and returns, as one row, everything the report needs
-from them: the group's rebalances with their phases, cause, culprit and the commit gap around
+Each journal file is read and gathered per group where it is read (`journal_chunks`: one row
+per file and group); those rows are shuffled by group once, and each group's go, as an Arrow
+table, to `analyse_group_table` (`groupBy("group_id").applyInArrow`). That function walks
+the group's events in time order and returns, as one row, everything the report needs from
+them: the group's rebalances with their phases, cause, culprit and the commit gap around
 each, its member sessions, the time in each state, the commit gaps worth drawing, the events
 the report lists, and the input's tally (events by type, malformed lines, other versions).
 
 Why one pass: on a cold JVM, every distinct Spark SQL operator costs compile time, and the
 per-table plans (windows, joins, aggregations per table) cost more than reading the input.
-One read, one shuffle and one Python function per group is the same shape on a cluster (the
-groups are spread over the executors) and far less of it on two cores.
+One read, one shuffle of a row per file and group, and one Python function per group is the
+same shape on a cluster (the files and the groups are spread over the executors) and far less
+of it on two cores.
 
 `analyse_group` is pure Python over plain values, so the rules are unit-tested without Spark.
 Times are epoch milliseconds; events of one millisecond keep their journal order (`file`,
