@@ -17,9 +17,8 @@ from pyspark.sql import functions as F
 
 from forensics import summaries as S
 from forensics import transforms as T
-from forensics.journal_pass import TABLE_TYPES, close_states
+from forensics.journal_pass import OUTPUT, close_states
 from forensics.reader import (
-    JournalTables,
     Problems,
     Summary,
     analyse_journal,
@@ -90,7 +89,7 @@ def _run(spark: SparkSession, data_dir: Path, out_dir: Path, timelines: int,
                if generations is not None and analysed is not None else None)
 
     found = (journal_tables(analysed.result(), problems) if analysed is not None
-             else JournalTables(tables=_empty_journal_tables(), summary=Summary()))
+             else journal_tables(OUTPUT.empty_table(), problems))
     summary = found.summary
     log_summary = log_summary_f.result()
     has_journal = summary.events > 0
@@ -146,11 +145,6 @@ def _run(spark: SparkSession, data_dir: Path, out_dir: Path, timelines: int,
     spark.catalog.clearCache()  # --follow runs this again and again in one session
     return Outcome(report=report, rebalances=len(rb), groups=counts["groups"],
                    problems=problems)
-
-
-def _empty_journal_tables() -> dict[str, pa.Table]:
-    return {name: pa.schema(list(struct)).empty_table()
-            for name, struct in TABLE_TYPES.items() if name != "tally"}
 
 
 def _journal_outputs(spark: SparkSession, found: dict[str, pa.Table], moved: pa.Table | None,

@@ -82,13 +82,13 @@ def read_files(paths: Sequence[str], numbers: Iterator[pa.RecordBatch]
             yield read_file(Path(paths[number]))
 
 
-def read_file(path: Path, display_path: str | None = None) -> pa.RecordBatch:
+def read_file(path: Path) -> pa.RecordBatch:
     """`path`'s lines as `CHUNK` rows, one per group (and one for lines without a group)."""
     data = path.read_bytes()
     lines = data.split(b"\n")
     key = file_key(path)
     fast = _chunk_rows_arrow(data, lines, key)
-    return fast if fast is not None else chunk_rows(lines, key, display_path or str(path))
+    return fast if fast is not None else chunk_rows(lines, key, str(path))
 
 
 _HEAD = pa.schema([("v", _I), ("event_type", _S), ("ts", _L), ("group_id", _S)])

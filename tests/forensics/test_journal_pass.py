@@ -37,12 +37,17 @@ def stabilized(ts: int, gen: int, members: int, duration: int) -> dict[str, Any]
             "num_members": members, "duration_ms": duration, "to_state": "Stable"}
 
 
+def first_join() -> list[dict[str, Any]]:
+    """A member joins an empty group: its first rebalance, start to stable."""
+    return [member("member_added", 1000, "a-1", 0),
+            started(1000, 0, "member_join", "a-1", from_state="Empty"),
+            joined(1010, 1, 1, 10),
+            stabilized(1030, 1, 1, 30)]
+
+
 def test_rebalances_phases_cause_culprit_and_membership() -> None:
     events = [
-        member("member_added", 1000, "a-1", 0),
-        started(1000, 0, "member_join", "a-1", from_state="Empty"),
-        joined(1010, 1, 1, 10),
-        stabilized(1030, 1, 1, 30),
+        *first_join(),
         member("member_added", 5000, "b-1", 1, group_instance_id="static-b"),
         started(5000, 1, "member_join", "b-1"),
         # restarted while open: still the same rebalance
@@ -86,10 +91,7 @@ def test_an_open_rebalance_and_one_ended_by_the_group_emptying() -> None:
 
 def test_member_sessions_and_group_states() -> None:
     events = [
-        member("member_added", 1000, "a-1", 0),
-        started(1000, 0, "member_join", "a-1", from_state="Empty"),
-        joined(1010, 1, 1, 10),
-        stabilized(1030, 1, 1, 30),
+        *first_join(),
         member("member_removed", 3000, "a-1", 1, cause="fenced", group_instance_id="i"),
         {"event_type": "static_member_replaced", "ts": 3000, "generation": 1,
          "group_instance_id": "i", "old_member_id": "a-1", "member_id": "a-2",
