@@ -169,7 +169,7 @@ class GroupTestContext:
     def stable_group(self, n: int, group: str = "g", **kw: Any) -> list[str]:
         """A Stable group of n dynamic members (leader first) at generation 1; member i of
         the joining order talks on connection 100 + i (`connection_of`)."""
-        from tests.builders import JoinGroupBuilder, sync
+        from tests.builders import JoinGroupBuilder, heartbeat, sync
 
         ids = []
         refs = []
@@ -188,5 +188,9 @@ class GroupTestContext:
             # Each member syncs on its own connection, as a real client does.
             self.send(sync(m, generation, group=group, assignments=assignments),
                       100 + ids.index(m))
+        # ... and heartbeats there, which makes the connection the member's own
+        # (disconnect-fast failover, `classic/rebalance.py`).
+        for m in ordered:
+            self.send(heartbeat(m, generation, group=group), 100 + ids.index(m))
         assert self.group(group).state.value == "Stable"
         return ordered

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 
 from coordinator.group import commands as c
 from coordinator.group.consumer.embedded_protocol import encode_assignment, parse_assignment
-from tests.builders import JoinGroupBuilder, sync
+from tests.builders import JoinGroupBuilder, heartbeat, sync
 from tests.context import GroupTestContext
 
 
@@ -70,5 +70,7 @@ def stable_classic_group(ctx: GroupTestContext, n: int, partitions: int, group: 
         assignments = ({x: encode_assignment({"t": frozenset(p)}, 0) for x, p in share.items()}
                        if m == leader else None)
         ctx.send(sync(m, generation, group=group, assignments=assignments), 100 + ids.index(m))
+    for m in ids:  # a first heartbeat makes each connection the member's own
+        ctx.send(heartbeat(m, generation, group=group), 100 + ids.index(m))
     assert ctx.group(group).state.value == "Stable"
     return share

@@ -69,7 +69,7 @@ from coordinator.group.outcomes import (
     ListGroupsOutcome,
     SyncGroupOutcome,
 )
-from coordinator.group.result import Reply, Result, TimerKey
+from coordinator.group.result import Reply, RequestRef, Result, TimerKey
 from coordinator.grouplog.records import (
     MAX_STORED_STRING_BYTES,
     GroupMetadataKey,
@@ -311,9 +311,10 @@ class GroupCoordinator:
         result.merge(self.consumer.forget(group_id))
         self._groups[group_id] = classic
         for member in classic.members.values():
-            if member.connection_id is not None:
-                self._members_by_connection.setdefault(member.connection_id, set()).add(
-                    (group_id, member.member_id))
+            for own in (member.connection_id, *(member.other_connections or ())):
+                if own is not None:
+                    self._members_by_connection.setdefault(own, set()).add(
+                        (group_id, member.member_id))
         env.result.writes.append(migration.ConversionWrite(
             group_id=group_id, direction="downgrade", replaced=None))
         return result.merge(env.result)
@@ -343,8 +344,8 @@ class GroupCoordinator:
             group = self._create_group(cmd.group_id, env.now_ms)
         join_group(env, group, cmd)
         member_id = self._joined_member_id(env, group, cmd)
-        if member_id is not None:
-            self._note_request(env, group, member_id, cmd.ref.connection_id)
+        if member_id is not None and _accepted(env, cmd.ref):
+            self._note_alive(env, group, member_id)
         return None
 
     def _joined_member_id(self, env: rb.Env, group: ClassicGroup, cmd: c.JoinGroup
@@ -366,16 +367,24 @@ class GroupCoordinator:
                 return getattr(reply.outcome, "member_id", None) or None
         return None
 
-    def _note_request(self, env: rb.Env, group: ClassicGroup, member_id: str,
-                      connection_id: int) -> None:
-        """A request for a member arrived: track its connection for disconnect-fast failover."""
+    def _note_alive(self, env: rb.Env, group: ClassicGroup, member_id: str) -> None:
+        """An accepted JoinGroup or SyncGroup spoke for a member: any disconnect grace ends,
+        but its connection does not become the member's (`rebalance.py`, disconnect-fast)."""
+        member = group.members.get(member_id)
+        if member is not None and member.disconnect_deadline_ms is not None:
+            rb.note_alive(env, group, member)
+
+    def _bind_connection(self, env: rb.Env, group: ClassicGroup, member_id: str,
+                         connection_id: int) -> None:
+        """An accepted Heartbeat or OffsetCommit for a member arrived: its connection counts
+        as the member's for disconnect-fast failover."""
         member = group.members.get(member_id)
         if member is None or (member.connection_id == connection_id
                               and member.disconnect_deadline_ms is None):
             return  # nearly every heartbeat: same connection, no grace running
         if self.config.group_member_disconnect_grace_ms < 0 or member.is_static:
             return
-        if rb.note_request(env, group, member, connection_id):
+        if rb.bind_connection(env, group, member, connection_id):
             self._members_by_connection.setdefault(connection_id, set()).add(
                 (group.group_id, member_id))
 
@@ -391,7 +400,8 @@ class GroupCoordinator:
         if group is None:
             return fail(ErrorCode.unknown_member_id)
         sync_group(env, group, cmd)
-        self._note_request(env, group, cmd.member_id, cmd.ref.connection_id)
+        if _accepted(env, cmd.ref):
+            self._note_alive(env, group, cmd.member_id)
         return None
 
     def _heartbeat(self, env: rb.Env, cmd: c.Heartbeat) -> None:
@@ -401,7 +411,8 @@ class GroupCoordinator:
             env.result.replies.append(Reply(cmd.ref, HeartbeatOutcome(error=error)))
             return
         heartbeat(env, group, cmd)
-        self._note_request(env, group, cmd.member_id, cmd.ref.connection_id)
+        if _accepted(env, cmd.ref):
+            self._bind_connection(env, group, cmd.member_id, cmd.ref.connection_id)
 
     def _leave_group(self, env: rb.Env, cmd: c.LeaveGroup) -> None:
         group = self._groups.get(cmd.group_id)
@@ -518,28 +529,34 @@ class GroupCoordinator:
     def connection_closed(self, connection_id: int, now_ms: int) -> Result:
         """Forget requests parked by a closed connection: they will never be answered.
 
-        The members stay (their JoinGroup still counts as a rejoin, as in Kafka). Dynamic
-        members whose latest request came on this connection are removed after the disconnect
-        grace unless they are heard from again (`rebalance.start_disconnect_grace`); static
-        members, and every member with the grace off, stay until their session expires or the
-        rebalance moves on without them.
+        The members stay (their JoinGroup still counts as a rejoin, as in Kafka). A dynamic
+        member left with no open connection of its own, or whose JoinGroup or SyncGroup was
+        parked on this one, is removed after the disconnect grace unless it is heard from
+        again (`rebalance.connection_lost`); static members, and every member with the grace
+        off, stay until their session expires or the rebalance moves on without them.
         """
         parked = self._parked_by_connection.pop(connection_id, ())
+        parked_members: dict[tuple[str, str], tuple[ClassicGroup, ClassicGroupMember]] = {}
         for group_id in (parked,) if isinstance(parked, str) else parked:
             group = self._groups.get(group_id)
             if group is not None:
-                group.forget_connection(connection_id)
+                for waiting in group.forget_connection(connection_id):
+                    parked_members[(group_id, waiting.member_id)] = (group, waiting)
         consumer = self.consumer.connection_closed(connection_id, now_ms)
         members = self._members_by_connection.pop(connection_id, None)
-        if not members:
+        if not members and not parked_members:
             return consumer
         env = self._env(now_ms)
         env.result.merge(consumer)
-        for group_id, member_id in sorted(members):
+        for group_id, member_id in sorted(members or ()):
             group = self._groups.get(group_id)
             member = group.members.get(member_id) if group is not None else None
-            if group is not None and member is not None and member.connection_id == connection_id:
-                rb.start_disconnect_grace(env, group, member)
+            if group is not None and member is not None:
+                parked_here = parked_members.pop((group_id, member_id), None) is not None
+                rb.connection_lost(env, group, member, connection_id, parked_here)
+        for key in sorted(parked_members):
+            parked_group, parked_member = parked_members[key]
+            rb.connection_lost(env, parked_group, parked_member, connection_id, True)
         return self._finish(env, None)
 
     # -- the offsets/admin layer -----------------------------------------------------------
@@ -614,7 +631,7 @@ class GroupCoordinator:
         if error is None and connection_id is not None and member_id != c.UNKNOWN_MEMBER_ID:
             group = self._groups.get(group_id)
             if group is not None:
-                self._note_request(env, group, member_id, connection_id)
+                self._bind_connection(env, group, member_id, connection_id)
         return error, self._finish(env, None)
 
     def _validate_offset_commit(
@@ -857,3 +874,13 @@ def unstorable_join_field(cmd: c.JoinGroup) -> str | None:
         if _too_long(protocol.name):
             return "protocol name"
     return None
+
+
+def _accepted(env: rb.Env, ref: RequestRef) -> bool:
+    """The request `ref` was parked, or answered without an error that rejects the member
+    (REBALANCE_IN_PROGRESS still speaks for a member the group knows)."""
+    for reply in env.result.replies:
+        if reply.ref == ref:
+            error = getattr(reply.outcome, "error", ErrorCode.none)
+            return error in (ErrorCode.none, ErrorCode.rebalance_in_progress)
+    return True

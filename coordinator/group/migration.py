@@ -163,6 +163,8 @@ def classic_to_consumer(env: rb.Env, classic: ClassicGroup, image: TopicImage, m
         # Disconnect-fast failover carries over: the connection, and a grace already running.
         if m.connection_id is not None:
             group.connections[m.member_id] = m.connection_id
+        if m.other_connections:
+            group.other_connections[m.member_id] = set(m.other_connections)
         if m.disconnect_deadline_ms is not None:
             group.disconnect_deadlines[m.member_id] = m.disconnect_deadline_ms
             env.result.schedule(disconnect_key(group_id, m.member_id), m.disconnect_deadline_ms)
@@ -237,6 +239,7 @@ def consumer_to_classic(env: rb.Env, group: ConsumerGroup, image: TopicImage,
         rb.schedule_heartbeat(env, classic, member)
         # Disconnect-fast failover carries over (the coordinator indexes the connections).
         member.connection_id = group.connections.get(member.member_id)
+        member.other_connections = set(group.other_connections.get(member.member_id, ())) or None
         deadline = group.disconnect_deadlines.get(member.member_id)
         if deadline is not None:
             member.disconnect_deadline_ms = deadline

@@ -304,6 +304,7 @@ async def _member_then_garbage(broker: BrokerProcess) -> None:
     conn = await Connection.open("127.0.0.1", broker.port)
     member = Member(conn, "garbled", session_ms=30_000, rebalance_ms=30_000, topic="quiet")
     await _join(member)
+    assert await member.heartbeat() == 0  # its heartbeat makes the connection its own
     conn.send_raw(bytearray(b"\xff\xff\xff\xf0" + b"\x00" * 12)).add_done_callback(
         lambda f: f.cancelled() or f.exception())  # a negative frame size: malformed
     await asyncio.sleep(0.2)

@@ -7,7 +7,7 @@ closed, no reply reaches a closed connection (asserted by the context), the grou
 equal a recount from its members, and replaying the group records written rebuilds
 `durable_view()`, which matches a Stable group's live snapshot, also when writes fail; every
 assignment a SyncGroup hands out was written first. Disconnect-fast failover: a dynamic member
-is either tied to an open connection or within its disconnect grace, never past it.
+is never past its disconnect grace, and one within it has no open connection of its own.
 """
 
 from __future__ import annotations
@@ -214,18 +214,18 @@ class GroupMachine(RuleBasedStateMachine):
             assert ref in parked or ref.connection_id in self.ctx.closed, ref
 
     @invariant()
-    def a_dynamic_member_is_connected_or_within_its_grace(self) -> None:
+    def a_member_in_its_grace_has_no_open_connection_of_its_own(self) -> None:
         group = self.ctx.manager.group("g")
         if group is None:
             return
         for member in group.members.values():
+            own = {member.connection_id, *(member.other_connections or ())} - {None}
+            assert not own & self.ctx.closed, (own, self.ctx.closed)
+            assert member.other_connections is None or member.other_connections
             if member.is_static:
-                assert member.disconnect_deadline_ms is None
-            elif member.disconnect_deadline_ms is None:
-                assert member.connection_id is not None
-                assert member.connection_id not in self.ctx.closed
-            else:
-                assert member.connection_id is None
+                assert member.disconnect_deadline_ms is None and not own
+            elif member.disconnect_deadline_ms is not None:
+                assert not own
                 assert self.ctx.now_ms < member.disconnect_deadline_ms
 
     @invariant()

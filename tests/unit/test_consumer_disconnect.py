@@ -179,7 +179,12 @@ def test_a_new_classic_member_in_a_consumer_group_is_tracked() -> None:
     assert first.error is ErrorCode.member_id_required
     joined = ctx.send(classic_join(member=first.member_id), 7)
     assert joined.error is ErrorCode.none
-    ctx.close(7)
+    ctx.close(7)  # an answered JoinGroup's connection is not the member's own
+    ctx.sleep(GRACE)
+    assert removed(ctx) == []
+    beat = ctx.send(heartbeat(first.member_id, joined.generation_id), 8)
+    assert beat.error in (ErrorCode.none, ErrorCode.rebalance_in_progress)
+    ctx.close(8)  # its heartbeat's is
     ctx.sleep(GRACE)
     assert removed(ctx) == [(first.member_id, "disconnect")]
 

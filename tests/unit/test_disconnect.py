@@ -131,6 +131,9 @@ def test_a_v3_member_added_without_kip_394_is_tracked() -> None:
     assert first is None or first.error is ErrorCode.none
     ctx.sleep(0)
     member = next(iter(ctx.group().members))
+    ctx.send(sync(member, 1, assignments={member: b"x"}), 8)
+    assert ctx.connection_of(member) is None  # answered JoinGroup/SyncGroup bind nothing
+    assert ctx.send(heartbeat(member, 1), 8).error is ErrorCode.none
     assert ctx.connection_of(member) == 8
     ctx.close(8)
     ctx.sleep(GRACE)

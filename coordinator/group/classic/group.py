@@ -276,11 +276,18 @@ class ClassicGroup:
             self._unindex_parked(parked)
         return parked
 
-    def forget_connection(self, connection_id: int) -> None:
+    def forget_connection(self, connection_id: int) -> list[ClassicGroupMember]:
         """The connection closed: its parked requests stay parked (the members still count as
-        having joined or synced), but nobody is answered."""
-        for parked in self._parked_by_connection.pop(connection_id, {}).values():
+        having joined or synced), but nobody is answered. Returns the members that had a
+        request parked on it."""
+        requests = self._parked_by_connection.pop(connection_id, {}).values()
+        if not requests:
+            return []
+        for parked in requests:
             parked.ref = None
+        ids = {id(parked) for parked in requests}
+        return [m for m in self.members.values()
+                if id(m.awaiting_join) in ids or id(m.awaiting_sync) in ids]
 
     def _index_parked(self, *requests: Parked | None) -> None:
         for parked in requests:

@@ -41,6 +41,7 @@ def _heartbeat(env: rb.Env, group: ClassicGroup, cmd: c.Heartbeat) -> ErrorCode:
             return ErrorCode.none
         case GroupState.PREPARING_REBALANCE:
             rb.schedule_heartbeat(env, group, member)
+            member.rejoin_told_on = cmd.ref.connection_id
             return ErrorCode.rebalance_in_progress
         case GroupState.DEAD:
             raise AssertionError("validated above")

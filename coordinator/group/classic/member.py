@@ -49,10 +49,16 @@ class ClassicGroupMember:
     # when it fires early (STYLE §6). None: no deadline (parked members are alive).
     session_deadline_ms: int | None = None
     heartbeat_armed_ms: int | None = None
-    # Disconnect-fast failover (dynamic members only): the connection of the member's latest
-    # request, and while that connection is closed, when the member will be removed.
+    # Disconnect-fast failover (dynamic members only, `rebalance.py`): the connection of the
+    # member's latest accepted Heartbeat or OffsetCommit, the other open connections that
+    # carried one earlier (None while there are none: nearly always), and while none is open,
+    # when the member will be removed.
     connection_id: int | None = None
+    other_connections: set[int] | None = None
     disconnect_deadline_ms: int | None = None
+    # The connection on which the member's latest Heartbeat was told to rejoin: a client may
+    # close it on purpose to rejoin on another (kafka-go does), which is no sign of death.
+    rejoin_told_on: int | None = None
 
     @property
     def is_static(self) -> bool:
@@ -96,6 +102,10 @@ class ClassicGroupMember:
             if p.name in candidates:
                 return p.name
         return None
+
+    def is_connected(self) -> bool:
+        """A connection that carried an accepted Heartbeat or OffsetCommit for it is open."""
+        return self.connection_id is not None or bool(self.other_connections)
 
     def has_satisfied_heartbeat(self) -> bool:
         """Kafka `MemberMetadata.hasSatisfiedHeartbeat`, evaluated when the deadline passes."""

@@ -29,13 +29,26 @@ harmless. Keys:
     ("sync", group_id)                   pending-sync deadline after the join phase
     ("disconnect", group_id, member_id)  disconnect grace of a dynamic member (below)
 
-Disconnect-fast failover: a dynamic member remembers the connection of its latest request.
-When that connection closes without a LeaveGroup (the process died, or the broker closed it
-on bad input), the member is removed `group.member.disconnect.grace.ms` later unless a request
-for it arrives on any connection meanwhile; the removal then takes the session-expiry path
-with cause `disconnect`. A client that lives on and reconnects within the grace costs nothing;
-one that stays away longer costs one rebalance, as a session expiry would, only sooner.
-Static members are meant to come back and keep Kafka's session semantics.
+Disconnect-fast failover: a dynamic member is *connected* while a connection that carried an
+accepted Heartbeat or OffsetCommit for it is open (its session connections; a client may have
+several). The grace `group.member.disconnect.grace.ms` starts when
+
+* the last of its session connections closes without a LeaveGroup (the process died, or the
+  broker closed it on bad input), unless the member's latest Heartbeat on that connection was
+  told to rejoin and the rebalance still waits for it: a client may close that connection on
+  purpose and rejoin on another (kafka-go 0.2.1 does), and the rebalance timeout bounds the wait;
+* or a connection closes while a JoinGroup or SyncGroup of the member is parked on it and no
+  session connection of the member is open (the client died waiting for the answer).
+
+Connections that only carried answered JoinGroup, SyncGroup or OffsetFetch requests never start
+it: clients such as kafka-go open one per request and close it once answered. Any accepted
+request for the member on any connection ends a running grace; when it passes, the member is
+removed on the session-expiry path with cause `disconnect`. A rejected request (unknown member,
+wrong generation, fenced instance) changes nothing: it binds no connection and ends no grace,
+so an outsider who learnt a member id cannot make its connection count as the member's. A
+client that lives on and reconnects within the grace costs nothing; one that stays away longer
+costs one rebalance, as a session expiry would, only sooner. Static members are meant to come
+back and keep Kafka's session semantics.
 """
 
 from __future__ import annotations
@@ -515,24 +528,62 @@ def propagate_assignment(env: Env, group: ClassicGroup, error: ErrorCode) -> Non
 # -- disconnects -----------------------------------------------------------------------------
 
 
-def note_request(env: Env, group: ClassicGroup, member: ClassicGroupMember,
-                 connection_id: int) -> bool:
-    """A request for `member` arrived on `connection_id`, so it is alive: any disconnect grace
-    ends. True when the member's connection changed (the caller indexes the new one)."""
+def note_alive(env: Env, group: ClassicGroup, member: ClassicGroupMember) -> None:
+    """An accepted request spoke for `member`, so it is alive: any disconnect grace ends."""
     if member.disconnect_deadline_ms is not None:
         member.disconnect_deadline_ms = None
         env.result.cancel(disconnect_key(group.group_id, member.member_id))
-    if member.connection_id == connection_id:
+
+
+def bind_connection(env: Env, group: ClassicGroup, member: ClassicGroupMember,
+                    connection_id: int) -> bool:
+    """An accepted Heartbeat or OffsetCommit for `member` arrived on `connection_id`: it is
+    alive, and the connection becomes its latest session connection. True when the connection
+    is new to the member (the caller indexes it)."""
+    note_alive(env, group, member)
+    previous = member.connection_id
+    if previous == connection_id:
         return False
     member.connection_id = connection_id
-    return True
+    others = member.other_connections
+    known = others is not None and connection_id in others
+    if others is not None:
+        others.discard(connection_id)
+    if previous is not None:
+        if others is None:
+            member.other_connections = others = set()
+        others.add(previous)
+    if others is not None and not others:
+        member.other_connections = None
+    return not known
+
+
+def connection_lost(env: Env, group: ClassicGroup, member: ClassicGroupMember,
+                    connection_id: int, parked_on_it: bool) -> None:
+    """`connection_id` closed without a LeaveGroup: start the grace when that leaves the member
+    disconnected (module doc). `parked_on_it`: a request of the member was parked on it."""
+    was_session = False
+    others = member.other_connections
+    if member.connection_id == connection_id:
+        member.connection_id = others.pop() if others else None
+        was_session = True
+    elif others is not None and connection_id in others:
+        others.discard(connection_id)
+        was_session = True
+    if others is not None and not others:
+        member.other_connections = None
+    if not (was_session or parked_on_it) or member.is_connected():
+        return
+    if (not parked_on_it and member.rejoin_told_on == connection_id
+            and group.is_state(GroupState.PREPARING_REBALANCE) and not member.is_awaiting_join):
+        return  # closed to rejoin elsewhere; the rebalance timeout bounds the wait
+    start_disconnect_grace(env, group, member)
 
 
 def start_disconnect_grace(env: Env, group: ClassicGroup, member: ClassicGroupMember) -> None:
-    """The connection of the member's latest request closed without a LeaveGroup."""
-    member.connection_id = None
+    """No connection of the member is left open (`connection_lost`)."""
     grace = env.config.group_member_disconnect_grace_ms
-    if grace < 0 or member.is_static:
+    if grace < 0 or member.is_static or member.disconnect_deadline_ms is not None:
         return
     member.disconnect_deadline_ms = env.now_ms + grace
     env.result.schedule(disconnect_key(group.group_id, member.member_id),

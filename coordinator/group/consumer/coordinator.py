@@ -109,7 +109,8 @@ class ConsumerGroupCoordinator:
                                                     member_epoch=cmd.member_epoch)
         else:
             if outcome.member_id and outcome.member_epoch >= 0:
-                self._note_request(env, cmd.group_id, outcome.member_id, cmd.ref.connection_id)
+                self._bind_connection(env, cmd.group_id, outcome.member_id,
+                                      cmd.ref.connection_id)
         env.result.replies.append(Reply(cmd.ref, outcome))
         return env.result
 
@@ -140,38 +141,48 @@ class ConsumerGroupCoordinator:
                 case c.LeaveGroup():  # pragma: no cover - answered per member
                     outcome = LeaveGroupOutcome(error=exc.error)
         else:
-            member_id = (getattr(outcome, "member_id", None) if isinstance(cmd, c.JoinGroup)
-                         else None if isinstance(cmd, c.LeaveGroup) else cmd.member_id)
-            if member_id:
-                self._note_request(env, cmd.group_id, member_id, cmd.ref.connection_id)
+            error = getattr(outcome, "error", ErrorCode.none)
+            accepted = error in (ErrorCode.none, ErrorCode.rebalance_in_progress)
+            target = self._groups.get(cmd.group_id)
+            match cmd:
+                case c.Heartbeat() if accepted:
+                    self._bind_connection(env, cmd.group_id, cmd.member_id,
+                                          cmd.ref.connection_id)
+                case c.JoinGroup() | c.SyncGroup() if accepted and target is not None:
+                    # Answered JoinGroup/SyncGroup connections may be short-lived: they
+                    # end a grace but are not the member's (`disconnect.py`).
+                    member_id = getattr(outcome, "member_id", None) or cmd.member_id
+                    if member_id:
+                        disconnect.note_alive(env, target, member_id)
         env.result.replies.append(Reply(cmd.ref, outcome))
         return env.result
 
     # -- connections (`disconnect.py`) -------------------------------------------------------
 
-    def _note_request(self, env: ConsumerEnv, group_id: str, member_id: str,
-                      connection_id: int) -> None:
+    def _bind_connection(self, env: ConsumerEnv, group_id: str, member_id: str,
+                         connection_id: int) -> None:
         group = self._groups.get(group_id)
-        if group is not None and disconnect.note_request(env, group, member_id, connection_id):
+        if group is not None and disconnect.bind_connection(env, group, member_id,
+                                                            connection_id):
             self._members_by_connection.setdefault(connection_id, set()).add(
                 (group_id, member_id))
 
     def note_request(self, group_id: str, member_id: str, connection_id: int,
                      now_ms: int) -> Result:
-        """A request other than a heartbeat (an OffsetCommit) spoke for the member."""
+        """An accepted request other than a heartbeat (an OffsetCommit) spoke for the member."""
         env = self._env(now_ms)
-        self._note_request(env, group_id, member_id, connection_id)
+        self._bind_connection(env, group_id, member_id, connection_id)
         return env.result
 
     def connection_closed(self, connection_id: int, now_ms: int) -> Result:
-        """Dynamic members whose latest request came on this connection are fenced after
-        the disconnect grace unless they are heard from again."""
+        """Dynamic members left with no open connection of their own are fenced after the
+        disconnect grace unless they are heard from again (`disconnect.py`)."""
         members = self._members_by_connection.pop(connection_id, None)
         env = self._env(now_ms)
         for group_id, member_id in sorted(members or ()):
             group = self._groups.get(group_id)
             if group is not None:
-                disconnect.start_disconnect_grace(env, group, member_id, connection_id)
+                disconnect.connection_lost(env, group, member_id, connection_id)
         return env.result
 
     def adopt(self, group: ConsumerGroup) -> None:
@@ -180,6 +191,10 @@ class ConsumerGroupCoordinator:
         for member_id, connection_id in group.connections.items():
             self._members_by_connection.setdefault(connection_id, set()).add(
                 (group.group_id, member_id))
+        for member_id, others in group.other_connections.items():
+            for connection_id in others:
+                self._members_by_connection.setdefault(connection_id, set()).add(
+                    (group.group_id, member_id))
 
     def describe(self, cmd: ConsumerGroupDescribe) -> Result:
         return Result.reply(cmd.ref, ConsumerGroupDescribeOutcome(

@@ -1,14 +1,18 @@
 """Disconnect-fast failover for consumer groups, as the classic groups have it
 (`classic/rebalance.py`).
 
-A dynamic member, whether it speaks ConsumerGroupHeartbeat or the classic protocol, remembers
-the connection of its latest request (`group.connections`). When that connection closes (the
-process died, or the broker closed it on bad input), the member is fenced
-`group.member.disconnect.grace.ms` later with cause `disconnect` unless a request for it arrives
-on any connection meanwhile. Fencing bumps the group epoch, so its partitions go to the others
-through the ordinary target assignment. A client that lives on and reconnects within the grace
-costs nothing; one that stays away longer costs one epoch bump, as a session expiry would, only
-sooner. Static members (instance id) are meant to come back and keep the session timeout.
+A dynamic member, whether it speaks ConsumerGroupHeartbeat or the classic protocol, is
+connected while a connection that carried an accepted heartbeat or OffsetCommit for it is open
+(`group.connections`, the latest; `group.other_connections`, earlier ones still open). When the
+last of them closes (the process died, or the broker closed it on bad input), the member is
+fenced `group.member.disconnect.grace.ms` later with cause `disconnect` unless an accepted
+request for it arrives on any connection meanwhile. A classic member's answered JoinGroup or
+SyncGroup ends a grace but binds no connection (kafka-go sends each on a connection it closes
+once answered); a rejected request changes nothing. Fencing bumps the group epoch, so its
+partitions go to the others through the ordinary target assignment. A client that lives on and
+reconnects within the grace costs nothing; one that stays away longer costs one epoch bump, as
+a session expiry would, only sooner. Static members (instance id) are meant to come back and
+keep the session timeout.
 
 Timer: `("consumer-disconnect", group_id, member_id)`, deadline in `group.disconnect_deadlines`.
 """
@@ -20,36 +24,60 @@ from coordinator.group.consumer.classic_members import classic_key
 from coordinator.group.consumer.group import ConsumerGroup
 from coordinator.group.consumer.heartbeat import ConsumerEnv, disconnect_key, fence_member
 
-__all__ = ["note_request", "on_disconnect_deadline", "start_disconnect_grace"]
+__all__ = ["bind_connection", "connection_lost", "note_alive", "on_disconnect_deadline"]
 
 
-def note_request(env: ConsumerEnv, group: ConsumerGroup, member_id: str,
-                 connection_id: int) -> bool:
-    """A request for `member_id` arrived on `connection_id`: it is alive, any grace ends.
-    True when the member's connection changed (the caller indexes the new one)."""
-    if (group.connections.get(member_id) == connection_id
-            and member_id not in group.disconnect_deadlines):
+def note_alive(env: ConsumerEnv, group: ConsumerGroup, member_id: str) -> None:
+    """An accepted request spoke for `member_id`: any grace ends."""
+    if group.disconnect_deadlines.pop(member_id, None) is not None:
+        env.result.cancel(disconnect_key(group.group_id, member_id))
+
+
+def bind_connection(env: ConsumerEnv, group: ConsumerGroup, member_id: str,
+                    connection_id: int) -> bool:
+    """An accepted heartbeat or commit for `member_id` arrived on `connection_id`: it is
+    alive, and the connection is its latest own. True when the connection is new to the member
+    (the caller indexes it)."""
+    previous = group.connections.get(member_id)
+    if previous == connection_id and member_id not in group.disconnect_deadlines:
         return False  # nearly every heartbeat: same connection, no grace running
     member = group.members.get(member_id)
     if member is None or member.instance_id is not None or env.config.disconnect_grace_ms < 0:
         return False
-    if group.disconnect_deadlines.pop(member_id, None) is not None:
-        env.result.cancel(disconnect_key(group.group_id, member_id))
-    if group.connections.get(member_id) == connection_id:
+    note_alive(env, group, member_id)
+    if previous == connection_id:
         return False
     group.connections[member_id] = connection_id
-    return True
+    others = group.other_connections.get(member_id)
+    known = others is not None and connection_id in others
+    if others is not None:
+        others.discard(connection_id)
+    if previous is not None:
+        group.other_connections.setdefault(member_id, set()).add(previous)
+    if not group.other_connections.get(member_id, True):
+        del group.other_connections[member_id]
+    return not known
 
 
-def start_disconnect_grace(env: ConsumerEnv, group: ConsumerGroup, member_id: str,
-                           connection_id: int) -> None:
-    """`connection_id` closed; it matters only if it carried the member's latest request."""
-    if group.connections.get(member_id) != connection_id:
-        return  # the member moved to another connection (or is gone)
-    del group.connections[member_id]
+def connection_lost(env: ConsumerEnv, group: ConsumerGroup, member_id: str,
+                    connection_id: int) -> None:
+    """`connection_id` closed: the grace starts when it was the member's last own one."""
+    others = group.other_connections.get(member_id)
+    if group.connections.get(member_id) == connection_id:
+        if others:
+            group.connections[member_id] = others.pop()
+        else:
+            del group.connections[member_id]
+    elif others is not None and connection_id in others:
+        others.discard(connection_id)
+    else:
+        return  # not one of the member's (or it is gone)
+    if others is not None and not others:
+        del group.other_connections[member_id]
     member = group.members.get(member_id)
     grace = env.config.disconnect_grace_ms
-    if member is None or member.instance_id is not None or grace < 0:
+    if (member is None or member.instance_id is not None or grace < 0
+            or member_id in group.connections or member_id in group.disconnect_deadlines):
         return
     deadline = env.now_ms + grace
     group.disconnect_deadlines[member_id] = deadline

@@ -91,8 +91,10 @@ class ConsumerGroup:
     # (`classic_members.py`): member id -> ("join" | "sync", deadline ms).
     classic_deadlines: dict[str, tuple[str, int]] = field(default_factory=dict)
     # Disconnect-fast failover of dynamic members (`disconnect.py`): the connection of each
-    # member's latest request, and the fencing deadline of those whose connection closed.
+    # member's latest accepted heartbeat or commit, other open connections that carried one
+    # earlier (rare), and the fencing deadline of those left with no open connection.
     connections: dict[str, int] = field(default_factory=dict)
+    other_connections: dict[str, set[int]] = field(default_factory=dict)
     disconnect_deadlines: dict[str, int] = field(default_factory=dict)
     exists: bool = False  # has a ConsumerGroupMetadata record (False: created by a request)
     # Why the group epoch last moved: the journal's reason for the next target assignment.
@@ -167,6 +169,7 @@ class ConsumerGroup:
             self.rebalance_deadlines.pop(member_id, None)
             self.classic_deadlines.pop(member_id, None)
             self.connections.pop(member_id, None)
+            self.other_connections.pop(member_id, None)
             self.disconnect_deadlines.pop(member_id, None)
             return
         base = old or ConsumerGroupMember(member_id=member_id)

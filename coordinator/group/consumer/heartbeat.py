@@ -606,6 +606,7 @@ def _drop_timers(env: ConsumerEnv, group: ConsumerGroup, member_id: str) -> None
     group.session_deadlines.pop(member_id, None)
     group.rebalance_deadlines.pop(member_id, None)
     group.connections.pop(member_id, None)
+    group.other_connections.pop(member_id, None)
     env.result.cancel(session_key(group.group_id, member_id))
     env.result.cancel(rebalance_key(group.group_id, member_id))
     group.disconnect_deadlines.pop(member_id, None)

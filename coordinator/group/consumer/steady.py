@@ -72,7 +72,7 @@ def steady_heartbeat(config: ConsumerGroupConfig, image: TopicImage,
     deadlines = group.session_deadlines
     if member_id not in deadlines:  # the full path schedules a wake-up then
         return None
-    # The full path notes the request's connection (`disconnect.note_request`): a new
+    # The full path binds the request's connection (`disconnect.bind_connection`): a new
     # connection, or a disconnect grace running, is for it to handle.
     if ((group.connections.get(member_id) != cmd.ref.connection_id
          or member_id in group.disconnect_deadlines)
