@@ -15,12 +15,13 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.api.context import ClientRequest
+from coordinator.api.context import ApiVersionRange, ClientRequest
 from coordinator.dataplane.internal_topic import TopicDirectory, topic_by_name
 from protocol.build import build
 from protocol.codec import response_type
 
 LIST_OFFSETS = 2
+VERSIONS = ApiVersionRange(LIST_OFFSETS, 0, 11)  # v0: the max_num_offsets form
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = (
     -1, -2, -3, -4, -5, -6)
 

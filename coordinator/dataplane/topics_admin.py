@@ -6,7 +6,7 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.api.context import ClientRequest
+from coordinator.api.context import ApiVersionRange, ClientRequest
 from coordinator.dataplane.internal_topic import (
     OFFSETS_TOPIC,
     InternalTopic,
@@ -22,6 +22,10 @@ from storage.log import InvalidConfigError, LogConfig
 from storage.topics import InvalidTopicError, Topic, TopicExistsError, valid_topic_name
 
 METADATA, CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 3, 19, 20, 37
+METADATA_VERSIONS = ApiVersionRange(METADATA, 0, 13)
+CREATE_TOPICS_VERSIONS = ApiVersionRange(CREATE_TOPICS, 0, 7)
+DELETE_TOPICS_VERSIONS = ApiVersionRange(DELETE_TOPICS, 0, 6)
+CREATE_PARTITIONS_VERSIONS = ApiVersionRange(CREATE_PARTITIONS, 0, 3)
 
 
 class Settings(Protocol):

@@ -34,7 +34,7 @@ from coordinator.api import (
     offset_fetch,
     sync_group,
 )
-from coordinator.api.context import ClientRequest
+from coordinator.api.context import ApiVersionRange, ClientRequest
 from coordinator.group import offset_commands as oc
 from coordinator.group.config import GroupConfig
 from coordinator.group.consumer.config import ConsumerGroupConfig
@@ -94,7 +94,7 @@ class GroupHost(Timers, Protocol):
 
     def fail(self, error: BaseException) -> None: ...
 
-    def register(self, api_key: int, handler: Handler) -> None: ...
+    def register(self, versions: ApiVersionRange, handler: Handler) -> None: ...
 
 
 def new_member_id(prefix: str) -> str:
@@ -352,11 +352,11 @@ class GroupRuntime:
 
     def register(self) -> None:
         host = self.host
-        host.register(10, self.find_coordinator)
-        for api_key in _MEMBER_APIS:
-            host.register(api_key, self.member_request)
-        host.register(heartbeat.API_KEY, self.heartbeat)
-        host.register(8, self.offset_commit)
-        host.register(9, self.offset_fetch)
-        host.register(47, self.offset_delete)
-        host.register(42, self.delete_groups)
+        host.register(find_coordinator.VERSIONS, self.find_coordinator)
+        for module in _MEMBER_APIS.values():
+            host.register(module.VERSIONS, self.member_request)
+        host.register(heartbeat.VERSIONS, self.heartbeat)
+        host.register(offset_commit.VERSIONS, self.offset_commit)
+        host.register(offset_fetch.VERSIONS, self.offset_fetch)
+        host.register(offset_delete.VERSIONS, self.offset_delete)
+        host.register(delete_groups.VERSIONS, self.delete_groups)
