@@ -7,7 +7,6 @@ body for each API is listed here, so an API advertised without one fails the tes
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import uuid
 from collections.abc import AsyncIterator
@@ -73,23 +72,12 @@ async def connection(tmp_path: Path) -> AsyncIterator[wire.Connection]:
     broker = BrokerProcess(tmp_path / "data").start()
     conn = await wire.Connection.open("127.0.0.1", broker.port)
     try:
-        await _group_log_loaded(conn)
+        await wire.group_log_loaded(conn)
         yield conn
     finally:
         await conn.close()
         broker.stop()
     assert "Traceback" not in broker.log_text()
-
-
-async def _group_log_loaded(conn: wire.Connection, timeout_s: float = 15.0) -> None:
-    """FindCoordinator answers COORDINATOR_LOAD_IN_PROGRESS until the group log is loaded."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while True:
-        found = await conn.call(10, 6, {"key_type": 0, "coordinator_keys": ["any"]})
-        if found.coordinators[0].error_code.value == 0:
-            return
-        assert asyncio.get_running_loop().time() < deadline, "the group log did not load"
-        await asyncio.sleep(0.05)
 
 
 async def test_the_highest_advertised_version_of_every_api_is_answered(
