@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 import structlog
+from kio.schema.errors import ErrorCode
 
 from coordinator.api.context import ApiVersionRange, ClientRequest, RequestContext
 from coordinator.dataplane import (
@@ -208,10 +209,38 @@ class Broker:
                  reason=reason)
         return topic
 
-    def delete_topic(self, name: str) -> None:
-        self.topics.delete(name)
+    def delete_topics(self, names: Sequence[str],
+                      done: Callable[[dict[str, ErrorCode]], None]) -> None:
+        """Delete topics with every group's committed offsets of them, as Kafka does, so that
+        a topic created again under the same name starts from each group's reset policy.
+
+        The offsets go first, as tombstones in the group log; the topics are deleted once
+        those are durable, then `done` gets each topic's error code. A failed write deletes
+        nothing and answers each topic KAFKA_STORAGE_ERROR; no topic is answered deleted
+        before its offsets' tombstones are durable.
+        """
+        def offsets_deleted(error: ErrorCode | None) -> None:
+            results: dict[str, ErrorCode] = {}
+            for name in names:
+                if error is not None:
+                    results[name] = error
+                elif self.topics.get(name) is None:  # another request deleted it meanwhile
+                    results[name] = ErrorCode.unknown_topic_or_partition
+                else:
+                    results[name] = self._delete_topic(name)
+            done(results)
+
+        self.groups.delete_topic_offsets(names, offsets_deleted)
+
+    def _delete_topic(self, name: str) -> ErrorCode:
+        try:
+            self.topics.delete(name)
+        except OSError as exc:
+            log.error("topic deletion failed", topic=name, error=str(exc))
+            return ErrorCode.kafka_storage_error
         self.groups.topics_changed()
         log.info("topic deleted", topic=name)
+        return ErrorCode.none
 
     def add_partitions(self, name: str, total: int) -> None:
         self.topics.add_partitions(name, total)
