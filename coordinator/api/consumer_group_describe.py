@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from coordinator.api.context import ApiVersionRange
 from coordinator.group.consumer.commands import ConsumerGroupDescribe, ConsumerGroupDescribeOutcome
 from coordinator.group.result import RequestRef
 from protocol.build import build
@@ -16,6 +17,7 @@ from protocol.codec import response_type
 API_KEY = 69
 MIN_VERSION = 0
 MAX_VERSION = 1
+VERSIONS = ApiVersionRange(API_KEY, MIN_VERSION, MAX_VERSION)
 
 _CONSUMER_MEMBER_TYPE = 1  # KIP-1099: -1 unknown, 0 classic, 1 consumer
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from coordinator.api.context import ApiVersionRange
 from coordinator.group.consumer.commands import (
     ConsumerGroupHeartbeat,
     ConsumerGroupHeartbeatOutcome,
@@ -23,6 +24,7 @@ from protocol.codec import encode_response, response_type
 API_KEY = 68
 MIN_VERSION = 0
 MAX_VERSION = 1
+VERSIONS = ApiVersionRange(API_KEY, MIN_VERSION, MAX_VERSION)
 
 
 # The command's slots, filled directly: a frozen dataclass's keyword `__init__` costs more than

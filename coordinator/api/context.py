@@ -14,6 +14,17 @@ from protocol.codec import RequestHeader, encode_response
 from protocol.connection import Connection, ResponseSlot
 
 
+@dataclass(frozen=True, slots=True)
+class ApiVersionRange:
+    """The versions of one API that its module answers. Each API module declares its own, and
+    the broker registers it with the API's handler: ApiVersions advertises what is registered,
+    and a version outside the range closes the connection, as Kafka does."""
+
+    api_key: int
+    min_version: int
+    max_version: int
+
+
 class HeaderView(Protocol):
     @property
     def api_key(self) -> int: ...

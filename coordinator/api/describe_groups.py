@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from coordinator.api.context import ApiVersionRange
 from coordinator.group.commands import DescribeGroups
 from coordinator.group.outcomes import DescribeGroupsOutcome
 from coordinator.group.result import RequestRef
@@ -23,6 +24,7 @@ from protocol.codec import response_type
 API_KEY = 15
 MIN_VERSION = 0
 MAX_VERSION = 6
+VERSIONS = ApiVersionRange(API_KEY, MIN_VERSION, MAX_VERSION)
 
 
 def to_command(

@@ -32,12 +32,14 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from coordinator.api.context import ApiVersionRange
 from protocol.build import build
 from protocol.codec import response_type
 
 API_KEY = 10
 MIN_VERSION = 0
 MAX_VERSION = 6
+VERSIONS = ApiVersionRange(API_KEY, MIN_VERSION, MAX_VERSION)
 
 Node = tuple[int, str, int]
 NO_NODE: Node = (-1, "", -1)

@@ -19,6 +19,7 @@ import struct
 import sys
 from typing import Any
 
+from coordinator.api.context import ApiVersionRange
 from coordinator.group.commands import JoinGroup, Protocol
 from coordinator.group.outcomes import JoinGroupOutcome
 from coordinator.group.result import RequestRef
@@ -29,6 +30,7 @@ from protocol.codec import response_type
 API_KEY = 11
 MIN_VERSION = 0
 MAX_VERSION = 9
+VERSIONS = ApiVersionRange(API_KEY, MIN_VERSION, MAX_VERSION)
 
 _ONE_MS = datetime.timedelta(milliseconds=1)
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from coordinator.api.context import ApiVersionRange
 from coordinator.group.commands import LeaveGroup, LeaveMember
 from coordinator.group.outcomes import LeaveGroupOutcome
 from coordinator.group.result import RequestRef
@@ -23,6 +24,7 @@ from protocol.codec import response_type
 API_KEY = 13
 MIN_VERSION = 0
 MAX_VERSION = 5
+VERSIONS = ApiVersionRange(API_KEY, MIN_VERSION, MAX_VERSION)
 
 
 def to_command(

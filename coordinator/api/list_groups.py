@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from coordinator.api.context import ApiVersionRange
 from coordinator.group.commands import ListGroups
 from coordinator.group.outcomes import ListGroupsOutcome
 from coordinator.group.result import RequestRef
@@ -19,6 +20,7 @@ from protocol.codec import response_type
 API_KEY = 16
 MIN_VERSION = 0
 MAX_VERSION = 5
+VERSIONS = ApiVersionRange(API_KEY, MIN_VERSION, MAX_VERSION)
 
 
 def to_command(

@@ -28,6 +28,7 @@ import datetime
 import struct
 from typing import Any
 
+from coordinator.api.context import ApiVersionRange
 from coordinator.group.offset_commands import (
     ZOOKEEPER_OFFSETS_VERSION,
     OffsetCommit,
@@ -46,6 +47,7 @@ MIN_VERSION = 0
 ZOOKEEPER_ONLY_VERSION = ZOOKEEPER_OFFSETS_VERSION
 DEFAULT_COMMIT_TIMESTAMP = -1
 MAX_VERSION = 9
+VERSIONS = ApiVersionRange(API_KEY, MIN_VERSION, MAX_VERSION)
 
 _ONE_MS = datetime.timedelta(milliseconds=1)
 

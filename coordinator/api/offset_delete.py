@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from coordinator.api.context import ApiVersionRange
 from coordinator.group.offset_commands import OffsetDelete, OffsetDeleteOutcome
 from coordinator.group.result import RequestRef
 from protocol.build import build
@@ -16,6 +17,7 @@ from protocol.codec import response_type
 API_KEY = 47
 MIN_VERSION = 0
 MAX_VERSION = 0
+VERSIONS = ApiVersionRange(API_KEY, MIN_VERSION, MAX_VERSION)
 
 
 def to_command(request: Any, version: int, ref: RequestRef) -> OffsetDelete:

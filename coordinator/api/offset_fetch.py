@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from coordinator.api.context import ApiVersionRange
 from coordinator.group.offset_commands import (
     ZOOKEEPER_OFFSETS_VERSION,
     OffsetFetch,
@@ -38,6 +39,7 @@ API_KEY = 9
 MIN_VERSION = 0
 ZOOKEEPER_ONLY_VERSION = ZOOKEEPER_OFFSETS_VERSION
 MAX_VERSION = 9
+VERSIONS = ApiVersionRange(API_KEY, MIN_VERSION, MAX_VERSION)
 BATCH_MIN_VERSION = 8
 
 

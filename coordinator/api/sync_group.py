@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from coordinator.api.context import ApiVersionRange
 from coordinator.group.commands import SyncGroup
 from coordinator.group.outcomes import SyncGroupOutcome
 from coordinator.group.result import RequestRef
@@ -20,6 +21,7 @@ from protocol.codec import response_type
 API_KEY = 14
 MIN_VERSION = 0
 MAX_VERSION = 5
+VERSIONS = ApiVersionRange(API_KEY, MIN_VERSION, MAX_VERSION)
 
 
 def to_command(

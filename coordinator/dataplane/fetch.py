@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.api.context import ClientRequest
+from coordinator.api.context import ApiVersionRange, ClientRequest
 from coordinator.dataplane.internal_topic import TopicDirectory, topic_by_id, topic_by_name
 from protocol.build import build
 from protocol.codec import response_type
@@ -27,6 +27,7 @@ from storage.legacy_convert import down_convert
 from storage.log import OffsetOutOfRange
 
 FETCH = 1
+VERSIONS = ApiVersionRange(FETCH, 0, 16)  # v0-v3: down-converted to magic 0/1
 LEGACY_MAX_VERSION = 3  # v0-v3 read legacy message sets: magic 0 up to v1, magic 1 from v2
 
 

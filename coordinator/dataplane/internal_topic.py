@@ -77,6 +77,12 @@ class ReadOnlyPartition:
         found = self._log.max_timestamp_offset()
         return found if found is not None and found[0] < self.log_end_offset else None
 
+    def segment_times(self) -> list[tuple[int, int, int]]:
+        """The group log's segments as ListOffsets v0 sees them (`PartitionLog.segment_times`);
+        the offsets past the high watermark are cut by the caller, as Kafka cuts them."""
+        with self._log._lock:  # the cleaner swaps compacted segments under it
+            return self._log.segment_times()
+
 
 def _below(data: bytes, end: int) -> bytes:
     """The whole batches of `data` whose base offset is below `end`."""

@@ -6,7 +6,13 @@ the candidates are every segment's base offset, each with the segment's time, pl
 offset with the current time when the last segment holds data. LATEST starts from the newest
 candidate, EARLIEST from the oldest, and a timestamp from the newest candidate whose time is not
 after it. A segment's time is its largest record timestamp (Kafka uses the file's modification
-time; for data produced now the two agree).
+time; for data produced now the two agree). As Kafka answers a consumer, offsets past the high
+watermark are replaced by it (`Partition.legacyFetchOffsetsForTimestamp`): for a user topic
+the log end is the high watermark, for `__consumer_offsets` it is the last durable offset of
+the group log, whose unacknowledged tail a client must not see.
+
+Every version looks topics up the same way, so `__consumer_offsets` is answered by each
+(lag tools such as Burrow send v0 for every topic in the metadata).
 """
 
 from __future__ import annotations
@@ -15,12 +21,13 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.api.context import ClientRequest
+from coordinator.api.context import ApiVersionRange, ClientRequest
 from coordinator.dataplane.internal_topic import TopicDirectory, topic_by_name
 from protocol.build import build
 from protocol.codec import response_type
 
 LIST_OFFSETS = 2
+VERSIONS = ApiVersionRange(LIST_OFFSETS, 0, 11)  # v0: the max_num_offsets form
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = (
     -1, -2, -3, -4, -5, -6)
 
@@ -76,7 +83,7 @@ def _handle_v0(broker: ListOffsetsHost, ctx: ClientRequest, request: Any) -> Non
     topics_out = []
     now_ms = broker.wall_ms()
     for wanted_topic in request.topics:
-        topic = broker.topics.get(wanted_topic.name)
+        topic = topic_by_name(broker, wanted_topic.name)
         partitions_out = []
         for wanted in wanted_topic.partitions:
             entry: dict[str, Any] = {"partition_index": wanted.partition_index,
@@ -108,4 +115,10 @@ def offsets_before(partition_log: Any, timestamp: int, max_num_offsets: int,
         while start >= 0 and candidates[start][1] > timestamp:
             start -= 1
     count = max(min(max_num_offsets, start + 1), 0)
-    return tuple(sorted((candidates[start - i][0] for i in range(count)), reverse=True))
+    found = sorted((candidates[start - i][0] for i in range(count)), reverse=True)
+    high_watermark = partition_log.log_end_offset
+    if found and found[0] > high_watermark:
+        # The group log's end candidate is its high watermark already: listed once.
+        below = [offset for offset in found if offset < high_watermark]
+        found = [high_watermark, *below]
+    return tuple(found)

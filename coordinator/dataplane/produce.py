@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import structlog
 from kio.schema.errors import ErrorCode
 
-from coordinator.api.context import ClientRequest
+from coordinator.api.context import ApiVersionRange, ClientRequest
 from coordinator.dataplane.internal_topic import OFFSETS_TOPIC, TopicDirectory
 from protocol.build import build
 from protocol.codec import response_type
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from coordinator.dataplane.producers import ProducerTable  # it imports this module
 
 PRODUCE = 0
+VERSIONS = ApiVersionRange(PRODUCE, 0, 11)  # v0-v2: legacy message sets, up-converted
 LEGACY_MAX_VERSION = 2  # v0-v2: legacy message sets
 log = structlog.get_logger("rebalanced.produce")
 

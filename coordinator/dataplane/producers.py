@@ -12,10 +12,17 @@ import struct
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from coordinator.api.context import ApiVersionRange, ClientRequest
 from coordinator.dataplane.produce import ProducerSequenceError
+from protocol.build import build
+from protocol.codec import response_type
+
+INIT_PRODUCER_ID = 22
+VERSIONS = ApiVersionRange(INIT_PRODUCER_ID, 0, 4)
 
 _PRODUCER = struct.Struct(">qhi")  # producer id, epoch, base sequence at batch offset 43
 _LAST_DELTA = struct.Struct(">i")  # at batch offset 23
@@ -89,3 +96,22 @@ class ProducerTable:
             self._state[key] = state
         state.last_sequence = last_sequence
         state.recent.append((base_sequence, base_offset))
+
+
+class ProducerIdHost(Protocol):
+    """What InitProducerId uses of the broker."""
+
+    @property
+    def producers(self) -> ProducerTable: ...
+
+
+def init_producer_id(host: ProducerIdHost, ctx: ClientRequest, request: Any) -> None:
+    """InitProducerId for an idempotent producer; transactions are not served."""
+    cls = response_type(INIT_PRODUCER_ID, ctx.version)
+    if request.transactional_id is not None:
+        ctx.respond(build(cls, throttle_time=0,
+                          error_code=ErrorCode.transactional_id_authorization_failed,
+                          producer_id=-1, producer_epoch=-1))
+        return
+    ctx.respond(build(cls, throttle_time=0, error_code=ErrorCode.none,
+                      producer_id=host.producers.new_producer_id(), producer_epoch=0))

@@ -1,12 +1,17 @@
-"""Metadata, CreateTopics, DeleteTopics and CreatePartitions over the topic store."""
+"""Metadata, CreateTopics, DeleteTopics and CreatePartitions over the topic store.
+
+DeleteTopics deletes a topic's committed offsets from every group too (the broker writes their
+tombstones first): it is answered once those are durable.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.api.context import ClientRequest
+from coordinator.api.context import ApiVersionRange, ClientRequest
 from coordinator.dataplane.internal_topic import (
     OFFSETS_TOPIC,
     InternalTopic,
@@ -22,6 +27,10 @@ from storage.log import InvalidConfigError, LogConfig
 from storage.topics import InvalidTopicError, Topic, TopicExistsError, valid_topic_name
 
 METADATA, CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 3, 19, 20, 37
+METADATA_VERSIONS = ApiVersionRange(METADATA, 0, 13)
+CREATE_TOPICS_VERSIONS = ApiVersionRange(CREATE_TOPICS, 0, 7)
+DELETE_TOPICS_VERSIONS = ApiVersionRange(DELETE_TOPICS, 0, 6)
+CREATE_PARTITIONS_VERSIONS = ApiVersionRange(CREATE_PARTITIONS, 0, 3)
 
 
 class Settings(Protocol):
@@ -45,7 +54,11 @@ class TopicsHost(TopicDirectory, Protocol):
     def create_topic(self, name: str, partitions: int, configs: dict[str, str], *,
                      reason: str) -> Topic: ...
 
-    def delete_topic(self, name: str) -> None: ...
+    def delete_topics(self, names: Sequence[str],
+                      done: Callable[[dict[str, ErrorCode]], None]) -> None:
+        """Delete topics, and every group's committed offsets of them first; `done` gets each
+        topic's error code once that is durable (or failed)."""
+        ...
 
     def add_partitions(self, name: str, total: int) -> None: ...
 
@@ -184,6 +197,7 @@ def delete_topics(broker: TopicsHost, ctx: ClientRequest, request: Any) -> None:
     else:
         wanted = [(name, None) for name in request.topic_names]
     results = []
+    doomed: dict[str, dict[str, Any]] = {}  # topic name -> its entry in `results`
     for name, topic_id in wanted:
         if name == OFFSETS_TOPIC or (topic_id is not None
                                      and topic_id == offsets_topic_id(broker)):
@@ -198,11 +212,36 @@ def delete_topics(broker: TopicsHost, ctx: ClientRequest, request: Any) -> None:
                     else ErrorCode.unknown_topic_or_partition)
             results.append({"name": name, "topic_id": topic_id, "error_code": code})
             continue
-        broker.delete_topic(topic.name)
-        results.append({"name": topic.name, "topic_id": topic.topic_id,
-                        "error_code": ErrorCode.none})
-    ctx.respond(build(response_type(DELETE_TOPICS, ctx.version), throttle_time=0,
-                      responses=results))
+        if topic.name in doomed:
+            results.append({"name": name, "topic_id": topic_id,
+                            "error_code": ErrorCode.invalid_request,
+                            "error_message": "Duplicate topic name."})
+            continue
+        entry = {"name": topic.name, "topic_id": topic.topic_id, "error_code": ErrorCode.none,
+                 "error_message": None}
+        doomed[topic.name] = entry
+        results.append(entry)
+
+    def deleted(errors: dict[str, ErrorCode]) -> None:
+        for name, code in errors.items():
+            entry = doomed[name]
+            entry["error_code"] = code
+            if code is not ErrorCode.none:
+                entry["error_message"] = _DELETE_FAILED.get(code)
+        ctx.respond(build(response_type(DELETE_TOPICS, ctx.version), throttle_time=0,
+                          responses=results))
+
+    if doomed:
+        broker.delete_topics(list(doomed), deleted)
+    else:
+        deleted({})
+
+
+_DELETE_FAILED = {
+    ErrorCode.kafka_storage_error: "the group log did not take the tombstones of the topic's "
+                                   "committed offsets; nothing was deleted",
+    ErrorCode.coordinator_load_in_progress: "the group log is loading; retry",
+}
 
 
 def create_partitions(broker: TopicsHost, ctx: ClientRequest, request: Any) -> None:

@@ -1,4 +1,5 @@
-"""The offset APIs' group decisions, pure: OffsetCommit, OffsetDelete, DeleteGroups, expiry.
+"""The offset APIs' group decisions, pure: OffsetCommit, OffsetDelete, DeleteGroups, expiry,
+and the offsets of deleted topics.
 
 Kafka's `OffsetMetadataManager` and `GroupMetadataManager` answer each of these with a
 `CoordinatorResult`; here each method returns the outcome to answer once the records are
@@ -14,6 +15,7 @@ decided here, beside every other answer.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -178,6 +180,12 @@ class GroupOffsets:
             deleted.records.extend(self.offsets.delete_group(group_id))
             results.append((group_id, ErrorCode.none))
         return oc.DeleteGroupsOutcome(results=tuple(results)), deleted
+
+    def delete_topics(self, topics: AbstractSet[str]) -> Result:
+        """DeleteTopics: the tombstones of every group's offsets of `topics`, so that a topic
+        created again under the same name starts from each group's reset policy. Nothing
+        changes until they are durable (the runtime applies them then)."""
+        return Result(records=list(self.offsets.delete_topics(topics)))
 
     def expire(self, now_ms: int) -> ExpiryDecision:
         """Offset expiry (Kafka `cleanupGroupMetadata`): tombstones for expired offsets, and

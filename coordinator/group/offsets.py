@@ -1,19 +1,19 @@
 """The committed-offset store of one coordinator: pure, no I/O, time passed in as `now_ms`.
 
 Owns committed offsets per group/topic/partition and the per-partition rules of OffsetCommit,
-OffsetFetch, OffsetDelete, DeleteGroups and offset expiry (SPEC §10). Group-level decisions
-(does the group exist, generation and member checks, Dead/CompletingRebalance answers, whether a
-group may be deleted) are made by the group coordinator core before it calls in here; this module
-never sees a member.
+OffsetFetch, OffsetDelete, DeleteGroups, DeleteTopics and offset expiry (SPEC §10). Group-level
+decisions (does the group exist, generation and member checks, Dead/CompletingRebalance answers,
+whether a group may be deleted) are made by the group coordinator core before it calls in here;
+this module never sees a member.
 
 Theory of operation
 -------------------
 The in-memory view changes **only** through `apply(record)`. Every mutating operation
-(`commit`, `delete`, `expire`, `delete_group`) merely *returns* `OffsetCommitRecord`s. The
-runtime appends them to the group log, waits until they are durable, then feeds each one to
-`apply` and only then replies. Recovery replays the log through the same `apply`. Hence
-"acknowledged ⇔ durable" and "replay of the emitted records == the live view" hold by
-construction (tests/property/test_offsets_replay.py checks the latter).
+(`commit`, `delete`, `expire`, `delete_group`, `delete_topics`) merely *returns*
+`OffsetCommitRecord`s. The runtime appends them to the group log, waits until they are
+durable, then feeds each one to `apply` and only then replies. Recovery replays the log
+through the same `apply`. Hence "acknowledged ⇔ durable" and "replay of the emitted records
+== the live view" hold by construction (tests/property/test_offsets_replay.py checks the latter).
 
 Pending commits (KIP-447 `require_stable`): `commit` also remembers each value it returns as
 *pending* for its partition until `apply` sees that record (durable) or `abort` drops it (the
@@ -257,6 +257,21 @@ class OffsetStore:
             offset_commit_tombstone(group_id, topic, partition)
             for topic, partition, _ in self._iter_group(group_id)
         ]
+
+    def delete_topics(self, topics: AbstractSet[str]) -> list[OffsetCommitRecord]:
+        """DeleteTopics: a tombstone for every group's offset of `topics`, committed or
+        pending (a pending commit's record is written before the tombstone, so the tombstone
+        wins on replay as in memory), whatever the group subscribes to (Kafka
+        `OffsetMetadataManager.onPartitionsDeleted`)."""
+        doomed: set[tuple[str, str, int]] = set()
+        for group_id, committed in self._offsets.items():
+            for topic in topics & committed.keys():
+                doomed.update((group_id, topic, partition) for partition in committed[topic])
+        for group_id, pending in self._pending.items():
+            doomed.update((group_id, topic, partition) for topic, partition in pending
+                          if topic in topics)
+        return [offset_commit_tombstone(group_id, topic, partition)
+                for group_id, topic, partition in sorted(doomed)]
 
     def expire(self, now_ms: int, groups_view: Mapping[str, GroupExpiryView]) -> ExpiryResult:
         """Tombstones for expired offsets, and the Empty groups left without offsets.

@@ -10,15 +10,22 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 import structlog
 from kio.schema.errors import ErrorCode
 
-from coordinator.api.context import ClientRequest, RequestContext
-from coordinator.dataplane import api_versions, fetch, list_offsets, produce, topics_admin
+from coordinator.api.context import ApiVersionRange, ClientRequest, RequestContext
+from coordinator.dataplane import (
+    api_versions,
+    fetch,
+    list_offsets,
+    produce,
+    producers,
+    topics_admin,
+)
 from coordinator.dataplane.producers import ProducerTable
 from coordinator.group.timer import TimerWheel
 from coordinator.grouplog.log import GroupLog
@@ -26,8 +33,7 @@ from coordinator.ops.metrics import BrokerMetrics
 from coordinator.runtime.clock import SystemClock
 from coordinator.runtime.groups import GroupRuntime
 from coordinator.settings import BrokerSettings
-from protocol.build import build
-from protocol.codec import RequestHeader, response_type
+from protocol.codec import RequestHeader
 from protocol.connection import Connection, ResponseSlot
 from protocol.refusals import REFUSALS
 from storage.fs import REAL_FS, FileSystem
@@ -59,18 +65,26 @@ class Broker:
         self._timer_handlers: dict[str, Callable[[tuple[Any, ...], int], None]] = {
             "fetch": lambda key, now: self.fetches.expire(key),
         }
-        self._handlers: dict[int, Handler] = {
-            0: lambda ctx, req: produce.handle(self, ctx, req),
-            1: lambda ctx, req: fetch.handle(self, ctx, req),
-            2: lambda ctx, req: list_offsets.handle(self, ctx, req),
-            3: lambda ctx, req: topics_admin.metadata(self, ctx, req),
-            18: lambda ctx, req: api_versions.handle(ctx, self.implemented),
-            19: lambda ctx, req: topics_admin.create_topics(self, ctx, req),
-            20: lambda ctx, req: topics_admin.delete_topics(self, ctx, req),
-            22: self._init_producer_id,
-            37: lambda ctx, req: topics_admin.create_partitions(self, ctx, req),
-        }
-        self.implemented: set[int] = set(self._handlers)
+        # Each API is registered with the versions its module declares: one table that
+        # routes requests, refuses other versions and is what ApiVersions advertises.
+        self._handlers: dict[int, Handler] = {}
+        self._served: dict[int, tuple[int, int]] = {}
+        self.register(produce.VERSIONS, lambda ctx, req: produce.handle(self, ctx, req))
+        self.register(fetch.VERSIONS, lambda ctx, req: fetch.handle(self, ctx, req))
+        self.register(list_offsets.VERSIONS,
+                      lambda ctx, req: list_offsets.handle(self, ctx, req))
+        self.register(topics_admin.METADATA_VERSIONS,
+                      lambda ctx, req: topics_admin.metadata(self, ctx, req))
+        self.register(api_versions.VERSIONS,
+                      lambda ctx, req: api_versions.handle(ctx, self._served))
+        self.register(topics_admin.CREATE_TOPICS_VERSIONS,
+                      lambda ctx, req: topics_admin.create_topics(self, ctx, req))
+        self.register(topics_admin.DELETE_TOPICS_VERSIONS,
+                      lambda ctx, req: topics_admin.delete_topics(self, ctx, req))
+        self.register(producers.VERSIONS,
+                      lambda ctx, req: producers.init_producer_id(self, ctx, req))
+        self.register(topics_admin.CREATE_PARTITIONS_VERSIONS,
+                      lambda ctx, req: topics_admin.create_partitions(self, ctx, req))
         # Request and group counters for /metrics; None (no cost) unless metrics.listener is set.
         self.metrics: BrokerMetrics | None = (
             BrokerMetrics(settings["metrics.max.groups"]) if settings["metrics.listener"]
@@ -84,8 +98,7 @@ class Broker:
 
     def served_versions(self) -> dict[int, tuple[int, int]]:
         """The (min, max) versions ApiVersions advertises, by API key."""
-        return {key: api_versions.SUPPORTED[key] for key in self.implemented
-                if key in api_versions.SUPPORTED}
+        return dict(self._served)
 
     # lifecycle --------------------------------------------------------------------------------
 
@@ -196,10 +209,38 @@ class Broker:
                  reason=reason)
         return topic
 
-    def delete_topic(self, name: str) -> None:
-        self.topics.delete(name)
+    def delete_topics(self, names: Sequence[str],
+                      done: Callable[[dict[str, ErrorCode]], None]) -> None:
+        """Delete topics with every group's committed offsets of them, as Kafka does, so that
+        a topic created again under the same name starts from each group's reset policy.
+
+        The offsets go first, as tombstones in the group log; the topics are deleted once
+        those are durable, then `done` gets each topic's error code. A failed write deletes
+        nothing and answers each topic KAFKA_STORAGE_ERROR; no topic is answered deleted
+        before its offsets' tombstones are durable.
+        """
+        def offsets_deleted(error: ErrorCode | None) -> None:
+            results: dict[str, ErrorCode] = {}
+            for name in names:
+                if error is not None:
+                    results[name] = error
+                elif self.topics.get(name) is None:  # another request deleted it meanwhile
+                    results[name] = ErrorCode.unknown_topic_or_partition
+                else:
+                    results[name] = self._delete_topic(name)
+            done(results)
+
+        self.groups.delete_topic_offsets(names, offsets_deleted)
+
+    def _delete_topic(self, name: str) -> ErrorCode:
+        try:
+            self.topics.delete(name)
+        except OSError as exc:
+            log.error("topic deletion failed", topic=name, error=str(exc))
+            return ErrorCode.kafka_storage_error
         self.groups.topics_changed()
         log.info("topic deleted", topic=name)
+        return ErrorCode.none
 
     def add_partitions(self, name: str, total: int) -> None:
         self.topics.add_partitions(name, total)
@@ -219,8 +260,8 @@ class Broker:
     def handle(self, connection: Connection, slot: ResponseSlot, header: RequestHeader,
                request: Any) -> None:
         handler = self._handlers.get(header.api_key)
-        supported = api_versions.SUPPORTED.get(header.api_key)
-        if supported is not None and not supported[0] <= header.api_version <= supported[1]:
+        served = self._served.get(header.api_key)
+        if served is not None and not served[0] <= header.api_version <= served[1]:
             # kio knows versions we do not advertise; Kafka closes on a disabled version.
             handler = None
         if handler is None:
@@ -245,7 +286,7 @@ class Broker:
                     api_version: int, correlation_id: int) -> bool:
         if api_key == api_versions.API_VERSIONS:
             connection.complete(
-                slot, api_versions.unsupported_version_response(correlation_id, self.implemented)
+                slot, api_versions.unsupported_version_response(correlation_id, self._served)
             )
             return True
         return False
@@ -254,19 +295,10 @@ class Broker:
         self.fetches.connection_closed(connection.id)
         self.groups.connection_closed(connection.id)
 
-    def register(self, api_key: int, handler: Handler) -> None:
-        self._handlers[api_key] = handler
-        self.implemented.add(api_key)
-
-    def _init_producer_id(self, ctx: ClientRequest, request: Any) -> None:
-        cls = response_type(22, ctx.version)
-        if request.transactional_id is not None:
-            ctx.respond(build(cls, throttle_time=0,
-                              error_code=ErrorCode.transactional_id_authorization_failed,
-                              producer_id=-1, producer_epoch=-1))
-            return
-        ctx.respond(build(cls, throttle_time=0, error_code=ErrorCode.none,
-                          producer_id=self.producers.new_producer_id(), producer_epoch=0))
+    def register(self, versions: ApiVersionRange, handler: Handler) -> None:
+        """Serve `versions` of an API with `handler`: from now on ApiVersions advertises them."""
+        self._handlers[versions.api_key] = handler
+        self._served[versions.api_key] = (versions.min_version, versions.max_version)
 
 
 class DataDirInUse(RuntimeError):

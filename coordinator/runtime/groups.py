@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -34,7 +34,7 @@ from coordinator.api import (
     offset_fetch,
     sync_group,
 )
-from coordinator.api.context import ClientRequest
+from coordinator.api.context import ApiVersionRange, ClientRequest
 from coordinator.group import offset_commands as oc
 from coordinator.group.config import GroupConfig
 from coordinator.group.consumer.config import ConsumerGroupConfig
@@ -94,7 +94,7 @@ class GroupHost(Timers, Protocol):
 
     def fail(self, error: BaseException) -> None: ...
 
-    def register(self, api_key: int, handler: Handler) -> None: ...
+    def register(self, versions: ApiVersionRange, handler: Handler) -> None: ...
 
 
 def new_member_id(prefix: str) -> str:
@@ -143,6 +143,9 @@ class GroupRuntime:
             delete_retention_ms=settings["log.cleaner.delete.retention.ms"])
         self._sequence = itertools.count()
         self._tasks: list[asyncio.Task[None]] = []
+        # Topics whose offsets' tombstones are being written (DeleteTopics), by how many
+        # deletions wait: commits to them are refused meanwhile, so none outlives the topic.
+        self._topics_being_deleted: dict[str, int] = {}
         self.fs: FileSystem = REAL_FS  # the group log's filesystem; tests inject faults here
 
     @property
@@ -283,7 +286,8 @@ class GroupRuntime:
 
     def _partition_exists(self, topic: str, partition: int) -> bool:
         found = self.host.topics.get(topic)
-        return found is not None and 0 <= partition < len(found.partitions)
+        return (found is not None and 0 <= partition < len(found.partitions)
+                and not (self._topics_being_deleted and topic in self._topics_being_deleted))
 
     def _refuse_zookeeper_version(self, ctx: ClientRequest, api: str) -> None:
         REFUSALS.refused(
@@ -331,6 +335,41 @@ class GroupRuntime:
         # The groups are gone from memory already; a failed write brings them back.
         self.applier.write(deleted, written)
 
+    def delete_topic_offsets(self, topics: Sequence[str],
+                             then: Callable[[ErrorCode | None], None]) -> None:
+        """Before DeleteTopics deletes `topics`: write the tombstones of every group's offsets
+        of them, then `then(None)` once durable, or `then(error)` when they could not be
+        written (the offsets stay, and the topics should too). Until then commits to the
+        topics answer UNKNOWN_TOPIC_OR_PARTITION.
+
+        Refused while the group log loads: offsets of a partition not loaded yet could not be
+        found, and would outlive the topic."""
+        if self.loader.loading:
+            then(self.loader.unavailable(None))
+            return
+        tombstones = self.core.delete_topics(set(topics))
+        if not tombstones.records:
+            then(None)
+            return
+        being_deleted = self._topics_being_deleted
+        for topic in topics:
+            being_deleted[topic] = being_deleted.get(topic, 0) + 1
+        if self.host.metrics is not None:
+            self.host.metrics.offset_deletions += len(tombstones.records)
+
+        def written(durable: bool) -> None:
+            for topic in topics:
+                left = being_deleted[topic] - 1
+                if left:
+                    being_deleted[topic] = left
+                else:
+                    del being_deleted[topic]
+            # A disk error, retriable: the topics are kept, so a retry starts over.
+            then(None if durable else ErrorCode.kafka_storage_error)
+
+        # Applied to the offsets only once durable (`ResultApplier.write`).
+        self.applier.write(tombstones, written)
+
     def on_timer(self, key: tuple[Any, ...], now_ms: int) -> None:
         self.applier.apply(self.manager.expire(key, self.clock.now_ms()))
 
@@ -352,11 +391,11 @@ class GroupRuntime:
 
     def register(self) -> None:
         host = self.host
-        host.register(10, self.find_coordinator)
-        for api_key in _MEMBER_APIS:
-            host.register(api_key, self.member_request)
-        host.register(heartbeat.API_KEY, self.heartbeat)
-        host.register(8, self.offset_commit)
-        host.register(9, self.offset_fetch)
-        host.register(47, self.offset_delete)
-        host.register(42, self.delete_groups)
+        host.register(find_coordinator.VERSIONS, self.find_coordinator)
+        for module in _MEMBER_APIS.values():
+            host.register(module.VERSIONS, self.member_request)
+        host.register(heartbeat.VERSIONS, self.heartbeat)
+        host.register(offset_commit.VERSIONS, self.offset_commit)
+        host.register(offset_fetch.VERSIONS, self.offset_fetch)
+        host.register(offset_delete.VERSIONS, self.offset_delete)
+        host.register(delete_groups.VERSIONS, self.delete_groups)

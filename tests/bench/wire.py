@@ -195,3 +195,16 @@ def pick_version(ranges: Mapping[int, tuple[int, int]], api_key: int, wanted: in
     if version < lo:
         raise WireError(f"api_key {api_key}: broker supports v{lo}-v{hi}, need <= v{wanted}")
     return version
+
+
+async def group_log_loaded(conn: Connection, timeout_s: float = 15.0) -> None:
+    """Wait until the broker's group log has loaded: until then FindCoordinator answers
+    COORDINATOR_LOAD_IN_PROGRESS (and the group APIs refuse)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        found = await conn.call(10, 4, {"key_type": 0, "coordinator_keys": ["any"]})
+        if found.coordinators[0].error_code.value == 0:
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            raise WireError("the group log did not load")
+        await asyncio.sleep(0.05)

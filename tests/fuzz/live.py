@@ -128,12 +128,12 @@ def build_corpus(per_schema: int, seed: int) -> list[bytes]:
     from kio.serial import entity_writer
     from kio.static.primitive import Records
 
-    from coordinator.dataplane.api_versions import SUPPORTED
+    from tests.served import served_versions
 
     st.register_type_strategy(Records, st.binary(max_size=64).map(Records))
     warnings.simplefilter("ignore", NonInteractiveExampleWarning)
     corpus: list[bytes] = []
-    for key, (lo, hi) in sorted(SUPPORTED.items()):
+    for key, (lo, hi) in sorted(served_versions().items()):
         if key in EXCLUDED_APIS:
             continue
         for version in range(lo, hi + 1):

@@ -188,3 +188,75 @@ async def test_a_failed_offset_expiry_write_keeps_the_group_and_its_offsets(
     await broker.groups.expire_offsets()
     assert broker.groups.manager.group("standalone") is None
     assert not broker.groups.offsets.has_offsets("standalone")
+
+
+def delete_topic(broker: Broker) -> Any:
+    return send(broker, 20, 6, {"topics": [{"name": TOPIC, "topic_id": None}],
+                                "timeout": datetime.timedelta(seconds=5)})
+
+
+def fetched_offset(broker: Broker, group: str) -> int:
+    fetched = send(broker, 9, 7, {"group_id": group, "topics": [
+        {"name": TOPIC, "partition_indexes": [0]}]})
+    return int(fetched.answer.topics[0].partitions[0].committed_offset)
+
+
+async def test_delete_topics_is_answered_once_the_offsets_tombstones_are_durable(
+    gated: tuple[Broker, GatedFileSystem],
+) -> None:
+    broker, fs = gated
+    groups = ["a", *same_partition(broker, "a", 1)]  # one group-log partition: one fsync
+    commits = [commit(broker, group, offset=5) for group in groups]
+    await until(lambda: all(c.responses for c in commits), "commit answers")
+    fs.close()
+    deleted = delete_topic(broker)
+    await until(lambda: fs.held == 1, "the tombstones' fsync at the gate")
+    assert deleted.responses == []
+    assert broker.topics.get(TOPIC) is not None
+    # Meanwhile a commit to the topic is refused: no offset may outlive it.
+    late = commit(broker, "a", offset=7)
+    assert commit_errors(late) == [ErrorCode.unknown_topic_or_partition]
+    fs.open()
+    await until(lambda: deleted.responses, "delete answer")
+    assert [r.error_code for r in deleted.answer.responses] == [ErrorCode.none]
+    assert broker.topics.get(TOPIC) is None
+    assert not any(broker.groups.offsets.has_offsets(group) for group in groups)
+
+    broker.create_topic(TOPIC, 2, {}, reason="test")
+    assert fetched_offset(broker, "a") == -1
+    fresh = commit(broker, "a", offset=1)  # the new topic takes commits again
+    await until(lambda: fresh.responses, "commit answer")
+    assert commit_errors(fresh) == [ErrorCode.none]
+
+
+async def test_a_failed_delete_topics_write_keeps_the_topic_and_its_offsets(
+    gated: tuple[Broker, GatedFileSystem],
+) -> None:
+    broker, fs = gated
+    committed = commit(broker, "standalone", offset=5)
+    await until(lambda: committed.responses, "commit answer")
+    fs.fail_next_fsync()
+    deleted = delete_topic(broker)
+    await until(lambda: deleted.responses, "delete answer")
+    assert [r.error_code for r in deleted.answer.responses] == [ErrorCode.kafka_storage_error]
+    assert broker.topics.get(TOPIC) is not None
+    assert fetched_offset(broker, "standalone") == 5
+    still = commit(broker, "standalone", offset=6)  # the topic takes commits again
+    await until(lambda: still.responses, "commit answer")
+    assert commit_errors(still) == [ErrorCode.none]
+
+    retried = delete_topic(broker)
+    await until(lambda: retried.responses, "delete answer")
+    assert [r.error_code for r in retried.answer.responses] == [ErrorCode.none]
+    assert broker.topics.get(TOPIC) is None
+    assert fetched_offset(broker, "standalone") == -1
+
+
+async def test_delete_topics_without_offsets_is_answered_at_once(
+    gated: tuple[Broker, GatedFileSystem],
+) -> None:
+    broker, fs = gated
+    fs.close()  # nothing to write: no fsync to wait for
+    deleted = delete_topic(broker)
+    assert [r.error_code for r in deleted.answer.responses] == [ErrorCode.none]
+    assert broker.topics.get(TOPIC) is None

@@ -24,7 +24,6 @@ from kio.serial import entity_reader
 from kio.serial.errors import SerialError
 from kio.static.primitive import Records
 
-from coordinator.dataplane.api_versions import SUPPORTED
 from coordinator.grouplog.codec import RecordDecodeError, decode_record, encode_record
 from coordinator.grouplog.log import GroupLog
 from coordinator.grouplog.records import (
@@ -43,6 +42,7 @@ from protocol.guard import body_length
 from protocol.legacy_versions import LEGACY_REQUESTS
 from storage.log import CorruptLogError, LogConfig
 from tests import fakes
+from tests.served import served_versions
 
 EXAMPLES = int(os.environ.get("REBALANCED_FUZZ_EXAMPLES", "250"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None,
@@ -52,7 +52,7 @@ FUZZ = settings(max_examples=EXAMPLES, deadline=None,
 st.register_type_strategy(Records, st.binary(max_size=64).map(Records))
 
 # Versions kio has schemas for; the older ones (protocol/legacy_versions.py) are fuzzed below.
-SCHEMAS = [(key, version) for key, (lo, hi) in sorted(SUPPORTED.items())
+SCHEMAS = [(key, version) for key, (lo, hi) in sorted(served_versions().items())
            for version in range(lo, hi + 1) if (key, version) not in LEGACY_REQUESTS]
 
 

@@ -102,6 +102,18 @@ class OffsetReplay(RuleBasedStateMachine):
     def delete_group(self, group: str) -> None:
         self._durable(self.store.delete_group(group))
 
+    @rule(topics=st.sets(TOPICS, min_size=1), wait=st.booleans())
+    def delete_topics(self, topics: set[str], wait: bool) -> None:
+        """DeleteTopics: tombstones written behind the commits in flight (made durable with
+        them, or not), or at once when none waits; then no group has an offset of them."""
+        tombstones = self.store.delete_topics(topics)
+        if wait or self.in_flight:
+            self.in_flight.extend(tombstones)
+            return
+        self._durable(tombstones)
+        assert not any(topic in topics for view in self.store.committed_view().values()
+                       for topic, _ in view)
+
     @rule(ms=st.integers(0, 90_000))
     def sleep(self, ms: int) -> None:
         self.now_ms += ms
@@ -123,7 +135,7 @@ class OffsetReplay(RuleBasedStateMachine):
     @invariant()
     def only_waiting_commits_are_pending(self) -> None:
         # every commit was made durable or aborted, unless it still waits for its fsync
-        waiting = {r.key.group for r in self.in_flight}
+        waiting = {r.key.group for r in self.in_flight if r.value is not None}
         for group in ("g1", "g2", "g3"):
             assert self.store.has_pending(group) == (group in waiting)
 
@@ -134,7 +146,8 @@ class OffsetReplay(RuleBasedStateMachine):
             last[(r.key.group, r.key.topic, r.key.partition)] = (
                 None if r.value is None else r.value.offset
             )
-        waiting = {(r.key.group, r.key.topic, r.key.partition) for r in self.in_flight}
+        waiting = {(r.key.group, r.key.topic, r.key.partition) for r in self.in_flight
+                   if r.value is not None}  # a tombstone in flight leaves the value fetchable
         for (group, topic, partition), offset in last.items():
             (fetched,) = self.store.fetch(group, [(topic, [partition])], require_stable=True)
             if (group, topic, partition) in waiting:

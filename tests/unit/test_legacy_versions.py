@@ -26,12 +26,12 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kio.schema.errors import ErrorCode
 
 from coordinator.api import offset_commit
-from coordinator.dataplane import api_versions
 from coordinator.group.offset_commands import OffsetCommitOutcome
 from coordinator.group.result import RequestRef
 from protocol.build import build
 from protocol.codec import decode_request, encode_response, response_type
 from protocol.errors import MalformedRequest
+from tests.served import served_versions
 
 REF = RequestRef(1, 1)
 
@@ -51,7 +51,7 @@ def _client_decode(response_cls: Any, api_key: int, version: int, entity: Any) -
 
 
 def test_every_minimum_is_kafka_3_9s() -> None:
-    assert all(low == 0 for key, (low, _) in api_versions.SUPPORTED.items()), (
+    assert all(low == 0 for key, (low, _) in served_versions().items()), (
         "Apache Kafka 3.9 serves every one of these APIs from v0")
 
 

@@ -218,6 +218,36 @@ def test_delete_group_tombstones_every_offset() -> None:
     assert store.groups_with_offsets() == set()
 
 
+def test_delete_topics_tombstones_every_groups_offsets_of_them_only() -> None:
+    store = OffsetStore()
+    committed(store, group="g", topic="gone", partition=0)
+    committed(store, group="g", topic="gone", partition=3)
+    committed(store, group="g", topic="kept")
+    committed(store, group="h", topic="gone")
+    committed(store, group="i", topic="kept")
+    records = store.delete_topics({"gone", "never-committed"})
+    assert all(r.value is None for r in records)
+    assert [(r.key.group, r.key.topic, r.key.partition) for r in records] == [
+        ("g", "gone", 0), ("g", "gone", 3), ("h", "gone", 0)]
+    assert store.fetch("g", [("gone", [0])])[0].offset == 10  # nothing changes before applied
+    apply_all(store, records)
+    assert store.committed_view() == {
+        "g": {("kept", 0): store.committed_view()["g"][("kept", 0)]},
+        "i": {("kept", 0): store.committed_view()["i"][("kept", 0)]}}
+    assert store.fetch("h", [("gone", [0])])[0].offset == -1
+    assert not store.has_offsets("h")
+
+
+def test_delete_topics_also_tombstones_a_pending_commit_written_before_it() -> None:
+    store = OffsetStore()
+    _, pending = store.commit("g", [("gone", [(1, 5, -1, "")])], 1, topic_exists=all_topics)
+    records = store.delete_topics({"gone"})
+    assert [(r.key.topic, r.key.partition, r.value) for r in records] == [("gone", 1, None)]
+    # The group log holds the commit before the tombstone: replay and the live view agree.
+    apply_all(store, [*pending, *records])
+    assert not store.has_offsets("g") and not store.has_pending("g")
+
+
 def test_tombstone_for_unknown_key_is_harmless() -> None:
     store = OffsetStore()
     store.apply(OffsetCommitRecord(key=OffsetCommitKey(group="g", topic="t", partition=0),
