@@ -204,3 +204,17 @@ def test_the_last_consumer_member_disconnecting_downgrades_the_group() -> None:
     ctx.close(classic.members[victim].connection_id)  # type: ignore[arg-type]
     ctx.sleep(GRACE)
     assert removed(ctx)[-1] == (victim, "disconnect")
+
+
+def test_a_classic_member_told_to_rejoin_may_close_its_connection() -> None:
+    ctx = context(partitions=6)
+    stable_classic_group(ctx, 2, 6)
+    ctx.send(join("n"), 9)  # upgrades the group: the classic members must rejoin
+    classic_ids = sorted(m for m in group(ctx).members if m != "n")
+    member = classic_ids[0]
+    own = group(ctx).connections[member]
+    told = ctx.send(heartbeat(member, group(ctx).members[member].member_epoch), own)
+    assert told.error is ErrorCode.rebalance_in_progress
+    ctx.close(own)  # closed to rejoin on another connection, as kafka-go does
+    ctx.sleep(3 * GRACE)
+    assert removed(ctx) == []

@@ -8,7 +8,9 @@ last of them closes (the process died, or the broker closed it on bad input), th
 fenced `group.member.disconnect.grace.ms` later with cause `disconnect` unless an accepted
 request for it arrives on any connection meanwhile. A classic member's answered JoinGroup or
 SyncGroup ends a grace but binds no connection (kafka-go sends each on a connection it closes
-once answered); a rejected request changes nothing. Fencing bumps the group epoch, so its
+once answered), and a classic member that owes a JoinGroup (it was told to rejoin) is not
+fenced for closing its connection: the JoinGroup's deadline bounds that wait. A rejected
+request changes nothing. Fencing bumps the group epoch, so its
 partitions go to the others through the ordinary target assignment. A client that lives on and
 reconnects within the grace costs nothing; one that stays away longer costs one epoch bump, as
 a session expiry would, only sooner. Static members (instance id) are meant to come back and
@@ -78,6 +80,10 @@ def connection_lost(env: ConsumerEnv, group: ConsumerGroup, member_id: str,
     grace = env.config.disconnect_grace_ms
     if (member is None or member.instance_id is not None or grace < 0
             or member_id in group.connections or member_id in group.disconnect_deadlines):
+        return
+    if group.classic_deadlines.get(member_id, ("",))[0] == "join":
+        # A classic member told to rejoin may close its connection to do so (kafka-go does);
+        # the JoinGroup it owes has its own deadline (`classic_members.py`).
         return
     deadline = env.now_ms + grace
     group.disconnect_deadlines[member_id] = deadline
