@@ -85,12 +85,6 @@ def parse_listeners(text: str) -> tuple[Listener, ...]:
     return tuple(listeners)
 
 
-def parse_listener(text: str) -> tuple[str, int]:
-    """The first listener's (host, port), an empty host meaning 0.0.0.0."""
-    first = parse_listeners(text)[0]
-    return first.host or "0.0.0.0", first.port
-
-
 def _listeners(text: str) -> tuple[Listener, ...]:
     listeners = parse_listeners(text)
     ports = [listener.port for listener in listeners if listener.port]
