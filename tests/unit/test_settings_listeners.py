@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
+import structlog.testing
 
 from coordinator.cli.healthcheck import default_addresses
 from coordinator.settings import ConfigError, Listener, load
@@ -84,3 +85,11 @@ def test_the_health_check_follows_the_listeners_in_the_environment() -> None:
         "10.1.2.3:9500"]
     assert default_addresses({**TWO_LISTENERS,
                               "REBALANCED_HEALTHCHECK_ADDRESS": "127.0.0.1:7"}) == ["127.0.0.1:7"]
+
+
+def test_a_misspelt_variable_is_named_in_a_warning() -> None:
+    with structlog.testing.capture_logs() as logs:
+        load([], {"REBALANCED_ADVERTISED_LISTENER": "PLAINTEXT://h:1",
+                  "REBALANCED_HEALTHCHECK_ADDRESS": "127.0.0.1:9092"})
+    assert [(e["event"], e["variables"]) for e in logs] == [
+        ("environment variables naming no setting ignored", ["REBALANCED_ADVERTISED_LISTENER"])]
