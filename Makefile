@@ -69,9 +69,10 @@ forensics: $(STAMP)
 bench-forensics: $(STAMP)
 	$(BIN)/python -m tests.bench.forensics_bench
 
-# The stock-client scenario against the Docker image (skipped where there is no Docker engine).
-docker-test:
-	docker/test.sh
+# The image built and run: host and container clients, the stock-client scenario across a
+# restart (docker/test.sh; says SKIPPED where no Docker engine answers).
+docker-test: $(STAMP)
+	PYTHON=$(BIN)/python docker/test.sh
 
 # Fuzzing for longer than make test does, then random and mutated frames against a running
 # broker while a stock consumer group consumes (bounded in frames and seconds).

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -87,11 +89,12 @@ async def serve(broker: Broker, server_factory: type[KafkaServer] | None = None)
     started = time.monotonic()
     flusher = asyncio.get_running_loop().create_task(_flush_logs_periodically())
     settings = broker.settings
-    host, port = settings.listen
     await broker.start()
     _tune_gc()
     loop_lag = _watch_loop(broker)
-    server = server_factory(broker, host=host, port=port,
+    server = server_factory(broker,
+                            listeners=[(listener.name, listener.host, listener.port)
+                                       for listener in settings.listeners],
                             max_frame_bytes=settings["socket.request.max.bytes"],
                             max_in_flight=settings["queued.max.requests"],
                             idle_ms=settings["connections.max.idle.ms"],
@@ -101,7 +104,12 @@ async def serve(broker: Broker, server_factory: type[KafkaServer] | None = None)
     bound = await server.start()
     log = structlog.get_logger("rebalanced")
     ops = await _start_ops(broker, server)
-    log.info("broker started", host=host, port=bound, node_id=broker.node_id,
+    listening = {listener.name: f"{listener.host}:{server.bound[listener.name]}"
+                 for listener in settings.listeners}
+    log.info("broker started", host=settings.listen[0], port=bound, listeners=listening,
+             advertised={name: f"{host}:{port}"
+                         for name, (host, port) in settings.advertised_by_listener().items()},
+             node_id=broker.node_id,
              data_dir=str(broker.data_dir), startup_ms=round((time.monotonic() - started) * 1000))
     install_signal_handlers(broker.stop_requested.set)
     await broker.stop_requested.wait()
@@ -132,6 +140,26 @@ async def _start_ops(broker: Broker, server: KafkaServer) -> OpsServer | None:
     return ops
 
 
+def _unwritable_data_dir(data_dir: Path) -> str | None:
+    """Why the broker could not write its data directory (log.dirs), or None.
+
+    A volume mounted from a directory the broker's user does not own (a bind mount made by
+    root, in a container) fails here, with the command that fixes it, rather than as a
+    traceback from the first file the broker opens."""
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except PermissionError:
+        pass
+    except OSError as exc:
+        return f"cannot create log.dirs {data_dir}: {exc.strerror}"
+    if data_dir.is_dir() and os.access(data_dir, os.W_OK | os.X_OK):
+        return None
+    uid, gid = os.getuid(), os.getgid()
+    where = data_dir if data_dir.is_dir() else data_dir.parent
+    return (f"log.dirs {data_dir} is not writable by uid {uid} (gid {gid}): "
+            f"run `chown -R {uid}:{gid}` on {where} (for a bind mount: on its host directory)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments[:1] == ["groups"]:
@@ -151,6 +179,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rebalanced: configuration error: {exc}", file=sys.stderr)
         return 2
     configure_logging(log_format=settings["log.format"])
+    unwritable = _unwritable_data_dir(settings.data_dir)
+    if unwritable:
+        print(f"rebalanced: {unwritable}", file=sys.stderr)
+        return 2
     broker = Broker(settings, repair=args.repair)
     loop = new_event_loop()
     asyncio.set_event_loop(loop)

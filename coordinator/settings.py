@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,25 +43,78 @@ def _bool(text: str) -> bool:
     raise ValueError("must be true or false")
 
 
-def _listener(text: str) -> str:
-    parse_listener(text)
-    return text.strip()
+@dataclass(frozen=True, slots=True)
+class Listener:
+    """One `NAME://host:port` entry of `listeners` or `advertised.listeners`."""
+
+    name: str
+    host: str
+    port: int
 
 
-def parse_listener(text: str) -> tuple[str, int]:
-    """`PLAINTEXT://host:port` (or `host:port`) -> (host, port)."""
-    value = text.strip().split(",")[0]
-    if "://" in value:
-        scheme, value = value.split("://", 1)
-        if scheme.upper() != "PLAINTEXT":
-            raise ValueError(f"only PLAINTEXT listeners are supported, got {scheme}")
-    host, sep, port = value.rpartition(":")
-    if not sep:
-        raise ValueError("expected PLAINTEXT://host:port")
-    port_number = int(port)
-    if not 0 <= port_number <= 65535:
-        raise ValueError("port out of range")
-    return host.strip("[]") or "0.0.0.0", port_number
+# Kafka's default listener.security.protocol.map: a listener named after a protocol uses it.
+_DEFAULT_PROTOCOL_MAP = ("PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,"
+                         "SASL_SSL:SASL_SSL")
+_LISTENER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
+
+
+def parse_listeners(text: str) -> tuple[Listener, ...]:
+    """`NAME://host:port[,NAME://host:port...]` (a lone `host:port` is PLAINTEXT) -> listeners,
+    each name once. An empty host means every interface."""
+    listeners: list[Listener] = []
+    for entry in (part.strip() for part in text.split(",")):
+        if not entry:
+            continue
+        name, sep, address = entry.partition("://")
+        if not sep:
+            name, address = "PLAINTEXT", entry
+        name = name.upper()
+        if not _LISTENER_NAME.match(name):
+            raise ValueError(f"listener name {name!r} is not a name (letters, digits, _)")
+        host, sep, port = address.rpartition(":")
+        if not sep or not port.isdigit():
+            raise ValueError(f"{entry!r}: expected NAME://host:port")
+        port_number = int(port)
+        if not 0 <= port_number <= 65535:
+            raise ValueError(f"{entry!r}: port out of range")
+        if any(known.name == name for known in listeners):
+            raise ValueError(f"listener {name} is given twice")
+        listeners.append(Listener(name, host.strip("[]"), port_number))
+    if not listeners:
+        raise ValueError("expected NAME://host:port")
+    return tuple(listeners)
+
+
+def _listeners(text: str) -> tuple[Listener, ...]:
+    listeners = parse_listeners(text)
+    ports = [listener.port for listener in listeners if listener.port]
+    if len(set(ports)) != len(ports):
+        raise ValueError("two listeners on the same port")
+    return listeners
+
+
+def _advertised_listeners(text: str) -> tuple[Listener, ...]:
+    if not text.strip():
+        return ()
+    listeners = parse_listeners(text)
+    for listener in listeners:
+        if listener.host in ("", "0.0.0.0", "::"):
+            raise ValueError(f"listener {listener.name} advertises no host a client can "
+                             "reach (an empty host or a wildcard address)")
+    return listeners
+
+
+def _protocol_map(text: str) -> dict[str, str]:
+    """`NAME:PROTOCOL,...` (Kafka's listener.security.protocol.map)."""
+    mapping: dict[str, str] = {}
+    for entry in (part.strip() for part in text.split(",")):
+        if not entry:
+            continue
+        name, sep, protocol = entry.partition(":")
+        if not sep or not _LISTENER_NAME.match(name.strip()):
+            raise ValueError(f"{entry!r}: expected NAME:PROTOCOL")
+        mapping[name.strip().upper()] = protocol.strip().upper()
+    return mapping
 
 
 def _metrics_listener(text: str) -> str:
@@ -109,9 +163,14 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("listeners", _listener, "PLAINTEXT://127.0.0.1:9092", "address to listen on"),
-    Setting("advertised.listeners", lambda s: _listener(s) if s else "", "",
-            "address clients are told to connect to (default: listeners)"),
+    Setting("listeners", _listeners, "PLAINTEXT://127.0.0.1:9092",
+            "NAME://host:port,... to listen on (an empty host: every interface)"),
+    Setting("advertised.listeners", _advertised_listeners, "",
+            "NAME://host:port,... clients are told to connect to, per listener they came in "
+            "on (default: the listener's own address)"),
+    Setting("listener.security.protocol.map", _protocol_map, _DEFAULT_PROTOCOL_MAP,
+            "NAME:PROTOCOL,... the security protocol of each listener (only PLAINTEXT is "
+            "served)"),
     Setting("node.id", _int(0), "1", "this broker's node id"),
     Setting("log.dirs", str, "./data", "data directory (topics and the group log)"),
     Setting("num.partitions", _int(1), "1", "partitions of an auto-created topic"),
@@ -207,14 +266,32 @@ class BrokerSettings:
         return self.values[key]
 
     @property
+    def listeners(self) -> tuple[Listener, ...]:
+        return tuple(self.values["listeners"])
+
+    @property
     def listen(self) -> tuple[str, int]:
-        return parse_listener(self.values["listeners"])
+        """The first listener's address (an empty host: every interface)."""
+        first = self.listeners[0]
+        return first.host or "0.0.0.0", first.port
+
+    def advertised_by_listener(self) -> dict[str, tuple[str, int]]:
+        """What Metadata and FindCoordinator answer on a connection, by the listener it came in
+        on: its advertised.listeners entry, else its own address (a wildcard one as
+        127.0.0.1)."""
+        advertised = {listener.name: (listener.host, listener.port)
+                      for listener in self.values["advertised.listeners"]}
+        for listener in self.listeners:
+            if listener.name not in advertised:
+                wildcard = listener.host in ("", "0.0.0.0", "::")
+                advertised[listener.name] = ("127.0.0.1" if wildcard else listener.host,
+                                             listener.port)
+        return advertised
 
     @property
     def advertised(self) -> tuple[str, int]:
-        advertised = self.values["advertised.listeners"] or self.values["listeners"]
-        host, port = parse_listener(advertised)
-        return ("127.0.0.1" if host == "0.0.0.0" else host), port
+        """The first listener's advertised address."""
+        return self.advertised_by_listener()[self.listeners[0].name]
 
     @property
     def data_dir(self) -> Path:
@@ -293,14 +370,25 @@ def load(argv: Sequence[str] | None = None,
                 # (broker.id, num.network.threads ...): they are skipped, and named.
                 ignored.append(key)
     for s in SETTINGS:
-        env_key = "REBALANCED_" + s.key.upper().replace(".", "_")
+        env_key = env_name(s.key)
         if env_key in env:
+            # Checked here so that the error names the variable a container was given.
+            try:
+                _parse(s.key, env[env_key])
+            except ConfigError as exc:
+                raise ConfigError(f"{env_key}: {exc}") from None
             overrides[s.key] = env[env_key]
+    unknown_env = sorted(name for name in env if name.startswith("REBALANCED_")
+                         and name not in _ENV_NAMES and name not in _OTHER_ENV)
     for s in SETTINGS:
         value = getattr(args, s.key)
         if value is not None:
             overrides[s.key] = value
     settings = defaults().with_overrides(overrides)
+    if unknown_env:
+        structlog.get_logger("rebalanced.settings").warning(
+            "environment variables naming no setting ignored", variables=unknown_env)
+    _check_listeners(settings)
     if ignored:
         structlog.get_logger("rebalanced.settings").warning(
             "settings not used by this broker ignored", file=str(args.config), keys=ignored)
@@ -312,6 +400,36 @@ def load(argv: Sequence[str] | None = None,
                           "(a largest request could never be read)")
     _check_consumer_group_bounds(settings)
     return settings, args
+
+
+def env_name(key: str) -> str:
+    """The environment variable of a setting: `log.dirs` -> `REBALANCED_LOG_DIRS`."""
+    return "REBALANCED_" + key.upper().replace(".", "_")
+
+
+_ENV_NAMES = frozenset(env_name(s.key) for s in SETTINGS)
+# Read by other programs of the project, not by the broker.
+_OTHER_ENV = frozenset({"REBALANCED_HEALTHCHECK_ADDRESS"})
+
+
+def _check_listeners(settings: BrokerSettings) -> None:
+    """Kafka's rules: every listener's name maps to a security protocol, and every advertised
+    listener is one of the listeners. Only PLAINTEXT is served."""
+    protocols = settings["listener.security.protocol.map"]
+    names = {listener.name for listener in settings.listeners}
+    for listener in settings.listeners:
+        protocol = protocols.get(listener.name)
+        if protocol is None:
+            raise ConfigError(f"listener {listener.name} has no entry in "
+                              "listener.security.protocol.map (e.g. "
+                              f"{listener.name}:PLAINTEXT)")
+        if protocol != "PLAINTEXT":
+            raise ConfigError(f"listener {listener.name} uses security protocol {protocol}; "
+                              "only PLAINTEXT is supported (listener.security.protocol.map)")
+    for advertised in settings["advertised.listeners"]:
+        if advertised.name not in names:
+            raise ConfigError(f"advertised.listeners names {advertised.name}, which is not in "
+                              f"listeners ({', '.join(sorted(names))})")
 
 
 def _check_consumer_group_bounds(settings: BrokerSettings) -> None:

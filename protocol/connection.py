@@ -152,7 +152,7 @@ class Connection(asyncio.Protocol):
         "_backlog", "_backlog_bytes", "_budget", "_decoder", "_drained", "_handler", "_held",
         "_loading_codec", "_max_in_flight", "_out", "_processing", "_queue", "_reading_paused",
         "_transport", "_write_scheduled", "_writing_paused", "active", "client_host", "closed",
-        "closing", "id", "last_active",
+        "closing", "id", "last_active", "listener",
     )
 
     def __init__(self, handler: RequestHandler, *, max_frame_bytes: int,
@@ -178,6 +178,8 @@ class Connection(asyncio.Protocol):
         # Set as soon as we decide to close: requests already read are then not handled.
         self.closing = False
         self.client_host = ""
+        # The name of the listener it came in on (what Metadata and FindCoordinator advertise).
+        self.listener = "PLAINTEXT"
         self._drained: asyncio.Event | None = None
         self._budget = budget
         self._held = 0  # bytes counted against the budget

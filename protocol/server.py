@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import structlog
@@ -27,16 +28,20 @@ class KafkaServer:
     flight; a connection that stopped inside a frame is idle), and shares one `ReadBudget` of
     buffered request bytes between all connections."""
 
-    def __init__(self, handler: RequestHandler, *, host: str, port: int,
+    def __init__(self, handler: RequestHandler, *, host: str = "", port: int = 0,
+                 listeners: Sequence[tuple[str, str, int]] = (),
                  max_frame_bytes: int, max_in_flight: int = 1000, idle_ms: int = -1,
                  max_connections: int = _UNLIMITED, max_connections_per_ip: int = _UNLIMITED,
                  max_buffered_bytes: int = -1) -> None:
         self._handler = handler
-        self._host = host
-        self._port = port
+        # (name, host, port) of each listening socket; `host`/`port` alone are one PLAINTEXT.
+        self._listeners = list(listeners) or [("PLAINTEXT", host, port)]
+        self._port = self._listeners[0][2]
+        # The port each listener is bound to, by name (known after `start`).
+        self.bound: dict[str, int] = {}
         self._max_frame_bytes = max_frame_bytes
         self._max_in_flight = max_in_flight
-        self._server: asyncio.base_events.Server | None = None
+        self._servers: list[asyncio.base_events.Server] = []
         self.connections: set[Connection] = set()
         self.idle_ms = idle_ms
         self.max_connections = max_connections
@@ -47,11 +52,12 @@ class KafkaServer:
         self._refused = 0
         self._refusal_logged_at = -_REFUSAL_LOG_INTERVAL_S
 
-    def _make_connection(self) -> Connection:
+    def _make_connection(self, listener: str) -> Connection:
         connection = _TrackedConnection(
             self, self._handler, max_frame_bytes=self._max_frame_bytes,
             max_in_flight=self._max_in_flight, budget=self.budget,
         )
+        connection.listener = listener
         return connection
 
     def admit(self, connection: Connection, host: str) -> bool:
@@ -103,15 +109,17 @@ class KafkaServer:
     async def start(self) -> int:
         start_codec_loader()
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            self._make_connection, self._host, self._port, reuse_address=True, backlog=1024
-        )
-        sockets = self._server.sockets
-        port = sockets[0].getsockname()[1] if sockets else self._port
-        self._port = port
+        for name, host, port in self._listeners:
+            server = await loop.create_server(
+                functools.partial(self._make_connection, name), host or None, port,
+                reuse_address=True, backlog=1024)
+            self._servers.append(server)
+            sockets = server.sockets
+            self.bound[name] = int(sockets[0].getsockname()[1]) if sockets else port
+        self._port = self.bound[self._listeners[0][0]]
         if self.idle_ms > 0:
             self._sweeper = loop.create_task(self._sweep_idle())
-        return int(port)
+        return self._port
 
     @property
     def port(self) -> int:
@@ -119,8 +127,8 @@ class KafkaServer:
 
     async def stop(self, grace_seconds: float = 5.0) -> None:
         """Stop accepting, let in-flight responses go out (bounded), then close connections."""
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
         pending = [c.drained.wait() for c in list(self.connections) if not c.drained.is_set()]
@@ -128,8 +136,8 @@ class KafkaServer:
             await asyncio.wait([asyncio.ensure_future(p) for p in pending], timeout=grace_seconds)
         for connection in list(self.connections):
             connection.close()
-        if self._server is not None:
-            await self._server.wait_closed()
+        for server in self._servers:
+            await server.wait_closed()
 
 
 class _TrackedConnection(Connection):

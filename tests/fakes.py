@@ -41,6 +41,7 @@ class FakeConnection:
     id: int
     closed: bool = False
     client_host: str = "/127.0.0.1"
+    listener: str = "PLAINTEXT"
 
 
 class FakeContext(RequestFacts, ClientRequest):

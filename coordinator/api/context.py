@@ -49,6 +49,11 @@ class ConnectionView(Protocol):
     @property
     def client_host(self) -> str: ...
 
+    @property
+    def listener(self) -> str:
+        """The name of the listener the connection came in on."""
+        ...
+
 
 class ClientRequest(Protocol):
     """One request as its handler sees it. `respond` encodes a kio response; `respond_raw`

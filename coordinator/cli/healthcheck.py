@@ -1,5 +1,9 @@
 """`rebalanced-healthcheck [HOST:PORT]`: exit 0 when a broker answers an ApiVersions request.
 
+Without an address it checks `$REBALANCED_HEALTHCHECK_ADDRESS`, else every listener in
+`$REBALANCED_LISTENERS` (the broker's own setting, so a container whose listener was moved is
+checked where it now listens; a wildcard host is checked on loopback), else 127.0.0.1:9092.
+
 A bare TCP connect succeeds as soon as the listening socket exists, even if the event loop is
 wedged; a decoded ApiVersions answer (right correlation id, no error, a non-empty list of APIs)
 shows the broker is reading, handling and writing requests. Standard library only, so it costs
@@ -12,7 +16,7 @@ import os
 import socket
 import struct
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 DEFAULT_ADDRESS = "127.0.0.1:9092"
 _API_VERSIONS = 18
@@ -63,20 +67,48 @@ def parse_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def listener_addresses(listeners: str) -> list[str]:
+    """`NAME://host:port,...` (the broker's `listeners`) -> HOST:PORT to check, a wildcard or
+    empty host as 127.0.0.1."""
+    addresses = []
+    for entry in (part.strip() for part in listeners.split(",")):
+        if not entry:
+            continue
+        address = entry.partition("://")[2] or entry
+        host, sep, port = address.rpartition(":")
+        if not sep:
+            raise ValueError(f"listener {entry!r} is not NAME://host:port")
+        host = host.strip("[]")
+        addresses.append(f"{'127.0.0.1' if host in ('', '0.0.0.0', '::') else host}:{port}")
+    return addresses
+
+
+def default_addresses(environ: Mapping[str, str]) -> list[str]:
+    if environ.get("REBALANCED_HEALTHCHECK_ADDRESS"):
+        return [environ["REBALANCED_HEALTHCHECK_ADDRESS"]]
+    if environ.get("REBALANCED_LISTENERS"):
+        return listener_addresses(environ["REBALANCED_LISTENERS"])
+    return [DEFAULT_ADDRESS]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) > 1 or (args and args[0] in ("-h", "--help")):
-        print("usage: rebalanced-healthcheck [HOST:PORT]  (default $REBALANCED_HEALTHCHECK_ADDRESS"
-              f" or {DEFAULT_ADDRESS})", file=sys.stderr)
+        print("usage: rebalanced-healthcheck [HOST:PORT]  (default $REBALANCED_HEALTHCHECK_ADDRESS,"
+              f" else each of $REBALANCED_LISTENERS, else {DEFAULT_ADDRESS})", file=sys.stderr)
         return 0 if args and args[0] in ("-h", "--help") else 2
-    address = args[0] if args else os.environ.get("REBALANCED_HEALTHCHECK_ADDRESS",
-                                                   DEFAULT_ADDRESS)
     try:
-        host, port = parse_address(address)
-        check(host, port)
-    except (OSError, ValueError, struct.error) as exc:
-        print(f"rebalanced-healthcheck: {address}: unhealthy: {exc}", file=sys.stderr)
-        return 1
+        addresses = args or default_addresses(os.environ)
+    except ValueError as exc:
+        print(f"rebalanced-healthcheck: REBALANCED_LISTENERS: {exc}", file=sys.stderr)
+        return 2
+    for address in addresses:
+        try:
+            host, port = parse_address(address)
+            check(host, port)
+        except (OSError, ValueError, struct.error) as exc:
+            print(f"rebalanced-healthcheck: {address}: unhealthy: {exc}", file=sys.stderr)
+            return 1
     return 0
 
 

@@ -43,8 +43,9 @@ class TopicsHost(TopicDirectory, Protocol):
     @property
     def node_id(self) -> int: ...
 
-    @property
-    def advertised(self) -> tuple[str, int]: ...
+    def advertised_to(self, listener: str) -> tuple[str, int]:
+        """The address a client that came in on `listener` is told to use."""
+        ...
 
     @property
     def settings(self) -> Settings:
@@ -127,7 +128,7 @@ def metadata(broker: TopicsHost, ctx: ClientRequest, request: Any) -> None:
                                     "name": name, "partitions": ()})
                     continue
             entries.append(_topic_entry(broker, topic))
-    host, port = broker.advertised
+    host, port = broker.advertised_to(ctx.connection.listener)
     ctx.respond(build(
         response_type(METADATA, version),
         throttle_time=0,

@@ -50,6 +50,7 @@ class Broker:
         self.settings = settings
         self.node_id: int = settings["node.id"]
         self.advertised = settings.advertised
+        self._advertised_by_listener = settings.advertised_by_listener()
         self.repair = repair
         self.data_dir: Path = settings.data_dir
         self.cluster_id = "rebalanced"
@@ -95,6 +96,9 @@ class Broker:
         self.stop_requested = asyncio.Event()
         self.failure: BaseException | None = None
         REFUSALS.supported = self.served_versions()
+
+    def advertised_to(self, listener: str) -> tuple[str, int]:
+        return self._advertised_by_listener.get(listener, self.advertised)
 
     def served_versions(self) -> dict[int, tuple[int, int]]:
         """The (min, max) versions ApiVersions advertises, by API key."""

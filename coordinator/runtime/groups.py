@@ -80,8 +80,9 @@ class GroupHost(Timers, Protocol):
     @property
     def node_id(self) -> int: ...
 
-    @property
-    def advertised(self) -> tuple[str, int]: ...
+    def advertised_to(self, listener: str) -> tuple[str, int]:
+        """The address a client that came in on `listener` is told to use."""
+        ...
 
     @property
     def metrics(self) -> BrokerMetrics | None: ...
@@ -195,7 +196,7 @@ class GroupRuntime:
         return RequestRef(ctx.connection.id, next(self._sequence))
 
     def find_coordinator(self, ctx: ClientRequest, request: Any) -> None:
-        host, port = self.host.advertised
+        host, port = self.host.advertised_to(ctx.connection.listener)
         ctx.respond(find_coordinator.handle(request, ctx.version,
                                             (self.host.node_id, host, port),
                                             self.loader.is_still_loading))
