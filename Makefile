@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-unit test-integration lint bench bench-pause forensics bench-forensics clean docker-test fuzz soak browser
+.PHONY: install run test test-unit test-integration lint bench bench-pause forensics bench-forensics clean docker-test fuzz soak browser kafka-go
 
 $(STAMP): pyproject.toml setup.py storage/_legacy_speedups.c forensics/_grouplog_speedups.c
 	$(PYTHON) -m venv $(VENV)
@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml setup.py storage/_legacy_speedups.c forensics/_grouplog
 	$(BIN)/pip install --quiet -e '.[test,forensics]'
 	touch $(STAMP)
 
-install: $(STAMP) browser
+install: $(STAMP) browser kafka-go
 
 # A headless browser for the group page's screenshot test: chromium-headless-shell (the
 # smallest Debian chromium package), only when running as root with apt and no chromium yet.
@@ -28,11 +28,27 @@ browser:
 			echo "chromium not installed (apt failed): the screenshot test will skip"; \
 	fi
 
+# Go and kafka-go 0.2.1 (Debian's packages) for the kafka-go consumer tests, which build their
+# worker offline against /usr/share/gocode: only as root with apt, quietly; elsewhere, or if apt
+# cannot reach its mirror, those tests skip and say why.
+KAFKA_GO_PACKAGES := golang-go golang-github-segmentio-kafka-go-dev
+kafka-go:
+	@if command -v go >/dev/null 2>&1 && [ -d /usr/share/gocode/src/github.com/segmentio/kafka-go ]; then \
+		:; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing $(KAFKA_GO_PACKAGES) (apt) for the kafka-go tests"; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends $(KAFKA_GO_PACKAGES); } >/dev/null 2>&1 || \
+			echo "kafka-go not installed (apt failed): the kafka-go tests will skip"; \
+	else \
+		echo "kafka-go not installed (needs root and apt: $(KAFKA_GO_PACKAGES)): the kafka-go tests will skip"; \
+	fi
+
 run: $(STAMP)
 	$(BIN)/rebalanced --log.dirs ./data --listeners PLAINTEXT://127.0.0.1:9092 \
 		--metrics.listener 127.0.0.1:9404
 
-test: $(STAMP) browser
+test: $(STAMP) browser kafka-go
 	$(BIN)/ruff check protocol coordinator storage forensics tests
 	$(BIN)/mypy
 	$(BIN)/pytest -q -p no:cacheprovider tests
