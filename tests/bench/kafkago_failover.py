@@ -84,6 +84,7 @@ class Outcome:
     removals_after_kill: dict[str, int] = field(default_factory=dict)
     victim_removed_by: str | None = None  # the killed member's member_removed cause
     victim_removed_after_ms: int | None = None
+    removals: list[str] = field(default_factory=list)  # "<ms after the kill> <cause> <member>"
     error: str = ""  # the run did not get as far as measuring
 
 
@@ -182,6 +183,9 @@ def run_scenario(broker: BrokerUnderTest, binary: Path, workdir: Path, timing: T
         kill_ms = killed_at * 1000
         outcome.removals_before_kill = removals_by_cause([e for e in events if e["ts"] < kill_ms])
         outcome.removals_after_kill = removals_by_cause([e for e in events if e["ts"] >= kill_ms])
+        outcome.removals = [f'{e["ts"] - kill_ms:+.0f} ms {e["cause"]} {e["member_id"]}'
+                            + (" (killed)" if e["member_id"] in victim_ids else "")
+                            for e in events if e["event_type"] == "member_removed"]
         for event in events:
             if (event["event_type"] == "member_removed" and event["ts"] >= kill_ms
                     and event["member_id"] in victim_ids):
