@@ -31,17 +31,20 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from tests.bench.pause import PARTITIONS, PacedProducer
 from tests.integration.group_workers import create_topic, group_events
-from tests.integration.kafkago import KafkaGoWorker, WorkerBuildError, build_worker
+from tests.integration.kafkago import KafkaGoWorker, ProcessWorker, WorkerBuildError, build_worker
 
 TOPIC = "seed"
 GROUP = "seed-group"
 DRAIN_S = 15.0
+
+Spawn = Callable[[str, str, str], ProcessWorker]  # (topic, group, name) -> a started consumer
 
 
 class BrokerUnderTest(Protocol):
@@ -101,11 +104,11 @@ def _wait(condition: Any, timeout: float) -> bool:
     return False
 
 
-def _owned(worker: KafkaGoWorker) -> frozenset[int]:
+def _owned(worker: ProcessWorker) -> frozenset[int]:
     return worker.assignment or frozenset()
 
 
-def _consumed(worker: KafkaGoWorker) -> list[tuple[int, float]]:
+def _consumed(worker: ProcessWorker) -> list[tuple[int, float]]:
     """(seq, wall-clock time handed to the application) of every record the worker read."""
     out = []
     for report in worker.of("message"):
@@ -114,18 +117,25 @@ def _consumed(worker: KafkaGoWorker) -> list[tuple[int, float]]:
     return out
 
 
-def run_scenario(broker: BrokerUnderTest, binary: Path, workdir: Path, timing: Timing,
-                 steady_s: float, min_window_s: float) -> Outcome:
-    """The seed's scenario once; every process it starts is ended before it returns."""
-    create_topic(broker, TOPIC, PARTITIONS)  # type: ignore[arg-type]  # needs only bootstrap
-    producer = PacedProducer(broker.bootstrap, TOPIC)
-    workers: list[KafkaGoWorker] = []
+def kafkago_consumers(broker: BrokerUnderTest, binary: Path, workdir: Path,
+                      timing: Timing) -> Spawn:
     options = {"session_ms": timing.session_ms or None,
                "heartbeat_ms": timing.heartbeat_ms or None,
                "max_wait_ms": timing.max_wait_ms or None}
+    return lambda topic, group, name: KafkaGoWorker(binary, broker.bootstrap, topic, group,
+                                                    name, workdir, **options)
 
-    def spawn(name: str) -> KafkaGoWorker:
-        worker = KafkaGoWorker(binary, broker.bootstrap, TOPIC, GROUP, name, workdir, **options)
+
+def run_scenario(broker: BrokerUnderTest, consumer: Spawn, timing: Timing, steady_s: float,
+                 min_window_s: float) -> Outcome:
+    """The seed's scenario once, with the consumers `consumer(topic, group, name)` starts;
+    every process it starts is ended before it returns."""
+    create_topic(broker, TOPIC, PARTITIONS)  # type: ignore[arg-type]  # needs only bootstrap
+    producer = PacedProducer(broker.bootstrap, TOPIC)
+    workers: list[ProcessWorker] = []
+
+    def spawn(name: str) -> ProcessWorker:
+        worker = consumer(TOPIC, GROUP, name)
         workers.append(worker)
         return worker
 
@@ -271,8 +281,9 @@ def main(argv: list[str] | None = None) -> int:
                 began = time.monotonic()
                 try:
                     broker.start()
-                    outcome = run_scenario(broker, binary, workdir, timing, args.steady,
-                                           args.window)
+                    outcome = run_scenario(
+                        broker, kafkago_consumers(broker, binary, workdir, timing), timing,
+                        args.steady, args.window)
                 except Exception as exc:  # one failed run must not stop the others
                     outcome = Outcome(error=f"{type(exc).__name__}: {exc}"[:300])
                 finally:

@@ -16,7 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.bench.kafkago_failover import DEFAULTS, FAST, Timing, removals_by_cause, run_scenario
+from tests.bench.kafkago_failover import (
+    DEFAULTS,
+    FAST,
+    Timing,
+    kafkago_consumers,
+    removals_by_cause,
+    run_scenario,
+)
 from tests.broker_process import BrokerProcess
 from tests.integration.group_workers import (
     JOIN_TIMEOUT_S,
@@ -152,8 +159,8 @@ def test_the_seeds_scenario_sigkill_one_of_two_and_start_a_replacement(
         broker: BrokerProcess, kafkago_worker: Path, tmp_path: Path, timing: Timing) -> None:
     """20 partitions, 100 records/s, two consumers; one is SIGKILLed and replaced."""
     # Before the kill: two heartbeat intervals and more of steady consumption.
-    outcome = run_scenario(broker, kafkago_worker, tmp_path, timing,
-                           steady_s=2 * timing.heartbeat_s + 1, min_window_s=8.0)
+    outcome = run_scenario(broker, kafkago_consumers(broker, kafkago_worker, tmp_path, timing),
+                           timing, steady_s=2 * timing.heartbeat_s + 1, min_window_s=8.0)
     assert not outcome.error, outcome.error
     assert outcome.removals_before_kill.get("disconnect", 0) == 0, outcome
     assert outcome.lost == 0, outcome
