@@ -29,9 +29,10 @@ class WorkerBuildError(RuntimeError):
 
 
 def build_go_program(source: Path, library: Path, apt_package: str, build_dir: Path,
-                     cgo: bool = False) -> Path:
+                     cgo: bool = False, cache_dir: Path | None = None) -> Path:
     """Compile the Go program `source` (one file, importing `library` from the Debian Go
-    sources) into `build_dir`, offline, and return the binary's path."""
+    sources) into `build_dir`, offline, and return the binary's path. `cache_dir` is Go's
+    build cache (default: inside `build_dir`), to share the compiled packages between builds."""
     go = shutil.which("go")
     if go is None:
         raise WorkerBuildError("no `go` on PATH (Debian: apt-get install golang-go)")
@@ -45,7 +46,7 @@ def build_go_program(source: Path, library: Path, apt_package: str, build_dir: P
         "GOPATH": f"{GOPATH_ROOT}{os.pathsep}{build_dir / 'gopath'}",
         "GOPROXY": "off",
         "GOFLAGS": "",
-        "GOCACHE": str(build_dir / "go-cache"),
+        "GOCACHE": str(cache_dir or build_dir / "go-cache"),
         "CGO_ENABLED": "1" if cgo else "0",
     }
     done = subprocess.run([go, "build", "-o", str(binary), str(source)], env=env,
@@ -56,10 +57,11 @@ def build_go_program(source: Path, library: Path, apt_package: str, build_dir: P
     return binary
 
 
-def build_worker(build_dir: Path) -> Path:
+def build_worker(build_dir: Path, cache_dir: Path | None = None) -> Path:
     """The kafka-go worker, compiled into `build_dir`."""
     return build_go_program(WORKER_SOURCE, KAFKA_GO_SOURCE,
-                            "golang-github-segmentio-kafka-go-dev", build_dir)
+                            "golang-github-segmentio-kafka-go-dev", build_dir,
+                            cache_dir=cache_dir)
 
 
 class ProcessWorker(ConsumerWorker):

@@ -32,10 +32,11 @@ SARAMA_SOURCE = GOPATH_ROOT / "src" / "github.com" / "Shopify" / "sarama"
 KAFKAJS_PREFIX = REPO / ".venv" / "kafkajs"
 
 
-def build_sarama_worker(build_dir: Path) -> Path:
+def build_sarama_worker(build_dir: Path, cache_dir: Path | None = None) -> Path:
     # sarama imports DataDog/zstd, a cgo binding of libzstd.
     return build_go_program(WORKERS / "sarama" / "main.go", SARAMA_SOURCE,
-                            "golang-github-shopify-sarama-dev", build_dir, cgo=True)
+                            "golang-github-shopify-sarama-dev", build_dir, cgo=True,
+                            cache_dir=cache_dir)
 
 
 def sarama_version() -> str:

@@ -45,7 +45,8 @@ PARTITIONS = 4
 @pytest.fixture(scope="session")
 def kafkago_worker(tmp_path_factory: pytest.TempPathFactory) -> Path:
     try:
-        return build_worker(tmp_path_factory.mktemp("kafkago"))
+        return build_worker(tmp_path_factory.mktemp("kafkago"),
+                            cache_dir=tmp_path_factory.getbasetemp() / "go-cache")
     except WorkerBuildError as exc:
         pytest.skip(f"kafka-go worker not built: {exc}")
 
@@ -160,7 +161,7 @@ def test_the_seeds_scenario_sigkill_one_of_two_and_start_a_replacement(
     """20 partitions, 100 records/s, two consumers; one is SIGKILLed and replaced."""
     # Before the kill: two heartbeat intervals and more of steady consumption.
     outcome = run_scenario(broker, kafkago_consumers(broker, kafkago_worker, tmp_path, timing),
-                           timing, steady_s=2 * timing.heartbeat_s + 1, min_window_s=8.0)
+                           timing, steady_s=2 * timing.heartbeat_s + 1, min_window_s=6.0)
     assert not outcome.error, outcome.error
     assert outcome.removals_before_kill.get("disconnect", 0) == 0, outcome
     assert outcome.lost == 0, outcome

@@ -35,7 +35,7 @@ TIMING = {"session_ms": FAST.session_ms, "heartbeat_ms": FAST.heartbeat_ms}
 def _consumers(client: str, broker: BrokerProcess, build_dir: Path, log_dir: Path) -> Spawn:
     try:
         if client == "sarama":
-            binary = build_sarama_worker(build_dir)
+            binary = build_sarama_worker(build_dir, cache_dir=build_dir.parent / "go-cache")
             return lambda topic, group, name: SaramaWorker(binary, broker.bootstrap, topic, group,
                                                            name, log_dir, **TIMING)
         if client == "kafkajs":
