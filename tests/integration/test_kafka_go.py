@@ -164,6 +164,7 @@ def test_the_seeds_scenario_sigkill_one_of_two_and_start_a_replacement(
                            timing, steady_s=2 * timing.heartbeat_s + 1, min_window_s=6.0)
     assert not outcome.error, outcome.error
     assert outcome.removals_before_kill.get("disconnect", 0) == 0, outcome
+    assert outcome.live_member_disconnects == 0, outcome
     assert outcome.lost == 0, outcome
     # The killed member goes for its closed connection, not a session later.
     assert outcome.victim_removed_by == "disconnect", outcome

@@ -57,6 +57,7 @@ def test_a_group_of_two_commits_and_fails_over_fast_when_one_is_killed(
     outcome = run_scenario(broker, consumers, FAST, steady_s=3.0, min_window_s=6.0)
     assert not outcome.error, outcome.error
     assert outcome.removals_before_kill == {}, outcome
+    assert outcome.live_member_disconnects == 0, outcome
     assert outcome.lost == 0, outcome
     assert outcome.victim_removed_by == "disconnect", outcome
     assert outcome.removals_after_kill == {"disconnect": 1}, outcome
