@@ -1,4 +1,4 @@
-"""The seeds' failover scenario with their own client, kafka-go 0.2.1 (`../shared` seed 004).
+"""The failover scenario of the seeds' field report, with its own client: kafka-go 0.2.1.
 
     python -m tests.bench.kafkago_failover              # both timings, 3 runs each
     python -m tests.bench.kafkago_failover --runs 1 --only defaults
