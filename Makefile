@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-unit test-integration lint bench bench-pause forensics bench-forensics clean docker-test fuzz soak browser
+.PHONY: install run test test-unit test-integration lint bench bench-pause forensics bench-forensics clean docker-test fuzz soak browser kafka-go other-clients
 
 $(STAMP): pyproject.toml setup.py storage/_legacy_speedups.c forensics/_grouplog_speedups.c
 	$(PYTHON) -m venv $(VENV)
@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml setup.py storage/_legacy_speedups.c forensics/_grouplog
 	$(BIN)/pip install --quiet -e '.[test,forensics]'
 	touch $(STAMP)
 
-install: $(STAMP) browser
+install: $(STAMP) browser kafka-go other-clients
 
 # A headless browser for the group page's screenshot test: chromium-headless-shell (the
 # smallest Debian chromium package), only when running as root with apt and no chromium yet.
@@ -28,11 +28,53 @@ browser:
 			echo "chromium not installed (apt failed): the screenshot test will skip"; \
 	fi
 
+# Go and kafka-go 0.2.1 (Debian's packages) for the kafka-go consumer tests, which build their
+# worker offline against /usr/share/gocode: only as root with apt, quietly; elsewhere, or if apt
+# cannot reach its mirror, those tests skip and say why.
+KAFKA_GO_PACKAGES := golang-go golang-github-segmentio-kafka-go-dev
+kafka-go:
+	@if command -v go >/dev/null 2>&1 && [ -d /usr/share/gocode/src/github.com/segmentio/kafka-go ]; then \
+		:; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing $(KAFKA_GO_PACKAGES) (apt) for the kafka-go tests"; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends $(KAFKA_GO_PACKAGES); } >/dev/null 2>&1 || \
+			echo "kafka-go not installed (apt failed): the kafka-go tests will skip"; \
+	else \
+		echo "kafka-go not installed (needs root and apt: $(KAFKA_GO_PACKAGES)): the kafka-go tests will skip"; \
+	fi
+
+# Other clients for the compatibility tests (docs/compatibility.md): kcat and sarama from apt
+# (as root), kafkajs from npm into .venv/kafkajs where npm is already there. Quiet and optional:
+# whatever cannot be installed makes its test skip.
+OTHER_CLIENT_PACKAGES := kcat golang-github-shopify-sarama-dev
+KAFKAJS_VERSION := 2.2.4
+other-clients:
+	@if ! command -v kcat >/dev/null 2>&1 || [ ! -d /usr/share/gocode/src/github.com/Shopify/sarama ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing $(OTHER_CLIENT_PACKAGES) (apt) for the compatibility tests"; \
+			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+				--no-install-recommends $(OTHER_CLIENT_PACKAGES); } >/dev/null 2>&1 || \
+				echo "kcat and sarama not installed (apt failed): their compatibility tests will skip"; \
+		else \
+			echo "kcat and sarama not installed (needs root and apt): their compatibility tests will skip"; \
+		fi; \
+	fi
+	@if [ ! -f $(VENV)/kafkajs/node_modules/kafkajs/package.json ]; then \
+		if command -v npm >/dev/null 2>&1; then \
+			npm install --silent --no-audit --no-fund --prefix $(VENV)/kafkajs \
+				kafkajs@$(KAFKAJS_VERSION) >/dev/null 2>&1 || \
+				echo "kafkajs not installed (npm failed): its compatibility test will skip"; \
+		else \
+			echo "kafkajs not installed (no npm; Debian: nodejs npm): its compatibility test will skip"; \
+		fi; \
+	fi
+
 run: $(STAMP)
 	$(BIN)/rebalanced --log.dirs ./data --listeners PLAINTEXT://127.0.0.1:9092 \
 		--metrics.listener 127.0.0.1:9404
 
-test: $(STAMP) browser
+test: $(STAMP) browser kafka-go other-clients
 	$(BIN)/ruff check protocol coordinator storage forensics tests
 	$(BIN)/mypy
 	$(BIN)/pytest -q -p no:cacheprovider tests
