@@ -375,7 +375,8 @@ class _HttpConnection(asyncio.Protocol):
         self._answering = None
         if self._state == _CLOSED:
             return
-        keep_alive = _keep_alive(head)
+        # Anything but a GET or HEAD may have sent a body this server does not read: close.
+        keep_alive = head.startswith((b"GET ", b"HEAD ")) and _keep_alive(head)
         response = _response(status, content_type, body, keep_alive)
         if head.startswith(b"HEAD ") and body:
             response = response[:-len(body)]

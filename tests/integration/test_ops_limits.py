@@ -197,6 +197,9 @@ def test_kept_alive_connection_answers_request_after_request(
         connection.request("HEAD", "/")
         response = connection.getresponse()
         assert response.status == 200 and response.read() == b""
+        connection.request("POST", "/metrics", body=b"x" * 100)
+        response = connection.getresponse()
+        assert response.status == 405 and response.getheader("Connection") == "close"
     finally:
         connection.close()
 

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from coordinator.ops import http
+from coordinator.ops import http, page
 
 
 class ManualClock:
@@ -124,3 +124,14 @@ def test_http_connections_get_at_most_an_eighth_of_the_open_files() -> None:
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     assert http.connection_limit(10**9) == max(1, soft // 8)
     assert http.connection_limit(3) == min(3, max(1, soft // 8))
+
+
+def test_the_page_picks_the_same_groups_a_slice_at_a_time() -> None:
+    import random
+
+    ids = [f"group-{i:05d}" for i in range(5000)]
+    random.Random(7).shuffle(ids)
+    kept: list[str] = []
+    for start in range(0, len(ids), 1000):
+        kept = page.first_group_ids(ids[start:start + 1000], kept)
+    assert kept == sorted(ids)[:page.MAX_GROUPS]
