@@ -95,8 +95,8 @@ def connection_limit(wanted: int) -> int:
 class Builder:
     """One document (the /metrics text or the page), rebuilt at most once per `max_age_s`.
 
-    `build` is an async function that does its work in steps: it yields between them (an async
-    generator of nothing) and ends with the body. `get()` answers the cached body while it is
+    `build` is a coroutine function that returns the body, giving the loop back between bounded
+    steps of its work (`in_slices`). `get()` answers the cached body while it is
     younger than `max_age_s`, else starts one build that every request waits for: the cost of
     this port is bounded by time, not by how many ask.
 
@@ -230,7 +230,9 @@ class OpsServer:
         await in_slices(_count_offsets(runtime.offsets, num_offsets))
         snap = self._metrics.snapshot((), num_offsets[0], self._connections(),
                                       self._broker.wall_ms(), counts=counts)
-        return om.exposition(snap, self._exposition_cache)
+        parts: list[bytes] = []
+        await in_slices(om.exposition_parts(snap, self._exposition_cache, parts))
+        return b"".join(parts)
 
     async def _build_page(self) -> bytes:
         broker = self._broker

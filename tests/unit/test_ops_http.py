@@ -135,3 +135,34 @@ def test_the_page_picks_the_same_groups_a_slice_at_a_time() -> None:
     for start in range(0, len(ids), 1000):
         kept = page.first_group_ids(ids[start:start + 1000], kept)
     assert kept == sorted(ids)[:page.MAX_GROUPS]
+
+
+def test_metrics_in_slices_reformat_only_the_groups_that_moved() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from coordinator.ops import metrics as om
+    from tests.unit.test_ops_metrics import rebalance
+
+    metrics = om.BrokerMetrics(max_groups=10)
+    for i, group in enumerate("abcde"):
+        rebalance(metrics, group, 1000 * i, "removing member m on LeaveGroup")
+
+    def scrape(cache: dict[str, object]) -> tuple[bytes, int]:
+        parts: list[bytes] = []
+        steps = sum(1 for _ in om.exposition_parts(metrics.snapshot([], 0, 0, 9000), cache,
+                                                   parts))
+        return b"".join(parts), steps
+
+    cache: dict[str, object] = {}
+    first, first_steps = scrape(cache)
+    again, again_steps = scrape(cache)
+    assert again == first and again_steps == first_steps - 5  # no group formatted again
+    rebalance(metrics, "c", 8000, "removing member m on LeaveGroup")
+    moved, moved_steps = scrape(cache)
+    assert moved_steps == again_steps + 1
+    assert moved == scrape({})[0]  # the same text as formatted from scratch
+    counts = {s.labels["group"]: s.value for f in text_string_to_metric_families(moved.decode())
+              for s in f.samples
+              if s.name == "rebalanced_rebalance_duration_seconds_count"
+              and s.labels["phase"] == "total"}
+    assert counts == {"a": 1, "b": 1, "c": 2, "d": 1, "e": 1}
