@@ -79,7 +79,7 @@ def _consumer_group(group: Any, topic_names: dict[Any, str]) -> dict[str, Any]:
 def first_group_ids(group_ids: Iterable[str], kept: Iterable[str] = ()) -> list[str]:
     """The `MAX_GROUPS` smallest ids of `group_ids` and `kept` (the page lists groups by id):
     called a slice of ids at a time, each time with what the last slice kept."""
-    return heapq.nsmallest(MAX_GROUPS, set(chain(kept, group_ids)))
+    return heapq.nsmallest(MAX_GROUPS, dict.fromkeys(chain(kept, group_ids)))
 
 
 def topic_names(broker: Any) -> dict[Any, str]:

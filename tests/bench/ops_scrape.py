@@ -219,7 +219,8 @@ async def _idle_groups(broker: Any, groups: int, topic: str) -> None:
 
 
 def commit_under_scrape(groups: int = 20_000, clients: int = 8, seconds: float = 5.0,
-                        rounds: int = 2) -> dict[str, Any]:
+                        rounds: int = 2, settings: dict[str, str] | None = None
+                        ) -> dict[str, Any]:
     """OffsetCommit latency (10 members x 10 partitions, 4 in flight each, fsync always) in
     alternating windows: idle, then with `clients` clients fetching / and /metrics, `rounds`
     times, on one broker holding `groups` groups."""
@@ -286,7 +287,8 @@ def commit_under_scrape(groups: int = 20_000, clients: int = 8, seconds: float =
 
     port = free_port()
     workdir = Path(tempfile.mkdtemp(prefix="rebalanced-bench-"))
-    broker = Rebalanced(workdir, {"metrics.listener": f"127.0.0.1:{port}"}).start()
+    broker = Rebalanced(workdir, {"metrics.listener": f"127.0.0.1:{port}",
+                                  **(settings or {})}).start()
     try:
         return cl._run(measure(broker, f"http://127.0.0.1:{port}"))
     finally:
@@ -304,12 +306,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=5.0, help="per window")
     parser.add_argument("--rounds", type=int, default=2, help="idle + scraped window pairs")
+    parser.add_argument("--broker-setting", action="append", default=[],
+                        metavar="KEY=VALUE", help="a broker setting (repeatable)")
     parser.add_argument("--fetch-forever", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.fetch_forever:
         fetch_forever(args.fetch_forever, args.clients)
     elif args.under_scrape:
-        result = commit_under_scrape(args.groups, args.clients, args.seconds, args.rounds)
+        settings = dict(item.split("=", 1) for item in args.broker_setting)
+        result = commit_under_scrape(args.groups, args.clients, args.seconds, args.rounds,
+                                     settings)
         for window in result["windows"]:
             print(json.dumps(window))
         print(f"OffsetCommit p99 idle {result['idle_p99_ms']:.1f} ms, with {args.clients} "
