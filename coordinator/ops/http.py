@@ -105,7 +105,7 @@ class Builder:
     interpreter lock, and the loop, woken by a commit's bytes or its fsync, waits up to the
     switch interval (5 ms) for it at every wake-up. Rendered in a thread of its own, the page
     and /metrics of a 20,000-group broker raised the commit p99 1.75-1.9x under scrape, in
-    slices on the loop 1.1-1.2x (BENCHMARKS.md, "The ops port under load"): the same CPU, but a
+    slices on the loop 1.07-1.18x in the runs right after (BENCHMARKS.md, "The ops port under load"): the same CPU, but a
     commit waits at most one slice of `_SLICE_S`.
     """
 
