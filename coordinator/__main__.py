@@ -70,6 +70,34 @@ def _tune_gc() -> None:
     gc.set_threshold(10_000, 50, 100)
 
 
+def raise_open_files_limit() -> int:
+    """Raise the soft limit of open files to the hard limit, and return it.
+
+    The default soft limit (often 1,024) is a safety net for interactive shells, not a budget
+    for a broker: connections, partition segments and the group log's segment rolls all need
+    descriptors, and running out of them fails a log roll. The HTTP port's share is capped
+    below it (`coordinator.ops.http.connection_limit`).
+    """
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        # An unlimited hard limit is refused above the kernel's nr_open.
+        try:
+            with open("/proc/sys/fs/nr_open", encoding="ascii") as f:
+                hard = int(f.read())
+        except (OSError, ValueError):
+            hard = 1 << 20
+    if soft != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, resource.getrlimit(
+                resource.RLIMIT_NOFILE)[1]))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
 def _watch_loop(broker: Broker) -> LoopLagMonitor:
     """The event-loop lag monitor, on this (the loop's) thread, exported at /metrics."""
     from coordinator.ops.loop_lag import LoopLagMonitor, schedstat_reader
@@ -87,6 +115,7 @@ async def serve(broker: Broker, server_factory: type[KafkaServer] | None = None)
 
     server_factory = server_factory or KafkaServer
     started = time.monotonic()
+    open_files = raise_open_files_limit()
     flusher = asyncio.get_running_loop().create_task(_flush_logs_periodically())
     settings = broker.settings
     await broker.start()
@@ -109,8 +138,9 @@ async def serve(broker: Broker, server_factory: type[KafkaServer] | None = None)
     log.info("broker started", host=settings.listen[0], port=bound, listeners=listening,
              advertised={name: f"{host}:{port}"
                          for name, (host, port) in settings.advertised_by_listener().items()},
-             node_id=broker.node_id,
-             data_dir=str(broker.data_dir), startup_ms=round((time.monotonic() - started) * 1000))
+             node_id=broker.node_id, data_dir=str(broker.data_dir),
+             open_files_limit=open_files,
+             startup_ms=round((time.monotonic() - started) * 1000))
     install_signal_handlers(broker.stop_requested.set)
     await broker.stop_requested.wait()
     log.info("broker stopping")
@@ -127,16 +157,18 @@ async def serve(broker: Broker, server_factory: type[KafkaServer] | None = None)
 
 async def _start_ops(broker: Broker, server: KafkaServer) -> OpsServer | None:
     """The metrics.listener endpoint (/metrics and the group page), when configured."""
-    from coordinator.ops.http import OpsServer
+    from coordinator.ops.http import OpsLimits, OpsServer
 
     listener = broker.settings["metrics.listener"]
     if not listener or broker.metrics is None:
         return None
     host, _, port = listener.rpartition(":")
-    ops = OpsServer(broker, broker.metrics, lambda: len(server.connections))
+    ops = OpsServer(broker, broker.metrics, lambda: len(server.connections),
+                    OpsLimits.from_settings(broker.settings))
     bound = await ops.start(host.strip("[]"), int(port))
     structlog.get_logger("rebalanced").info("metrics listening", host=host, port=bound,
-                                            paths=["/metrics", "/"])
+                                            paths=["/metrics", "/"],
+                                            max_connections=ops.max_connections)
     return ops
 
 

@@ -223,6 +223,18 @@ SETTINGS: tuple[Setting, ...] = (
     # The operators' HTTP endpoint: /metrics (Prometheus) and / (the live group page).
     Setting("metrics.listener", lambda s: _metrics_listener(s) if s.strip() else "", "",
             "HOST:PORT serving /metrics and the group page at / (default: off)"),
+    Setting("metrics.max.connections", _int(1), "32",
+            "HTTP connections to metrics.listener at once (more are answered 503); at most "
+            "an eighth of the open-files limit"),
+    Setting("metrics.header.timeout.ms", _int(1), "5000",
+            "an HTTP request's head must arrive within this long, else 408 and close"),
+    Setting("metrics.idle.timeout.ms", _int(1), "10000",
+            "close a kept-alive HTTP connection idle this long, or one not taking its answer"),
+    Setting("metrics.max.request.rate", _int(1), "20",
+            "HTTP requests answered per second on metrics.listener; more wait their turn"),
+    Setting("metrics.cache.ms", _int(0), "1000",
+            "/metrics and the group page are built at most once per this interval, and "
+            "shared by the requests in it"),
     Setting("log.format", _log_format, "auto",
             "'json' lines, 'console' (readable), or 'auto': console when stderr is a terminal"),
     Setting("metrics.max.groups", _int(1), "200",

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import compress
+from operator import attrgetter
 from typing import Any
 
 from coordinator.api.context import RequestContext
@@ -112,6 +113,36 @@ CONSUMER = "consumer"
 # Rebalance phases per group type. A consumer group has no join or sync barrier: its rebalance
 # runs from a new target assignment until every member has reconciled to it.
 PHASES = {CLASSIC: ("join", "sync", "total"), CONSUMER: ("total",)}
+
+
+class GroupCounts:
+    """Groups by type and state, counted a slice at a time (a broker may hold 100,000)."""
+
+    __slots__ = ("by_state", "classic", "consumer", "consumer_by_state")
+
+    def __init__(self) -> None:
+        self.by_state: dict[str, int] = {}
+        self.consumer_by_state: dict[str, int] = {}
+        self.classic = 0
+        self.consumer = 0
+
+    def add_classic(self, groups: Iterable[Any]) -> None:
+        # Counted by state object at C speed, named once per state: 5x faster than naming each.
+        by_state = self.by_state
+        for state, count in Counter(map(_state_of, groups)).items():
+            name = getattr(state, "value", str(state))
+            by_state[name] = by_state.get(name, 0) + count
+            self.classic += count
+
+    def add_consumer(self, groups: Iterable[Any]) -> None:
+        by_state = self.consumer_by_state
+        for state, count in Counter(map(_state_of, groups)).items():
+            name = getattr(state, "value", str(state)).lower()
+            by_state[name] = by_state.get(name, 0) + count
+            self.consumer += count
+
+
+_state_of = attrgetter("state")
 
 
 class Histogram:
@@ -424,19 +455,18 @@ class BrokerMetrics:
     # scrape ----------------------------------------------------------------------------------
 
     def snapshot(self, groups: Iterable[Any], num_offsets: int, connections: int,
-                 now_ms: int, consumer_groups: Iterable[Any] = ()) -> dict[str, Any]:
-        """Copies of everything `families` exports, taken on the event loop."""
-        by_state: dict[str, int] = {}
-        consumer_by_state: dict[str, int] = {}
-        by_protocol: dict[str, int] = {CLASSIC: 0, CONSUMER: 0}
-        for group in groups:
-            state = getattr(group.state, "value", str(group.state))
-            by_state[state] = by_state.get(state, 0) + 1
-            by_protocol[CLASSIC] += 1
-        for group in consumer_groups:
-            state = getattr(group.state, "value", str(group.state)).lower()
-            consumer_by_state[state] = consumer_by_state.get(state, 0) + 1
-            by_protocol[CONSUMER] += 1
+                 now_ms: int, consumer_groups: Iterable[Any] = (),
+                 counts: GroupCounts | None = None) -> dict[str, Any]:
+        """Copies of everything `families` exports, taken on the event loop. `counts`, when
+        given, are the groups already counted (in slices, by the caller); `groups` and
+        `consumer_groups` are then not read."""
+        if counts is None:
+            counts = GroupCounts()
+            counts.add_classic(groups)
+            counts.add_consumer(consumer_groups)
+        by_state = counts.by_state
+        consumer_by_state = counts.consumer_by_state
+        by_protocol = {CLASSIC: counts.classic, CONSUMER: counts.consumer}
         since_last: dict[str, float] = {}
         for group_id, history in self.history.items():
             # Only groups with their own series: the same cap bounds this gauge.
@@ -629,23 +659,6 @@ def loop_families(loop: dict[str, Any] | None) -> Iterator[Any]:
     yield collected
 
 
-def rebalance_families(snap: dict[str, Any]) -> Iterator[Any]:
-    """The per-group rebalance histograms: most of the samples, changed only by rebalances."""
-    from prometheus_client.core import HistogramMetricFamily
-
-    histogram = HistogramMetricFamily(
-        "rebalanced_rebalance_duration_seconds",
-        "Rebalance duration per group and phase. Classic groups: join (start to JoinGroup "
-        "answers), sync (to the leader's assignment) and total (the time the group could not "
-        "consume). Consumer groups: total (a new target assignment until every member "
-        "reconciled to it).",
-        labels=["group", "phase"])
-    for group_id, phases in sorted(snap["rebalance_seconds"].items()):
-        for phase, values in phases.items():
-            _histogram(histogram, [group_id, phase], values)
-    yield histogram
-
-
 def _format(collect: Callable[[], Iterator[Any]]) -> bytes:
     from prometheus_client import CollectorRegistry, generate_latest
 
@@ -692,23 +705,71 @@ def _request_latency(snap: dict[str, Any], cache: dict[str, Any] | None) -> byte
     return b"".join(parts)
 
 
-def exposition(snap: dict[str, Any], cache: dict[str, Any] | None = None) -> bytes:
-    """The text format. With a `cache` (one per endpoint), the per-group rebalance histograms
-    are formatted again only after a group event, and each request latency histogram only
-    after it changed: formatting is most of a scrape's cost."""
-    version = snap["group_version"]
-    if cache is not None and cache.get("version") == version:
-        groups = cache["text"]
-    else:
-        groups = _format(lambda: rebalance_families(snap))
-        if cache is not None:
-            cache.update(version=version, text=groups)
+def _rebalance_family(series: list[tuple[str, dict[str, Histogram]]]) -> Iterator[Any]:
+    from prometheus_client.core import HistogramMetricFamily
+
+    histogram = HistogramMetricFamily(
+        "rebalanced_rebalance_duration_seconds",
+        "Rebalance duration per group and phase. Classic groups: join (start to JoinGroup "
+        "answers), sync (to the leader's assignment) and total (the time the group could not "
+        "consume). Consumer groups: total (a new target assignment until every member "
+        "reconciled to it).",
+        labels=["group", "phase"])
+    for group_id, phases in series:
+        for phase, values in phases.items():
+            _histogram(histogram, [group_id, phase], values)
+    yield histogram
+
+
+def _rebalance_parts(snap: dict[str, Any], cache: dict[str, Any],
+                     parts: list[bytes]) -> Iterator[None]:
+    """The per-group rebalance histograms (up to `metrics.max.groups` groups, most of the
+    samples), a group at a time: each group's lines are kept until its counts move."""
+    header = cache.get("rebalance_header")
+    if header is None:
+        header = cache["rebalance_header"] = _format(lambda: _rebalance_family([]))
+    kept: dict[str, tuple[tuple[int, ...], bytes]] = cache.get("rebalance", {})
+    fresh: dict[str, tuple[tuple[int, ...], bytes]] = {}
+    parts.append(header)
+    for group_id, phases in sorted(snap["rebalance_seconds"].items()):
+        signature = (*(h.count for h in phases.values()), len(phases))
+        entry = kept.get(group_id)
+        formatted = entry is None or entry[0] != signature
+        if formatted:
+            text = _format(partial(_rebalance_family, [(group_id, phases)]))
+            entry = (signature, text[len(header):])
+        assert entry is not None
+        fresh[group_id] = entry
+        parts.append(entry[1])
+        if formatted:
+            yield
+    cache["rebalance"] = fresh
+
+
+def exposition_parts(snap: dict[str, Any], cache: dict[str, Any],
+                     parts: list[bytes]) -> Iterator[None]:
+    """The text format into `parts`, a bounded piece of work per step (the endpoint gives the
+    event loop back between steps). `cache` (one per endpoint) keeps what did not change since
+    the last scrape: the state families' text until a state or a count moves, each request
+    latency histogram's and each group's rebalance histograms' lines until their counts move:
+    formatting is most of a scrape's cost."""
     state_key = repr([snap[key] for key in _STATE_KEYS])
-    if cache is not None and cache.get("state_key") == state_key:
-        state = cache["state"]
+    if cache.get("state_key") == state_key:
+        parts.append(cache["state"])
     else:
-        state = _format(lambda: state_families(snap))
-        if cache is not None:
-            cache.update(state_key=state_key, state=state)
-    return (state + _format(lambda: activity_families(snap)) + _request_latency(snap, cache)
-            + groups)
+        parts.append(_format(lambda: state_families(snap)))
+        cache.update(state_key=state_key, state=parts[-1])
+    yield
+    parts.append(_format(lambda: activity_families(snap)))
+    yield
+    parts.append(_request_latency(snap, cache))
+    yield
+    yield from _rebalance_parts(snap, cache, parts)
+
+
+def exposition(snap: dict[str, Any], cache: dict[str, Any] | None = None) -> bytes:
+    """The text format in one go (see `exposition_parts`)."""
+    parts: list[bytes] = []
+    for _ in exposition_parts(snap, {} if cache is None else cache, parts):
+        pass
+    return b"".join(parts)

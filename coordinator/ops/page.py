@@ -1,16 +1,21 @@
 """The live group page at `/`: one self-contained HTML document, refreshed by the browser.
 
-`snapshot()` runs on the event loop and copies what the page shows into plain data, bounded by
-`MAX_GROUPS`, `MAX_MEMBERS` and `MAX_PARTITIONS` so a huge broker cannot stall the loop;
-`render()` turns that into HTML off the loop. No scripts and no external assets: a
-`<meta http-equiv="refresh">` reloads it, and the rebalance timeline is inline CSS bars.
+What the page shows is copied on the event loop into plain data, bounded by `MAX_GROUPS`,
+`MAX_MEMBERS` and `MAX_PARTITIONS`: the endpoint picks the first groups by id a slice of ids at
+a time (`first_group_ids`) and copies them a few at a time (`group_view`), so a broker of
+100,000 groups never holds its loop for long; `render_parts()` turns that into HTML a group at
+a time. No scripts and no external assets: a `<meta http-equiv="refresh">` reloads it, and the
+rebalance timeline is inline CSS bars.
 """
 
 from __future__ import annotations
 
 import datetime
+import heapq
 import struct
+from collections.abc import Iterable, Iterator
 from html import escape
+from itertools import chain
 from typing import Any
 
 from coordinator.ops.metrics import BrokerMetrics
@@ -71,45 +76,68 @@ def _consumer_group(group: Any, topic_names: dict[Any, str]) -> dict[str, Any]:
             "members": members}
 
 
-def snapshot(broker: Any, metrics: BrokerMetrics, now_ms: int) -> dict[str, Any]:
+def first_group_ids(group_ids: Iterable[str], kept: Iterable[str] = ()) -> list[str]:
+    """The `MAX_GROUPS` smallest ids of `group_ids` and `kept` (the page lists groups by id):
+    called a slice of ids at a time, each time with what the last slice kept."""
+    return heapq.nsmallest(MAX_GROUPS, dict.fromkeys(chain(kept, group_ids)))
+
+
+def topic_names(broker: Any) -> dict[Any, str]:
+    consumer = broker.groups.manager.consumer
+    return {info.topic_id: name for name, info in consumer.image.by_name.items()}
+
+
+def group_view(broker: Any, metrics: BrokerMetrics, group_id: str, now_ms: int,
+               names: dict[Any, str]) -> dict[str, Any] | None:
+    """What the page shows of one group, copied into plain data (None: the group is gone)."""
     runtime = broker.groups
-    groups_out = []
-    classic_groups = runtime.manager.groups
-    consumer = runtime.manager.consumer
-    consumer_groups = consumer.groups
-    topic_names = {info.topic_id: name for name, info in consumer.image.by_name.items()}
-    group_ids = sorted({*classic_groups, *consumer_groups})
-    for group_id in group_ids[:MAX_GROUPS]:
-        classic = classic_groups.get(group_id)
-        if classic is not None:
-            out = _classic_group(classic)
-        else:
-            out = _consumer_group(consumer_groups[group_id], topic_names)
-        owner = {tp: m["client_id"] for m in out["members"] for tp in m["partitions"]}
-        lag = []
-        for fetched in runtime.offsets.fetch(group_id, None)[:MAX_PARTITIONS]:
-            topic = broker.topics.get(fetched.topic)
-            end = None
-            if topic is not None and 0 <= fetched.partition < len(topic.partitions):
-                end = topic.partitions[fetched.partition].log_end_offset
-            lag.append({"topic": fetched.topic, "partition": fetched.partition,
-                        "committed": fetched.offset, "end": end,
-                        "lag": end - fetched.offset if end is not None and fetched.offset >= 0
-                        else None,
-                        "owner": owner.get((fetched.topic, fetched.partition))})
-        history = metrics.history.get(group_id)
-        rebalances = [dict(
-            started_ms=r.started_ms, generation_id=r.generation_id, reason=r.reason,
-            cause=r.cause, member_id=r.member_id, client_id=r.client_id,
-            client_host=r.client_host, join_ms=r.join_ms, total_ms=r.total_ms,
-            outcome=r.outcome, members=r.members, group_type=r.group_type,
-            running_ms=max(now_ms - r.started_ms, 0))
-            for r in (history.rebalances if history else ())]
-        removed = list(history.removed) if history else []
-        out.update(group_id=group_id, lag=lag, rebalances=rebalances, removed=removed)
-        groups_out.append(out)
-    return {"now_ms": now_ms, "node_id": broker.node_id, "groups": groups_out,
-            "group_count": len(group_ids), "shown": len(groups_out)}
+    classic = runtime.manager.groups.get(group_id)
+    if classic is not None:
+        out = _classic_group(classic)
+    else:
+        consumer = runtime.manager.consumer.groups.get(group_id)
+        if consumer is None:
+            return None
+        out = _consumer_group(consumer, names)
+    owner = {tp: m["client_id"] for m in out["members"] for tp in m["partitions"]}
+    lag = []
+    for fetched in runtime.offsets.fetch(group_id, None)[:MAX_PARTITIONS]:
+        topic = broker.topics.get(fetched.topic)
+        end = None
+        if topic is not None and 0 <= fetched.partition < len(topic.partitions):
+            end = topic.partitions[fetched.partition].log_end_offset
+        lag.append({"topic": fetched.topic, "partition": fetched.partition,
+                    "committed": fetched.offset, "end": end,
+                    "lag": end - fetched.offset if end is not None and fetched.offset >= 0
+                    else None,
+                    "owner": owner.get((fetched.topic, fetched.partition))})
+    history = metrics.history.get(group_id)
+    rebalances = [dict(
+        started_ms=r.started_ms, generation_id=r.generation_id, reason=r.reason,
+        cause=r.cause, member_id=r.member_id, client_id=r.client_id,
+        client_host=r.client_host, join_ms=r.join_ms, total_ms=r.total_ms,
+        outcome=r.outcome, members=r.members, group_type=r.group_type,
+        running_ms=max(now_ms - r.started_ms, 0))
+        for r in (history.rebalances if history else ())]
+    removed = list(history.removed) if history else []
+    out.update(group_id=group_id, lag=lag, rebalances=rebalances, removed=removed)
+    return out
+
+
+def snapshot(broker: Any, metrics: BrokerMetrics, now_ms: int) -> dict[str, Any]:
+    """The whole page's data in one go (the endpoint gathers the same in slices)."""
+    manager = broker.groups.manager
+    group_ids = first_group_ids(chain(manager.groups, manager.consumer.groups))
+    names = topic_names(broker)
+    views = [group_view(broker, metrics, group_id, now_ms, names) for group_id in group_ids]
+    return page_data(broker, now_ms, [v for v in views if v is not None],
+                     len(manager.groups) + len(manager.consumer.groups))
+
+
+def page_data(broker: Any, now_ms: int, groups: list[dict[str, Any]],
+              group_count: int) -> dict[str, Any]:
+    return {"now_ms": now_ms, "node_id": broker.node_id, "groups": groups,
+            "group_count": group_count, "shown": len(groups)}
 
 
 _STYLE = """
@@ -253,15 +281,15 @@ def _group(g: dict[str, Any], now_ms: int) -> str:
     return "".join(parts)
 
 
-def render(snap: dict[str, Any]) -> str:
+def render_parts(snap: dict[str, Any], parts: list[str]) -> Iterator[None]:
+    """The page into `parts`, a group per step (the endpoint gives the event loop back
+    between steps)."""
     now_ms = snap["now_ms"]
-    groups = "".join(_group(g, now_ms) for g in snap["groups"]) or (
-        "<p class=muted>No groups yet.</p>")
     more = ""
     if snap["group_count"] > snap["shown"]:
         more = (f"<p class=muted>{snap['shown']} of {snap['group_count']} groups shown "
                 "(sorted by name).</p>")
-    return (
+    parts.append(
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
         f"<meta http-equiv=refresh content={REFRESH_SECONDS}>"
         "<meta name=viewport content='width=device-width,initial-scale=1'>"
@@ -269,4 +297,17 @@ def render(snap: dict[str, Any]) -> str:
         f"<h1>rebalanced &middot; consumer groups</h1><p class=muted>node {snap['node_id']} "
         f"&middot; {snap['group_count']} group(s) &middot; {_when(now_ms)} UTC &middot; "
         f"refreshes every {REFRESH_SECONDS} s &middot; <a href=/metrics>/metrics</a></p>"
-        f"{more}{groups}</body></html>")
+        f"{more}")
+    for g in snap["groups"]:
+        parts.append(_group(g, now_ms))
+        yield
+    if not snap["groups"]:
+        parts.append("<p class=muted>No groups yet.</p>")
+    parts.append("</body></html>")
+
+
+def render(snap: dict[str, Any]) -> str:
+    parts: list[str] = []
+    for _ in render_parts(snap, parts):
+        pass
+    return "".join(parts)
