@@ -44,20 +44,22 @@ kafka-go:
 		echo "kafka-go not installed (needs root and apt: $(KAFKA_GO_PACKAGES)): the kafka-go tests will skip"; \
 	fi
 
-# Other clients for the compatibility tests (docs/compatibility.md): kcat and sarama from apt
-# (as root), kafkajs from npm into .venv/kafkajs where npm is already there. Quiet and optional:
-# whatever cannot be installed makes its test skip.
-OTHER_CLIENT_PACKAGES := kcat golang-github-shopify-sarama-dev
+# Other clients and tools for the compatibility tests (docs/compatibility.md): kcat, sarama,
+# Burrow with the ZooKeeper it needs for itself, from apt (as root), and kafkajs from npm into
+# .venv/kafkajs where npm is there. Quiet and optional: whatever cannot be installed makes its
+# test skip.
+OTHER_CLIENT_PACKAGES := kcat golang-github-shopify-sarama-dev burrow zookeeper
 KAFKAJS_VERSION := 2.2.4
 other-clients:
-	@if ! command -v kcat >/dev/null 2>&1 || [ ! -d /usr/share/gocode/src/github.com/Shopify/sarama ]; then \
+	@if ! command -v kcat >/dev/null 2>&1 || [ ! -d /usr/share/gocode/src/github.com/Shopify/sarama ] \
+			|| ! command -v Burrow >/dev/null 2>&1 || [ ! -f /usr/share/java/zookeeper.jar ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 			echo "installing $(OTHER_CLIENT_PACKAGES) (apt) for the compatibility tests"; \
 			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 				--no-install-recommends $(OTHER_CLIENT_PACKAGES); } >/dev/null 2>&1 || \
-				echo "kcat and sarama not installed (apt failed): their compatibility tests will skip"; \
+				echo "other clients not installed (apt failed): their compatibility tests will skip"; \
 		else \
-			echo "kcat and sarama not installed (needs root and apt): their compatibility tests will skip"; \
+			echo "other clients not installed (needs root and apt): their compatibility tests will skip"; \
 		fi; \
 	fi
 	@if [ ! -f $(VENV)/kafkajs/node_modules/kafkajs/package.json ]; then \
