@@ -48,13 +48,11 @@ Spawn = Callable[[str, str, str], ProcessWorker]  # (topic, group, name) -> a st
 
 
 class BrokerUnderTest(Protocol):
-    """What the scenario needs of a broker: where to connect, and where its journal is."""
+    """What the scenario needs of a broker: where to connect (and, read when it has one, the
+    `data_dir` whose journal counts the removals: rebalanced's)."""
 
     @property
     def bootstrap(self) -> str: ...
-
-    @property
-    def data_dir(self) -> Path: ...
 
 
 @dataclass(frozen=True)
@@ -141,6 +139,8 @@ def run_scenario(broker: BrokerUnderTest, consumer: Spawn, timing: Timing, stead
         return worker
 
     def journal() -> list[dict[str, Any]]:
+        if getattr(broker, "data_dir", None) is None:
+            return []  # a peer broker keeps no journal
         return group_events(broker, GROUP)  # type: ignore[arg-type]  # needs only data_dir
 
     outcome = Outcome()
@@ -236,7 +236,7 @@ def brief(outcome: Outcome) -> str:
 
 
 def render(results: dict[str, list[Outcome]]) -> str:
-    head = ["kafka-go 0.2.1 timing", "runs", "worst delay s", "lost", "dup",
+    head = ["broker: kafka-go 0.2.1 timing", "runs", "worst delay s", "lost", "dup",
             "disconnect removals of live members", "killed member removed by (ms)",
             "removals after the kill"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -256,7 +256,7 @@ def render(results: dict[str, list[Outcome]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tests.bench.brokers import Rebalanced
+    from tests.bench.brokers import Broker, Rebalanced, Tansu
 
     parser = argparse.ArgumentParser(prog="python -m tests.bench.kafkago_failover",
                                      description=__doc__,
@@ -268,7 +268,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=float, default=10.0,
                         help="seconds of producing after the kill, at least")
     parser.add_argument("--out", default="bench-results/kafkago_failover.json", type=Path)
+    parser.add_argument("--brokers", default="rebalanced,tansu",
+                        help="comma-separated: rebalanced, tansu (the peer, in memory; it keeps "
+                             "no journal, so its removal columns are empty)")
     args = parser.parse_args(argv)
+    kinds = {"rebalanced": lambda workdir: Rebalanced(
+                 workdir, {"group.initial.rebalance.delay.ms": "3000"}),
+             "tansu": Tansu}
+    chosen = [name.strip() for name in args.brokers.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in kinds]
+    if unknown or not chosen:
+        parser.error(f"--brokers: unknown {', '.join(unknown) or '(none)'}; "
+                     f"choose from {', '.join(kinds)}")
     timings = [t for t in TIMINGS if args.only in t.label]
     started = time.monotonic()
     results: dict[str, list[Outcome]] = {}
@@ -280,22 +291,23 @@ def main(argv: list[str] | None = None) -> int:
             print(f"cannot run: {exc}", file=sys.stderr)
             return 2
         for timing in timings:
-            results[timing.label] = []
             for run in range(args.runs):
-                broker = Rebalanced(workdir, {"group.initial.rebalance.delay.ms": "3000"})
-                began = time.monotonic()
-                try:
-                    broker.start()
-                    outcome = run_scenario(
-                        broker, kafkago_consumers(broker, binary, workdir, timing), timing,
-                        args.steady, args.window)
-                except Exception as exc:  # one failed run must not stop the others
-                    outcome = Outcome(error=f"{type(exc).__name__}: {exc}"[:300])
-                finally:
-                    broker.cleanup()
-                results[timing.label].append(outcome)
-                print(f"{timing.label} run {run + 1}: {brief(outcome)} "
-                      f"({time.monotonic() - began:.0f} s)", flush=True)
+                for name in chosen:  # the brokers alternate, run by run
+                    label = f"{name}: {timing.label}"
+                    broker: Broker = kinds[name](workdir)
+                    began = time.monotonic()
+                    try:
+                        broker.start()
+                        outcome = run_scenario(
+                            broker, kafkago_consumers(broker, binary, workdir, timing), timing,
+                            args.steady, args.window)
+                    except Exception as exc:  # one failed run must not stop the others
+                        outcome = Outcome(error=f"{type(exc).__name__}: {exc}"[:300])
+                    finally:
+                        broker.cleanup()
+                    results.setdefault(label, []).append(outcome)
+                    print(f"{label} run {run + 1}: {brief(outcome)} "
+                          f"({time.monotonic() - began:.0f} s)", flush=True)
     table = render(results)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({k: [asdict(o) for o in v] for k, v in results.items()},
