@@ -106,6 +106,10 @@ class GroupCoordinator:
         # connection id -> (group id, member id) of dynamic members whose requests came on it;
         # an entry is stale once the member moved to another connection (checked on close).
         self._members_by_connection: dict[int, set[tuple[str, str]]] = {}
+        # Connections that have carried a JoinGroup or SyncGroup: a later one on the same
+        # connection makes it the member's own (a client that keeps it); the first does not
+        # (kafka-go opens a connection per JoinGroup and SyncGroup and closes it once answered).
+        self._group_request_connections: set[int] = set()
 
     # -- read access for the offsets/admin layer -------------------------------------------
 
@@ -196,7 +200,11 @@ class GroupCoordinator:
                 pass
             case _:
                 return False
-        env.result.merge(self.consumer.classic_request(cmd, env.now_ms))  # type: ignore[arg-type]
+        kept = cmd.ref.connection_id in self._group_request_connections
+        if isinstance(cmd, c.JoinGroup | c.SyncGroup):
+            self._group_request_connections.add(cmd.ref.connection_id)
+        env.result.merge(self.consumer.classic_request(  # type: ignore[arg-type]
+            cmd, env.now_ms, kept_connection=kept))
         # A classic member leaving never downgrades (only a consumer-protocol member does).
         return True
 
@@ -345,7 +353,8 @@ class GroupCoordinator:
         join_group(env, group, cmd)
         member_id = self._joined_member_id(env, group, cmd)
         if member_id is not None and _accepted(env, cmd.ref):
-            self._note_alive(env, group, member_id)
+            self._join_or_sync_spoke(env, group, member_id, cmd.ref.connection_id)
+        self._group_request_connections.add(cmd.ref.connection_id)
         return None
 
     def _joined_member_id(self, env: rb.Env, group: ClassicGroup, cmd: c.JoinGroup
@@ -367,9 +376,14 @@ class GroupCoordinator:
                 return getattr(reply.outcome, "member_id", None) or None
         return None
 
-    def _note_alive(self, env: rb.Env, group: ClassicGroup, member_id: str) -> None:
-        """An accepted JoinGroup or SyncGroup spoke for a member: any disconnect grace ends,
-        but its connection does not become the member's (`rebalance.py`, disconnect-fast)."""
+    def _join_or_sync_spoke(self, env: rb.Env, group: ClassicGroup, member_id: str,
+                            connection_id: int) -> None:
+        """An accepted JoinGroup or SyncGroup spoke for a member: any disconnect grace ends.
+        Its connection becomes the member's own only if it carried a JoinGroup or SyncGroup
+        before: the client keeps it (`rebalance.py`, disconnect-fast failover)."""
+        if connection_id in self._group_request_connections:
+            self._bind_connection(env, group, member_id, connection_id)
+            return
         member = group.members.get(member_id)
         if member is not None and member.disconnect_deadline_ms is not None:
             rb.note_alive(env, group, member)
@@ -401,7 +415,8 @@ class GroupCoordinator:
             return fail(ErrorCode.unknown_member_id)
         sync_group(env, group, cmd)
         if _accepted(env, cmd.ref):
-            self._note_alive(env, group, cmd.member_id)
+            self._join_or_sync_spoke(env, group, cmd.member_id, cmd.ref.connection_id)
+        self._group_request_connections.add(cmd.ref.connection_id)
         return None
 
     def _heartbeat(self, env: rb.Env, cmd: c.Heartbeat) -> None:
@@ -535,6 +550,7 @@ class GroupCoordinator:
         again (`rebalance.connection_lost`); static members, and every member with the grace
         off, stay until their session expires or the rebalance moves on without them.
         """
+        self._group_request_connections.discard(connection_id)
         parked = self._parked_by_connection.pop(connection_id, ())
         parked_members: dict[tuple[str, str], tuple[ClassicGroup, ClassicGroupMember]] = {}
         for group_id in (parked,) if isinstance(parked, str) else parked:

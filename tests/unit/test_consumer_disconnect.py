@@ -179,12 +179,23 @@ def test_a_new_classic_member_in_a_consumer_group_is_tracked() -> None:
     assert first.error is ErrorCode.member_id_required
     joined = ctx.send(classic_join(member=first.member_id), 7)
     assert joined.error is ErrorCode.none
-    ctx.close(7)  # an answered JoinGroup's connection is not the member's own
+    ctx.close(7)  # its second JoinGroup there made the connection the member's own
+    ctx.sleep(GRACE)
+    assert removed(ctx) == [(first.member_id, "disconnect")]
+
+
+def test_a_classic_members_one_off_join_connection_is_not_its_own() -> None:
+    ctx = context(partitions=6)
+    ctx.send(join("n"), 1)
+    first = ctx.send(classic_join(), 7)
+    joined = ctx.send(classic_join(member=first.member_id), 8)  # kafka-go-like: a new one
+    assert joined.error is ErrorCode.none
+    ctx.close(8)
     ctx.sleep(GRACE)
     assert removed(ctx) == []
-    beat = ctx.send(heartbeat(first.member_id, joined.generation_id), 8)
+    beat = ctx.send(heartbeat(first.member_id, joined.generation_id), 9)
     assert beat.error in (ErrorCode.none, ErrorCode.rebalance_in_progress)
-    ctx.close(8)  # its heartbeat's is
+    ctx.close(9)  # its heartbeat's is
     ctx.sleep(GRACE)
     assert removed(ctx) == [(first.member_id, "disconnect")]
 

@@ -23,9 +23,11 @@ def _removed(ctx: GroupTestContext) -> list[tuple[str, str]]:
 
 
 def _kafka_go_member(ctx: GroupTestContext, join_on: int, sync_on: int) -> str:
-    """A one-member group joined the kafka-go way: join and sync on short-lived connections."""
-    member = ctx.join_dynamic(JoinGroupBuilder(client_id="kafka-go"), connection=join_on)
+    """A one-member group joined the kafka-go way: JoinGroup v1 and SyncGroup each on a
+    connection of its own, closed once answered."""
+    ctx.send(JoinGroupBuilder(client_id="kafka-go", version=1), join_on)
     ctx.sleep(0)
+    member = ctx.replies[ctx.ref_of_last()].member_id
     ctx.close(join_on)
     ctx.send(sync(member, 1, assignments={member: b"x"}), sync_on)
     ctx.close(sync_on)
@@ -56,7 +58,7 @@ def test_closing_the_connection_told_to_rejoin_does_not_start_the_grace() -> Non
     ctx.close(3)  # kafka-go closes it and rejoins once its fetches return (MaxWait)
     ctx.sleep(5_000)
     assert _removed(ctx) == []
-    ctx.send(JoinGroupBuilder(client_id="kafka-go").member_id(a), 4)
+    ctx.send(JoinGroupBuilder(client_id="kafka-go", version=1).member_id(a), 4)
     joined = ctx.replies[ctx.ref_of_last()]
     assert joined.error is ErrorCode.none and joined.generation_id == 2
     assert {m for m in ctx.group().members} == {a, b}
@@ -142,3 +144,26 @@ def test_a_commit_binds_its_connection_like_a_heartbeat() -> None:
     ctx.close(3)
     ctx.sleep(GRACE)
     assert _removed(ctx) == [(member, "disconnect")]
+
+
+def test_a_connection_that_carried_the_join_and_the_sync_is_the_members_own() -> None:
+    """A client that keeps its coordinator connection (librdkafka, the Java client,
+    kafka-python) and dies between its SyncGroup and its first heartbeat is still noticed."""
+    ctx = GroupTestContext()
+    member = ctx.join_dynamic(JoinGroupBuilder(), connection=5)  # KIP-394: two JoinGroups
+    ctx.sleep(0)
+    assert ctx.connection_of(member) == 5
+    ctx.send(sync(member, 1, assignments={member: b"x"}), 5)
+    ctx.close(5)
+    ctx.sleep(GRACE)
+    assert _removed(ctx) == [(member, "disconnect")]
+
+
+def test_a_sync_on_the_joins_connection_binds_it_for_an_old_client() -> None:
+    ctx = GroupTestContext()
+    ctx.send(JoinGroupBuilder(version=3), 6)
+    ctx.sleep(0)
+    member = ctx.replies[ctx.ref_of_last()].member_id
+    assert ctx.connection_of(member) is None  # a first JoinGroup may be kafka-go's only one
+    ctx.send(sync(member, 1, assignments={member: b"x"}), 6)
+    assert ctx.connection_of(member) == 6

@@ -29,9 +29,11 @@ harmless. Keys:
     ("sync", group_id)                   pending-sync deadline after the join phase
     ("disconnect", group_id, member_id)  disconnect grace of a dynamic member (below)
 
-Disconnect-fast failover: a dynamic member is *connected* while a connection that carried an
-accepted Heartbeat or OffsetCommit for it is open (its session connections; a client may have
-several). The grace `group.member.disconnect.grace.ms` starts when
+Disconnect-fast failover: a dynamic member is *connected* while a connection of its own is
+open: one that carried an accepted Heartbeat or OffsetCommit for it, or an accepted JoinGroup
+or SyncGroup after an earlier JoinGroup or SyncGroup on the same connection (the client keeps
+it; the manager tells which). A client may have several. The grace
+`group.member.disconnect.grace.ms` starts when
 
 * the last of its session connections closes without a LeaveGroup (the process died, or the
   broker closed it on bad input), unless the member's latest Heartbeat on that connection was
@@ -40,8 +42,8 @@ several). The grace `group.member.disconnect.grace.ms` starts when
 * or a connection closes while a JoinGroup or SyncGroup of the member is parked on it and no
   session connection of the member is open (the client died waiting for the answer).
 
-Connections that only carried answered JoinGroup, SyncGroup or OffsetFetch requests never start
-it: clients such as kafka-go open one per request and close it once answered. Any accepted
+A connection whose one group request was an answered JoinGroup or SyncGroup never starts it:
+clients such as kafka-go open one per request and close it once answered. Any accepted
 request for the member on any connection ends a running grace; when it passes, the member is
 removed on the session-expiry path with cause `disconnect`. A rejected request (unknown member,
 wrong generation, fenced instance) changes nothing: it binds no connection and ends no grace,

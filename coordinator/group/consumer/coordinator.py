@@ -115,8 +115,10 @@ class ConsumerGroupCoordinator:
         return env.result
 
     def classic_request(self, cmd: c.JoinGroup | c.SyncGroup | c.Heartbeat | c.LeaveGroup,
-                        now_ms: int) -> Result:
-        """A classic-protocol request to an existing consumer group (`classic_members.py`)."""
+                        now_ms: int, kept_connection: bool = False) -> Result:
+        """A classic-protocol request to an existing consumer group (`classic_members.py`).
+        `kept_connection`: the connection carried a JoinGroup or SyncGroup before, so an
+        accepted one makes it the member's own (`disconnect.py`)."""
         env = self._env(now_ms)
         group = self._groups[cmd.group_id]
         outcome: object
@@ -149,10 +151,13 @@ class ConsumerGroupCoordinator:
                     self._bind_connection(env, cmd.group_id, cmd.member_id,
                                           cmd.ref.connection_id)
                 case c.JoinGroup() | c.SyncGroup() if accepted and target is not None:
-                    # Answered JoinGroup/SyncGroup connections may be short-lived: they
-                    # end a grace but are not the member's (`disconnect.py`).
+                    # A connection's first JoinGroup/SyncGroup may be its only one (kafka-go):
+                    # it ends a grace but is not the member's (`disconnect.py`).
                     member_id = getattr(outcome, "member_id", None) or cmd.member_id
-                    if member_id:
+                    if member_id and kept_connection:
+                        self._bind_connection(env, cmd.group_id, member_id,
+                                              cmd.ref.connection_id)
+                    elif member_id:
                         disconnect.note_alive(env, target, member_id)
         env.result.replies.append(Reply(cmd.ref, outcome))
         return env.result

@@ -7,10 +7,10 @@ connected while a connection that carried an accepted heartbeat or OffsetCommit 
 last of them closes (the process died, or the broker closed it on bad input), the member is
 fenced `group.member.disconnect.grace.ms` later with cause `disconnect` unless an accepted
 request for it arrives on any connection meanwhile. A classic member's answered JoinGroup or
-SyncGroup ends a grace but binds no connection (kafka-go sends each on a connection it closes
-once answered), and a classic member that owes a JoinGroup (it was told to rejoin) is not
-fenced for closing its connection: the JoinGroup's deadline bounds that wait. A rejected
-request changes nothing. Fencing bumps the group epoch, so its
+SyncGroup ends a grace, and binds its connection only if that carried one before (kafka-go
+sends each on a connection it closes once answered). A classic member that owes a JoinGroup
+(it was told to rejoin) is not fenced for closing its connection: the JoinGroup's deadline
+bounds that wait. A rejected request changes nothing. Fencing bumps the group epoch, so its
 partitions go to the others through the ordinary target assignment. A client that lives on and
 reconnects within the grace costs nothing; one that stays away longer costs one epoch bump, as
 a session expiry would, only sooner. Static members (instance id) are meant to come back and
