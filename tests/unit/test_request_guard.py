@@ -19,7 +19,7 @@ import pytest
 from kio.index import KioIndexError, load_request_schema
 from kio.serial import entity_writer
 
-from protocol import fast_requests
+from protocol import fast_requests, guard
 from protocol.build import build
 from protocol.codec import decode_request
 from protocol.errors import MalformedRequest
@@ -128,3 +128,73 @@ def test_walk_ends_where_kio_ends_for_a_real_commit() -> None:
     with mock.patch.dict(fast_requests.HAND_DECODERS, {}, clear=True):  # kio behind the guard
         _, decoded = decode_request(header(8, 8, True) + body)
     assert decoded == request
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _empty_topic_names(version: int, count: int) -> bytes:
+    """A Metadata request naming `count` topics, each with the empty name (two bytes or one)."""
+    if version >= 9:  # flexible: topic id, compact name, tags
+        topic = b"\x00" * 16 + b"\x01" + b"\x00" if version >= 10 else b"\x01\x00"
+        flags = b"\x01\x00\x00" if version <= 10 else b"\x01\x00"  # v8-v10: cluster operations
+        return header(3, version, True) + _uvarint(count + 1) + topic * count + flags + b"\x00"
+    return header(3, version, False) + struct.pack(">i", count) + b"\x00\x00" * count + b"\x01"
+
+
+def _decoded_peak(frame: bytes) -> int:
+    """Peak bytes allocated while decoding `frame`."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        decode_request(frame)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("version", [4, 9])
+def test_a_frame_of_a_million_empty_names_is_refused_before_decoding(version: int) -> None:
+    frame = _empty_topic_names(version, 1_000_000)
+    with pytest.raises(MalformedRequest, match="decoding would take about"):
+        decode_request(frame)
+
+
+@pytest.mark.parametrize("version", [4, 9, 12])
+def test_what_the_budget_lets_through_decodes_within_it(version: int) -> None:
+    # The largest count the budget allows for this element shape (found by halving), decoded:
+    # its memory stays under the promised 16x the frame + 10 MB.
+    low, high = 1, 300_000
+    while low < high:
+        middle = (low + high + 1) // 2
+        try:
+            decode_request(_empty_topic_names(version, middle))
+            low = middle
+        except MalformedRequest:
+            high = middle - 1
+    frame = _empty_topic_names(version, low)
+    assert low > 10_000
+    assert _decoded_peak(frame) <= guard.DECODED_BYTES_PER_BYTE * len(frame) + (
+        guard.DECODED_BYTES_ALLOWANCE)
+
+
+def test_nested_arrays_count_toward_one_budget() -> None:
+    # OffsetFetch v8: groups each naming many topics of the empty name and no partitions: three
+    # bytes on the wire, two objects, a string and a tuple in memory. No one array is too large
+    # for the frame; together they are.
+    topics = 20_000
+    groups = 50
+    group = b"\x02g" + _uvarint(topics + 1) + b"\x01\x01\x00" * topics + b"\x00"
+    frame = header(9, 8, True) + _uvarint(groups + 1) + group * groups + b"\x00" + b"\x00"
+    with pytest.raises(MalformedRequest, match="decoding would take about"):
+        decode_request(frame)
+    small = header(9, 8, True) + _uvarint(3) + group * 2 + b"\x00" + b"\x00"
+    _, request = decode_request(small)
+    assert len(request.groups) == 2
