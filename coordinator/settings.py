@@ -135,6 +135,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("offsets.topic.num.partitions", _int(1), "50", "partitions of the group log"),
     Setting("offsets.topic.segment.bytes", _int(14), "104857600", "group log segment size"),
     Setting("offset.metadata.max.bytes", _int(0), "4096", "largest commit metadata string"),
+    Setting("offsets.topic.max.message.bytes", _int(1024), "1048588",
+            "largest group record (every member's subscription and assignment) the group log "
+            "takes; a larger one is refused with UNKNOWN_SERVER_ERROR (Kafka's message.max.bytes "
+            "of __consumer_offsets)"),
     Setting("offsets.retention.minutes", _int(1), "10080", "committed offsets expire after this"),
     Setting("offsets.retention.check.interval.ms", _int(1), "600000",
             "how often offset expiry runs"),

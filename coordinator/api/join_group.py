@@ -19,7 +19,7 @@ import struct
 import sys
 from typing import Any
 
-from coordinator.group.commands import JoinGroup, Protocol
+from coordinator.group.commands import JoinGroup, Protocol, client_reason
 from coordinator.group.outcomes import JoinGroupOutcome
 from coordinator.group.result import RequestRef
 from protocol import fastpath as fp
@@ -52,7 +52,7 @@ def to_command(
             Protocol(name=sys.intern(p.name), metadata=bytes(p.metadata))
             for p in request.protocols
         ),
-        reason=getattr(request, "reason", None),
+        reason=client_reason(getattr(request, "reason", None)),
         client_id=sys.intern(client_id),
         client_host=client_host,
     )

@@ -69,7 +69,7 @@ from coordinator.group.outcomes import (
     ListGroupsOutcome,
     SyncGroupOutcome,
 )
-from coordinator.group.result import Reply, Result, TimerKey
+from coordinator.group.result import APPEND_FAILED, Reply, Result, TimerKey
 from coordinator.grouplog.records import (
     MAX_STORED_STRING_BYTES,
     GroupMetadataKey,
@@ -708,8 +708,10 @@ class GroupCoordinator:
             finish(env, self._groups, write)
         return self._finish(env, None)
 
-    def records_failed(self, written: Result, now_ms: int) -> Result:
-        """`written.records` could not be made durable: undo, answer, rebalance (module doc)."""
+    def records_failed(self, written: Result, now_ms: int,
+                       error: ErrorCode = APPEND_FAILED) -> Result:
+        """`written.records` could not be made durable: undo, answer with `error`, rebalance
+        (module doc)."""
         env = self._env(now_ms)
         undone: set[str] = set()
         for write in written.writes:
@@ -717,7 +719,7 @@ class GroupCoordinator:
                 self._undo_conversion(env, write)
                 undone.add(write.group_id)
                 continue
-            undo(env, self._groups, write)
+            undo(env, self._groups, write, error)
             undone.add(write.group.group_id if isinstance(write, GroupDeletionWrite)
                        else write.group_id)
         groups = {r.key.group for r in written.records if isinstance(r, GroupMetadataRecord)}

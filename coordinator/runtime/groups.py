@@ -132,8 +132,9 @@ class GroupRuntime:
         self.core = GroupOffsets(self.manager, self.offsets)  # the offset APIs' decisions
         self.group_log: GroupLog
         self.journal = EventJournal(self.clock.wall_ms)
-        self.applier = ResultApplier(self.manager, self.offsets, self.clock, host, self.journal,
-                                     host.fetches, host.metrics)
+        self.applier = ResultApplier(
+            self.manager, self.offsets, self.clock, host, self.journal, host.fetches,
+            host.metrics, max_record_bytes=settings["offsets.topic.max.message.bytes"])
         self.loader = GroupLogLoader(self.manager, self.offsets, self.applier, self.clock,
                                      self.config.offsets_topic_num_partitions, host.fail)
         self.maintenance = GroupLogMaintenance(
@@ -158,7 +159,9 @@ class GroupRuntime:
 
     def open(self, data_dir: Path, repair: bool) -> None:
         settings = self.host.settings
-        # A group-metadata record holds every member's subscription and assignment: no cap.
+        # New group records are capped by the applier (offsets.topic.max.message.bytes); the
+        # storage takes any size, so that a log written before the cap (or with a larger one)
+        # still loads.
         config = LogConfig(segment_bytes=settings["offsets.topic.segment.bytes"],
                            retention_ms=-1, retention_bytes=-1, max_message_bytes=2**31 - 1)
         self.group_log = GroupLog.open(data_dir, self.config.offsets_topic_num_partitions,
