@@ -36,6 +36,9 @@ from storage.topics import Topic, TopicStore
 
 log = structlog.get_logger("rebalanced.broker")
 
+# Due timers handled per event-loop turn (each costs tens of microseconds).
+_TIMERS_PER_TURN = 500
+
 Handler = Callable[[ClientRequest, Any], None]
 
 
@@ -170,8 +173,16 @@ class Broker:
     def _fire(self) -> None:
         self._armed = None
         self._armed_at = None
+        self._run_due(self.wheel.poll(self.wall_ms()))
+
+    def _run_due(self, due: list[tuple[Any, ...]]) -> None:
+        """Handle due timers, at most `_TIMERS_PER_TURN` per event-loop turn: a burst (100,000
+        pending members of one client expiring together) must not hold every other group's
+        requests. A key rescheduled while it waits here fires again later; the handlers
+        ignore stale wake-ups."""
         now = self.wall_ms()
-        for key in self.wheel.poll(now):
+        batch, rest = due[:_TIMERS_PER_TURN], due[_TIMERS_PER_TURN:]
+        for key in batch:
             handler = self._timer_handlers.get(str(key[0]))
             try:
                 if handler is not None:
@@ -180,6 +191,8 @@ class Broker:
                     self.on_timer(key, now)
             except Exception:
                 log.exception("timer handler failed", key=repr(key))
+        if rest and self._loop is not None:
+            self._loop.call_soon(self._run_due, rest)
         self._arm()
 
     def on_timer(self, key: tuple[Any, ...], now_ms: int) -> None:

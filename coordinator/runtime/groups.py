@@ -336,6 +336,9 @@ class GroupRuntime:
 
     def on_timer(self, key: tuple[Any, ...], now_ms: int) -> None:
         self.applier.apply(self.manager.expire(key, self.clock.now_ms()))
+        if key[0] == "heartbeat":
+            # A pending member that never came back may leave a group with nothing in it.
+            self.core.forget_if_unused(str(key[1]))
 
     def connection_closed(self, connection_id: int) -> None:
         self.applier.forget_connection(connection_id)
