@@ -40,8 +40,9 @@ from protocol.errors import MalformedRequest
 
 # A guard: (buffer, offset of the body, end of the frame) -> None, or raises MalformedRequest.
 Guard = Callable[[Any, int, int], None]
-# A generated walk: (buffer, position, end, cost so far, cost limit) -> (position, cost).
-_Walk = Callable[[Any, int, int, int, int], tuple[int, int]]
+# A generated walk: (buffer, position, end, cost so far, cost limit, elements so far, element
+# limit) -> (position, cost, elements).
+_Walk = Callable[[Any, int, int, int, int, int, int], tuple[int, int, int]]
 
 _FIXED_SIZES = {
     "bool": 1, "int8": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4, "int64": 8,
@@ -64,6 +65,22 @@ _VALUE_OVERHEAD = {
     "uint64": 32, "float64": 32, "uuid": 112, "timedelta_i32": 48, "timedelta_i64": 48,
     "datetime_i64": 48, "error_code": 32, "string": 64, "bytes": 64, "records": 64,
 }
+# Array elements one request of these APIs may hold, all its arrays together: each element
+# costs the handler work on the event loop (looking a group, an offset or a topic up, and
+# encoding its answer, 8-30 us each on a busy 2-core machine), so these keep one request to
+# tens of milliseconds. Above them the request is refused like an over-budget one. A request
+# that names nothing (Metadata of every topic, OffsetFetch of every partition of a group) holds
+# no element: its answer is bounded by what the broker holds.
+ELEMENT_LIMITS = {
+    2: 5_000,   # ListOffsets: topics and their partitions
+    3: 5_000,   # Metadata: topics
+    9: 5_000,   # OffsetFetch: groups, topics and partitions
+    15: 2_000,  # DescribeGroups: group ids
+    42: 2_000,  # DeleteGroups: group ids (each deletes the group's offsets too)
+    69: 2_000,  # ConsumerGroupDescribe: group ids
+}
+_NO_ELEMENT_LIMIT = 2**62
+
 _OBJECT_HEAD = 48  # a slotted dataclass instance: GC and object headers
 _SLOT = 8  # one field of a struct, or one element of an array's tuple
 _TUPLE_HEAD = 64
@@ -94,6 +111,15 @@ def _bad(name: str, what: str) -> MalformedRequest:
 
 def _null(name: str) -> MalformedRequest:
     return MalformedRequest(f"{name}: null, which the schema does not allow")
+
+
+class TooManyElements(MalformedRequest):
+    """A request holding more array elements than its API allows in one request."""
+
+
+def _too_many_elements(name: str, elements: int, limit: int) -> MalformedRequest:
+    return TooManyElements(f"{name}: {elements} elements in one request, more than the {limit} "
+                           "this API allows")
 
 
 def _over_budget(name: str, cost: int, limit: int) -> MalformedRequest:
@@ -187,8 +213,9 @@ class _Compiler:
         name = f"_check_{len(self.sources)}_{cls.__name__}"
         self.sources.append("")  # reserve the slot: tagged fields may add functions meanwhile
         slot = len(self.sources) - 1
-        lines = [f"def {name}(buf, pos, end, cost, limit):",
-                 *self._indent(self._struct_lines(cls, whole)), "    return pos, cost"]
+        lines = [f"def {name}(buf, pos, end, cost, limit, elements, max_elements):",
+                 *self._indent(self._struct_lines(cls, whole)),
+                 "    return pos, cost, elements"]
         self.sources[slot] = "\n".join(lines)
         return name
 
@@ -231,7 +258,8 @@ class _Compiler:
                 "if buf[pos] == 0:",
                 "    pos += 1",
                 "else:",
-                f"    pos, cost = _tags(buf, pos, end, {table}, cost, limit)",
+                f"    pos, cost, elements = _tags(buf, pos, end, {table}, cost, limit, elements,"
+                " max_elements)",
             ]
         return lines
 
@@ -240,9 +268,9 @@ class _Compiler:
 
     def _tagged_checker(self, field: _Field, owner: type) -> _Walk:
         inner = _Compiler(self.flexible)
-        lines = ["def _tagged(buf, pos, end, cost, limit):"]
+        lines = ["def _tagged(buf, pos, end, cost, limit, elements, max_elements):"]
         lines.extend("    " + line for line in inner._field_lines(field, owner))
-        lines.append("    return pos, cost")
+        lines.append("    return pos, cost, elements")
         return inner.build_function("\n".join(lines), "_tagged")
 
     def _field_lines(self, field: _Field, owner: type) -> list[str]:
@@ -286,6 +314,9 @@ class _Compiler:
             f"    cost += count * {_element_overhead(field)}",
             "    if cost > limit:",
             f"        raise _over_budget({label!r}, cost, limit)",
+            "    elements += count",
+            "    if elements > max_elements:",
+            f"        raise _too_many_elements({label!r}, elements, max_elements)",
         ]
         element_size = _FIXED_SIZES.get(kafka_type or "", 0)
         if element_size:
@@ -332,6 +363,7 @@ class _Compiler:
         namespace: dict[str, Any] = {
             "_I16": _I16, "_I32": _I32, "_uvarint": _uvarint, "_null": _null,
             "_too_many": _too_many, "_bad": _bad, "_tags": _tags, "_over_budget": _over_budget,
+            "_too_many_elements": _too_many_elements,
             **self.tag_tables,
         }
         source = "\n\n".join([*self.sources, extra_source])
@@ -339,8 +371,8 @@ class _Compiler:
         return namespace[name]  # type: ignore[no-any-return]
 
 
-def _tags(buf: Any, pos: int, end: int, known: dict[int, _Walk], cost: int,
-          limit: int) -> tuple[int, int]:
+def _tags(buf: Any, pos: int, end: int, known: dict[int, _Walk], cost: int, limit: int,
+          elements: int, max_elements: int) -> tuple[int, int, int]:
     """A tagged-field section: each known tag that can hold an array is checked in its bounds."""
     count, pos = _uvarint(buf, pos)
     if count > end - pos:
@@ -353,19 +385,22 @@ def _tags(buf: Any, pos: int, end: int, known: dict[int, _Walk], cost: int,
                                    f"{end - pos} left")
         check = known.get(tag)
         if check is not None:
-            _, cost = check(buf, pos, pos + size, cost, limit)
+            _, cost, elements = check(buf, pos, pos + size, cost, limit, elements,
+                                      max_elements)
         pos += size
-    return pos, cost
+    return pos, cost, elements
 
 
-def compile_guard(request_type: type) -> Guard | None:
-    """The guard for one request schema, or None when the schema holds no array at all."""
+def compile_guard(request_type: type, max_elements: int | None = None) -> Guard | None:
+    """The guard for one request schema, or None when the schema holds no array at all.
+    `max_elements` bounds the elements of all its arrays together (`ELEMENT_LIMITS`)."""
     if not _holds_array(request_type):
         return None
     compiler = _Compiler(bool(getattr(request_type, "__flexible__", False)))
     top = compiler.function_for(request_type, whole=False)
     check = compiler.build_function("", top)
-    return _wrapped(check, request_type)
+    return _wrapped(check, request_type, _NO_ELEMENT_LIMIT if max_elements is None
+                    else max_elements)
 
 
 def body_length(request_type: type) -> Callable[[Any, int, int], int]:
@@ -376,7 +411,8 @@ def body_length(request_type: type) -> Callable[[Any, int, int], int]:
 
     def length(buf: Any, pos: int, end: int) -> int:
         try:
-            return int(check(buf, pos, end, 0, decoded_size_limit(end - pos))[0]) - pos
+            return int(check(buf, pos, end, 0, decoded_size_limit(end - pos), 0,
+                             _NO_ELEMENT_LIMIT)[0]) - pos
         except (IndexError, struct.error) as exc:
             raise MalformedRequest(f"{request_type.__name__}: truncated ({exc})") from exc
 
@@ -389,11 +425,12 @@ def decoded_size_limit(body_bytes: int) -> int:
     return (DECODED_BYTES_PER_BYTE - 1) * body_bytes + DECODED_BYTES_ALLOWANCE
 
 
-def _wrapped(check: Callable[..., tuple[int, int]], request_type: type) -> Guard:
+def _wrapped(check: Callable[..., tuple[int, int, int]], request_type: type,
+             max_elements: int) -> Guard:
 
     def guard(buf: Any, pos: int, end: int) -> None:
         try:
-            check(buf, pos, end, 0, decoded_size_limit(end - pos))
+            check(buf, pos, end, 0, decoded_size_limit(end - pos), 0, max_elements)
         except (IndexError, struct.error) as exc:
             raise MalformedRequest(f"{request_type.__name__}: truncated ({exc})") from exc
 
