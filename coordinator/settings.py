@@ -33,6 +33,16 @@ def _int(lo: int | None = None, hi: int | None = None) -> Callable[[str], int]:
     return parse
 
 
+def _float(lo: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        value = float(text.strip())
+        if value < lo:
+            raise ValueError(f"must be >= {lo}")
+        return value
+
+    return parse
+
+
 def _bool(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in ("true", "1", "yes"):
@@ -116,6 +126,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("log.dirs", str, "./data", "data directory (topics and the group log)"),
     Setting("num.partitions", _int(1), "1", "partitions of an auto-created topic"),
     Setting("auto.create.topics.enable", _bool, "true", "create unknown topics on Metadata"),
+    Setting("max.broker.partitions", _int(-1), "-1",
+            "topic partitions this broker holds at most; more are refused (POLICY_VIOLATION). "
+            "-1: half the open-file limit, less the group log's partitions"),
+    Setting("controller.mutation.rate", _float(-1), "-1",
+            "partitions a client id may create per second (KIP-599), with a burst of 11 s; "
+            "beyond, THROTTLING_QUOTA_EXCEEDED (-1: no quota)"),
     Setting("log.segment.bytes", _int(14), "1073741824", "segment size before rolling"),
     Setting("log.retention.ms", _int(-1), "604800000",
             "delete segments older than this (-1: never)"),

@@ -282,6 +282,9 @@ class TopicStore:
         except BaseException:
             for log in topic.partitions:
                 _delete_quietly(log)
+            # The partition whose open failed may have left its directory.
+            with contextlib.suppress(OSError):
+                self.fs.rmtree(self._partition_dir(pending.name, len(topic.partitions)))
             raise
         return topic
 
@@ -345,13 +348,16 @@ class TopicStore:
         """The disk work of a reserved add_partitions: safe on another thread. Raises
         `OSError`, having removed what it made."""
         added: list[PartitionLog] = []
+        current = len(topic.partitions)
         try:
-            for p in range(len(topic.partitions), total):
+            for p in range(current, total):
                 added.append(self._fresh_partition(topic.name, p, topic.log_config))
             self._write_metadata(topic, total)
         except BaseException:
             for log in added:
                 _delete_quietly(log)
+            with contextlib.suppress(OSError):
+                self.fs.rmtree(self._partition_dir(topic.name, current + len(added)))
             raise
         return added
 

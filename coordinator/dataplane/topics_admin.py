@@ -1,7 +1,17 @@
-"""Metadata, CreateTopics, DeleteTopics and CreatePartitions over the topic store."""
+"""Metadata, CreateTopics, DeleteTopics and CreatePartitions over the topic store.
+
+Creating a topic or partitions takes directories, files and fsyncs: that work runs on the
+broker's topic-admin thread (`Broker.begin_create_topic`), never on the event loop. A Metadata
+request that auto-creates answers LEADER_NOT_AVAILABLE for the topic at once, as Kafka does
+while the controller creates it (clients ask again); CreateTopics and CreatePartitions are
+answered when their topics are built. Beyond `max.broker.partitions` they get
+POLICY_VIOLATION (auto-create: UNKNOWN_TOPIC_OR_PARTITION, as with auto-create off), and a
+client over its KIP-599 `controller.mutation.rate` quota THROTTLING_QUOTA_EXCEEDED.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -16,12 +26,23 @@ from coordinator.dataplane.internal_topic import (
     topic_by_id,
     topic_by_name,
 )
+from coordinator.dataplane.mutation_quota import MutationQuota
 from protocol.build import build
 from protocol.codec import response_type
 from storage.log import InvalidConfigError, LogConfig
-from storage.topics import InvalidTopicError, Topic, TopicExistsError, valid_topic_name
+from storage.topics import (
+    InvalidPartitionsError,
+    InvalidTopicError,
+    Topic,
+    TopicExistsError,
+    valid_topic_name,
+)
 
 METADATA, CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 3, 19, 20, 37
+
+
+class PartitionLimitError(Exception):
+    """A create or add would take the broker past `max.broker.partitions`."""
 
 
 class Settings(Protocol):
@@ -44,6 +65,14 @@ class TopicsHost(TopicDirectory, Protocol):
 
     def create_topic(self, name: str, partitions: int, configs: dict[str, str], *,
                      reason: str) -> Topic: ...
+
+    def begin_create_topic(self, name: str, partitions: int, configs: dict[str, str], *,
+                           reason: str) -> asyncio.Future[Topic]: ...
+
+    def begin_add_partitions(self, name: str, total: int) -> asyncio.Future[None]: ...
+
+    @property
+    def mutation_quota(self) -> MutationQuota: ...
 
     def delete_topic(self, name: str) -> None: ...
 
@@ -106,13 +135,14 @@ def metadata(broker: TopicsHost, ctx: ClientRequest, request: Any) -> None:
                     entries.append({"error_code": ErrorCode.invalid_topic_exception,
                                     "name": name, "partitions": ()})
                     continue
-                if allow_create and broker.settings["auto.create.topics.enable"]:
-                    topic = broker.create_topic(name, broker.settings["num.partitions"], {},
-                                                reason="auto-create on Metadata")
+                if broker.topics.is_reserved(name):
+                    error = ErrorCode.leader_not_available  # being created
+                elif allow_create and broker.settings["auto.create.topics.enable"]:
+                    error = _auto_create(broker, name)
                 else:
-                    entries.append({"error_code": ErrorCode.unknown_topic_or_partition,
-                                    "name": name, "partitions": ()})
-                    continue
+                    error = ErrorCode.unknown_topic_or_partition
+                entries.append({"error_code": error, "name": name, "partitions": ()})
+                continue
             entries.append(_topic_entry(broker, topic))
     host, port = broker.advertised
     ctx.respond(build(
@@ -126,9 +156,25 @@ def metadata(broker: TopicsHost, ctx: ClientRequest, request: Any) -> None:
     ))
 
 
+def _auto_create(broker: TopicsHost, name: str) -> ErrorCode:
+    """Start creating `name` for a Metadata request: LEADER_NOT_AVAILABLE while it is built."""
+    try:
+        broker.begin_create_topic(name, broker.settings["num.partitions"], {},
+                                  reason="auto-create on Metadata")
+    except TopicExistsError:
+        pass
+    except InvalidTopicError:
+        return ErrorCode.invalid_topic_exception
+    except (InvalidPartitionsError, PartitionLimitError):
+        return ErrorCode.unknown_topic_or_partition
+    return ErrorCode.leader_not_available
+
+
 def create_topics(broker: TopicsHost, ctx: ClientRequest, request: Any) -> None:
     results = []
     seen: set[str] = set()
+    building: list[tuple[dict[str, Any], asyncio.Future[Topic]]] = []
+    throttle_ms = broker.mutation_quota.throttle_ms(ctx.client_id or "")
     for creatable in request.topics:
         name = creatable.name
         result: dict[str, Any] = {"name": name, "error_code": ErrorCode.none,
@@ -156,15 +202,18 @@ def create_topics(broker: TopicsHost, ctx: ClientRequest, request: Any) -> None:
             result.update(error_code=ErrorCode.invalid_replication_factor,
                           error_message=f"Replication factor: {replication} larger than "
                                         "available brokers: 1.")
+        elif throttle_ms and ctx.version >= 6 and not request.validate_only:
+            result.update(error_code=ErrorCode.throttling_quota_exceeded,
+                          error_message="The throttling quota has been exceeded.")
         else:
             configs = {c.name: c.value for c in creatable.configs if c.value is not None}
             result.update(num_partitions=partitions, replication_factor=1, configs=())
             try:
                 LogConfig().with_overrides(configs)
                 if not request.validate_only:
-                    topic = broker.create_topic(name, partitions, configs,
-                                                reason="CreateTopics")
-                    result["topic_id"] = topic.topic_id
+                    building.append((result, broker.begin_create_topic(
+                        name, partitions, configs, reason="CreateTopics")))
+                    broker.mutation_quota.record(ctx.client_id or "", partitions)
             except InvalidConfigError as exc:
                 result.update(error_code=ErrorCode.invalid_config, error_message=str(exc))
             except InvalidTopicError as exc:
@@ -172,10 +221,32 @@ def create_topics(broker: TopicsHost, ctx: ClientRequest, request: Any) -> None:
                               error_message=str(exc))
             except TopicExistsError as exc:
                 result.update(error_code=ErrorCode.topic_already_exists, error_message=str(exc))
+            except PartitionLimitError as exc:
+                result.update(error_code=ErrorCode.policy_violation, error_message=str(exc))
         seen.add(name)
         results.append(result)
-    ctx.respond(build(response_type(CREATE_TOPICS, ctx.version), throttle_time=0,
-                      topics=results))
+
+    def respond() -> None:
+        ctx.respond(build(response_type(CREATE_TOPICS, ctx.version), throttle_time=throttle_ms,
+                          topics=results))
+
+    if not building:
+        respond()
+        return
+
+    def built(_: asyncio.Future[list[Topic | BaseException]]) -> None:
+        for result, future in building:
+            error = future.exception()
+            if error is None:
+                result["topic_id"] = future.result().topic_id
+            else:
+                # The disk refused (EMFILE, ENOSPC): nothing of the topic is left behind.
+                result.update(error_code=ErrorCode.unknown_server_error,
+                              error_message=f"could not create the topic: {error}",
+                              num_partitions=-1, replication_factor=-1)
+        respond()
+
+    asyncio.gather(*(f for _, f in building), return_exceptions=True).add_done_callback(built)
 
 
 def delete_topics(broker: TopicsHost, ctx: ClientRequest, request: Any) -> None:
@@ -207,6 +278,8 @@ def delete_topics(broker: TopicsHost, ctx: ClientRequest, request: Any) -> None:
 
 def create_partitions(broker: TopicsHost, ctx: ClientRequest, request: Any) -> None:
     results = []
+    building: list[tuple[dict[str, Any], asyncio.Future[None]]] = []
+    throttle_ms = broker.mutation_quota.throttle_ms(ctx.client_id or "")
     for wanted in request.topics:
         topic = broker.topics.get(wanted.name)
         entry: dict[str, Any] = {"name": wanted.name, "error_code": ErrorCode.none,
@@ -218,8 +291,34 @@ def create_partitions(broker: TopicsHost, ctx: ClientRequest, request: Any) -> N
             entry.update(error_code=ErrorCode.invalid_partitions,
                          error_message=f"Topic currently has {len(topic.partitions)} partitions, "
                                        f"which is higher than the requested {wanted.count}.")
+        elif throttle_ms and ctx.version >= 3 and not request.validate_only:
+            entry.update(error_code=ErrorCode.throttling_quota_exceeded,
+                         error_message="The throttling quota has been exceeded.")
         elif not request.validate_only:
-            broker.add_partitions(wanted.name, wanted.count)
+            try:
+                building.append((entry, broker.begin_add_partitions(wanted.name, wanted.count)))
+                broker.mutation_quota.record(ctx.client_id or "",
+                                             wanted.count - len(topic.partitions))
+            except PartitionLimitError as exc:
+                entry.update(error_code=ErrorCode.policy_violation, error_message=str(exc))
+            except InvalidPartitionsError as exc:
+                entry.update(error_code=ErrorCode.invalid_partitions, error_message=str(exc))
         results.append(entry)
-    ctx.respond(build(response_type(CREATE_PARTITIONS, ctx.version), throttle_time=0,
-                      results=results))
+
+    def respond() -> None:
+        ctx.respond(build(response_type(CREATE_PARTITIONS, ctx.version),
+                          throttle_time=throttle_ms, results=results))
+
+    if not building:
+        respond()
+        return
+
+    def built(_: asyncio.Future[list[BaseException | None]]) -> None:
+        for entry, future in building:
+            error = future.exception()
+            if error is not None:
+                entry.update(error_code=ErrorCode.unknown_server_error,
+                             error_message=f"could not add the partitions: {error}")
+        respond()
+
+    asyncio.gather(*(f for _, f in building), return_exceptions=True).add_done_callback(built)

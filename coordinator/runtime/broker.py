@@ -8,7 +8,9 @@ returns a `Result` that is applied here in order: timers, records (made durable)
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import fcntl
+import resource
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +21,9 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.api.context import ClientRequest, RequestContext
 from coordinator.dataplane import api_versions, fetch, list_offsets, produce, topics_admin
+from coordinator.dataplane.mutation_quota import MutationQuota
 from coordinator.dataplane.producers import ProducerTable
+from coordinator.dataplane.topics_admin import PartitionLimitError
 from coordinator.group.timer import TimerWheel
 from coordinator.grouplog.log import GroupLog
 from coordinator.ops.metrics import BrokerMetrics
@@ -39,6 +43,19 @@ log = structlog.get_logger("rebalanced.broker")
 # Due timers handled per event-loop turn (each costs tens of microseconds).
 _TIMERS_PER_TURN = 500
 
+
+def partition_limit(configured: int, group_log_partitions: int) -> int:
+    """`max.broker.partitions`, or with -1 what the open-file limit allows: an open partition
+    holds a file descriptor (its active segment), and half of the limit is left to the
+    connections, the group log (one per partition) and the journal, so that topics can never
+    make a group-log segment roll fail."""
+    if configured >= 0:
+        return configured
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1_000_000
+    return max(soft // 2 - group_log_partitions, 0)
+
 Handler = Callable[[ClientRequest, Any], None]
 
 
@@ -56,6 +73,13 @@ class Broker:
         self.producers = ProducerTable()
         self.wheel = TimerWheel(tick_ms=5, wheel_size=4096, start_ms=self.clock.now_ms())
         self.fetches = fetch.FetchPurgatory(self)
+        # Topic creation's disk work (directories, logs, fsyncs) runs on its own thread, one
+        # topic after another, not on the loop and not in the group log's fsync pool.
+        self._topic_admin: concurrent.futures.ThreadPoolExecutor | None = None
+        self._topics_changed_pending = False
+        self.max_partitions = partition_limit(settings["max.broker.partitions"],
+                                              settings["offsets.topic.num.partitions"])
+        self.mutation_quota = MutationQuota(settings["controller.mutation.rate"])
         self._loop: asyncio.AbstractEventLoop | None = None
         self._armed: asyncio.TimerHandle | None = None
         self._armed_at: int | None = None
@@ -106,6 +130,7 @@ class Broker:
         self.cluster_id = _cluster_id(self.data_dir)
         self.topics = TopicStore.open(self.data_dir, self.log_config(), self.topics_fs,
                                       repair=self.repair)
+        self._topic_admin = concurrent.futures.ThreadPoolExecutor(1, "topic-admin")
         self.groups.open(self.data_dir, self.repair)
         self._retention_task = self._loop.create_task(self._retention_loop())
 
@@ -123,6 +148,9 @@ class Broker:
         task = getattr(self, "_retention_task", None)
         if task is not None:
             task.cancel()
+        if self._topic_admin is not None:
+            # Creations under way finish (their metadata file is the commit point on disk).
+            self._topic_admin.shutdown(wait=True, cancel_futures=True)
         self.topics.flush_all()
         self.topics.close()
         self.groups.close()
@@ -208,6 +236,83 @@ class Broker:
         log.info("topic created", topic=name, partitions=partitions, topic_id=str(topic.topic_id),
                  reason=reason)
         return topic
+
+    def begin_create_topic(self, name: str, partitions: int, configs: dict[str, str], *,
+                           reason: str) -> asyncio.Future[Topic]:
+        """Create a topic off the loop: checked and its name held now (raises what
+        `TopicStore.reserve` raises, or `PartitionLimitError`), built on the topic-admin
+        thread, visible once the returned future is done (it fails with the build's
+        `OSError`, the topic then not created)."""
+        if self.topics.partition_count() + partitions > self.max_partitions:
+            raise PartitionLimitError(
+                f"creating {partitions} partitions would exceed the broker's limit of "
+                f"{self.max_partitions} (max.broker.partitions)")
+        pending = self.topics.reserve(name, partitions, configs)
+        loop = asyncio.get_running_loop()
+        created: asyncio.Future[Topic] = loop.create_future()
+        built = loop.run_in_executor(self._topic_admin, self.topics.build, pending)
+
+        def done(future: asyncio.Future[Topic]) -> None:
+            error = None if future.cancelled() else future.exception()
+            if future.cancelled() or error is not None:
+                self.topics.release(pending)
+                log.error("topic not created", topic=name, partitions=partitions,
+                          error="cancelled" if error is None else str(error), reason=reason)
+                created.set_exception(error or OSError("cancelled"))
+                return
+            topic = future.result()
+            self.topics.commit(topic)
+            self._topics_changed_soon()
+            log.info("topic created", topic=name, partitions=partitions,
+                     topic_id=str(topic.topic_id), reason=reason)
+            created.set_result(topic)
+
+        built.add_done_callback(done)
+        return created
+
+    def begin_add_partitions(self, name: str, total: int) -> asyncio.Future[None]:
+        """Add partitions off the loop (as `begin_create_topic`); raises what
+        `TopicStore.reserve_partitions` raises, or `PartitionLimitError`."""
+        topic = self.topics.get(name)
+        if topic is not None and (self.topics.partition_count() + total - len(topic.partitions)
+                                  > self.max_partitions):
+            raise PartitionLimitError(
+                f"growing {name} to {total} partitions would exceed the broker's limit of "
+                f"{self.max_partitions} (max.broker.partitions)")
+        topic = self.topics.reserve_partitions(name, total)
+        loop = asyncio.get_running_loop()
+        added: asyncio.Future[None] = loop.create_future()
+        built = loop.run_in_executor(self._topic_admin, self.topics.build_partitions, topic,
+                                     total)
+
+        def done(future: asyncio.Future[list[Any]]) -> None:
+            error = None if future.cancelled() else future.exception()
+            if future.cancelled() or error is not None:
+                self.topics.release_partitions(name)
+                log.error("partitions not added", topic=name, partitions=total,
+                          error="cancelled" if error is None else str(error))
+                added.set_exception(error or OSError("cancelled"))
+                return
+            self.topics.commit_partitions(topic, future.result())
+            self._topics_changed_soon()
+            log.info("partitions added", topic=name, partitions=total)
+            added.set_result(None)
+
+        built.add_done_callback(done)
+        return added
+
+    def _topics_changed_soon(self) -> None:
+        """Tell the groups about new topics once per loop turn: creations finishing together
+        (a burst of auto-creates) rebuild the consumer groups' topic image once."""
+        if self._topics_changed_pending or self._loop is None:
+            return
+        self._topics_changed_pending = True
+
+        def changed() -> None:
+            self._topics_changed_pending = False
+            self.groups.topics_changed()
+
+        self._loop.call_soon(changed)
 
     def delete_topic(self, name: str) -> None:
         self.topics.delete(name)
