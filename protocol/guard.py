@@ -72,12 +72,12 @@ _VALUE_OVERHEAD = {
 # that names nothing (Metadata of every topic, OffsetFetch of every partition of a group) holds
 # no element: its answer is bounded by what the broker holds.
 ELEMENT_LIMITS = {
-    2: 5_000,   # ListOffsets: topics and their partitions
-    3: 5_000,   # Metadata: topics
-    9: 5_000,   # OffsetFetch: groups, topics and partitions
-    15: 2_000,  # DescribeGroups: group ids
-    42: 2_000,  # DeleteGroups: group ids (each deletes the group's offsets too)
-    69: 2_000,  # ConsumerGroupDescribe: group ids
+    2: 2_000,   # ListOffsets: topics and their partitions
+    3: 2_000,   # Metadata: topics
+    9: 2_000,   # OffsetFetch: groups, topics and partitions
+    15: 1_000,  # DescribeGroups: group ids
+    42: 1_000,  # DeleteGroups: group ids (each deletes the group's offsets too)
+    69: 1_000,  # ConsumerGroupDescribe: group ids
 }
 _NO_ELEMENT_LIMIT = 2**62
 

@@ -122,6 +122,8 @@ class TopicStore:
         self._reserved: dict[str, int] = {}
         self._reserved_ids: set[uuid.UUID] = set()
         self._growing: dict[str, int] = {}
+        # Partitions of all topics, reserved ones included (`partition_count`).
+        self._partitions_held = 0
 
     # ---------------------------------------------------------------- open
 
@@ -194,6 +196,7 @@ class TopicStore:
         except BaseException:
             store._close_quietly()
             raise
+        store._partitions_held = sum(len(t.partitions) for t in store._topics.values())
         return store
 
     # ---------------------------------------------------------------- queries
@@ -213,8 +216,7 @@ class TopicStore:
 
     def partition_count(self) -> int:
         """Partitions of every topic, those being created or added included."""
-        return (sum(len(t.partitions) for t in self._topics.values())
-                + sum(self._reserved.values()) + sum(self._growing.values()))
+        return self._partitions_held
 
     # ---------------------------------------------------------------- changes
 
@@ -268,6 +270,7 @@ class TopicStore:
         self._folded[folded] = name
         self._reserved[name] = num_partitions
         self._reserved_ids.add(topic_id)
+        self._partitions_held += num_partitions
         return PendingTopic(name, topic_id, num_partitions, topic_configs, log_config)
 
     def build(self, pending: PendingTopic) -> Topic:
@@ -296,7 +299,8 @@ class TopicStore:
 
     def release(self, pending: PendingTopic) -> None:
         """Drop the reservation of a create whose build failed."""
-        self._reserved.pop(pending.name, None)
+        if self._reserved.pop(pending.name, None) is not None:
+            self._partitions_held -= pending.num_partitions
         self._reserved_ids.discard(pending.topic_id)
         if self._folded.get(_fold(pending.name)) == pending.name:
             del self._folded[_fold(pending.name)]
@@ -311,6 +315,7 @@ class TopicStore:
         del self._topics[name]
         del self._by_id[topic.topic_id]
         self._folded.pop(_fold(name), None)
+        self._partitions_held -= len(topic.partitions)
         for log in topic.partitions:
             log.delete()
 
@@ -323,7 +328,7 @@ class TopicStore:
         try:
             added = self.build_partitions(topic, total)
         except BaseException:
-            self._growing.pop(name, None)
+            self.release_partitions(name)
             raise
         self.commit_partitions(topic, added)
 
@@ -342,6 +347,7 @@ class TopicStore:
                 f"got {total}"
             )
         self._growing[name] = total - current
+        self._partitions_held += total - current
         return topic
 
     def build_partitions(self, topic: Topic, total: int) -> list[PartitionLog]:
@@ -366,7 +372,7 @@ class TopicStore:
         topic.partitions.extend(added)
 
     def release_partitions(self, name: str) -> None:
-        self._growing.pop(name, None)
+        self._partitions_held -= self._growing.pop(name, 0)
 
     def flush_all(self) -> None:
         """fsync every partition; raises the first `OSError` after trying them all."""

@@ -226,27 +226,39 @@ def create_topics(broker: TopicsHost, ctx: ClientRequest, request: Any) -> None:
         seen.add(name)
         results.append(result)
 
+    answered = False
+
     def respond() -> None:
+        nonlocal answered
+        if answered:
+            return
+        answered = True
+        for result, future in building:
+            if not future.done():
+                # Kafka answers REQUEST_TIMED_OUT for a topic not created within the request's
+                # timeout; its creation carries on.
+                result.update(error_code=ErrorCode.request_timed_out,
+                              error_message="the topic is still being created")
+            elif future.exception() is None:
+                result["topic_id"] = future.result().topic_id
+            else:
+                # The disk refused (EMFILE, ENOSPC): nothing of the topic is left behind.
+                result.update(error_code=ErrorCode.unknown_server_error,
+                              error_message=f"could not create the topic: {future.exception()}",
+                              num_partitions=-1, replication_factor=-1)
         ctx.respond(build(response_type(CREATE_TOPICS, ctx.version), throttle_time=throttle_ms,
                           topics=results))
 
     if not building:
         respond()
         return
-
-    def built(_: asyncio.Future[list[Topic | BaseException]]) -> None:
-        for result, future in building:
-            error = future.exception()
-            if error is None:
-                result["topic_id"] = future.result().topic_id
-            else:
-                # The disk refused (EMFILE, ENOSPC): nothing of the topic is left behind.
-                result.update(error_code=ErrorCode.unknown_server_error,
-                              error_message=f"could not create the topic: {error}",
-                              num_partitions=-1, replication_factor=-1)
-        respond()
-
-    asyncio.gather(*(f for _, f in building), return_exceptions=True).add_done_callback(built)
+    asyncio.gather(*(f for _, f in building), return_exceptions=True).add_done_callback(
+        lambda _: respond())
+    timeout_field: Any = getattr(request, "timeout", 0)
+    timeout = (timeout_field.total_seconds() if hasattr(timeout_field, "total_seconds")
+               else (timeout_field or 0) / 1000)
+    if timeout > 0:
+        asyncio.get_running_loop().call_later(timeout, respond)
 
 
 def delete_topics(broker: TopicsHost, ctx: ClientRequest, request: Any) -> None:

@@ -8,6 +8,7 @@ returns a `Result` that is applied here in order: timers, records (made durable)
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import fcntl
 import resource
@@ -76,6 +77,11 @@ class Broker:
         # Topic creation's disk work (directories, logs, fsyncs) runs on its own thread, one
         # topic after another, not on the loop and not in the group log's fsync pool.
         self._topic_admin: concurrent.futures.ThreadPoolExecutor | None = None
+        self._builds: collections.deque[tuple[Callable[[], Any],
+                                              Callable[[Any, BaseException | None], None]]]
+        self._builds = collections.deque()
+        self._draining = False
+        self._stopping = False
         self._topics_changed_pending = False
         self.max_partitions = partition_limit(settings["max.broker.partitions"],
                                               settings["offsets.topic.num.partitions"])
@@ -149,7 +155,9 @@ class Broker:
         if task is not None:
             task.cancel()
         if self._topic_admin is not None:
-            # Creations under way finish (their metadata file is the commit point on disk).
+            # The creation under way finishes (its metadata file is the commit point on disk);
+            # those still queued are not started.
+            self._stopping = True
             self._topic_admin.shutdown(wait=True, cancel_futures=True)
         self.topics.flush_all()
         self.topics.close()
@@ -248,26 +256,22 @@ class Broker:
                 f"creating {partitions} partitions would exceed the broker's limit of "
                 f"{self.max_partitions} (max.broker.partitions)")
         pending = self.topics.reserve(name, partitions, configs)
-        loop = asyncio.get_running_loop()
-        created: asyncio.Future[Topic] = loop.create_future()
-        built = loop.run_in_executor(self._topic_admin, self.topics.build, pending)
+        created: asyncio.Future[Topic] = asyncio.get_running_loop().create_future()
 
-        def done(future: asyncio.Future[Topic]) -> None:
-            error = None if future.cancelled() else future.exception()
-            if future.cancelled() or error is not None:
+        def done(topic: Any, error: BaseException | None) -> None:
+            if error is not None:
                 self.topics.release(pending)
                 log.error("topic not created", topic=name, partitions=partitions,
-                          error="cancelled" if error is None else str(error), reason=reason)
-                created.set_exception(error or OSError("cancelled"))
+                          error=str(error), reason=reason)
+                created.set_exception(error)
                 return
-            topic = future.result()
             self.topics.commit(topic)
             self._topics_changed_soon()
             log.info("topic created", topic=name, partitions=partitions,
                      topic_id=str(topic.topic_id), reason=reason)
             created.set_result(topic)
 
-        built.add_done_callback(done)
+        self._queue_build(lambda: self.topics.build(pending), done)
         return created
 
     def begin_add_partitions(self, name: str, total: int) -> asyncio.Future[None]:
@@ -280,26 +284,54 @@ class Broker:
                 f"growing {name} to {total} partitions would exceed the broker's limit of "
                 f"{self.max_partitions} (max.broker.partitions)")
         topic = self.topics.reserve_partitions(name, total)
-        loop = asyncio.get_running_loop()
-        added: asyncio.Future[None] = loop.create_future()
-        built = loop.run_in_executor(self._topic_admin, self.topics.build_partitions, topic,
-                                     total)
+        added: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-        def done(future: asyncio.Future[list[Any]]) -> None:
-            error = None if future.cancelled() else future.exception()
-            if future.cancelled() or error is not None:
+        def done(logs: Any, error: BaseException | None) -> None:
+            if error is not None:
                 self.topics.release_partitions(name)
                 log.error("partitions not added", topic=name, partitions=total,
-                          error="cancelled" if error is None else str(error))
-                added.set_exception(error or OSError("cancelled"))
+                          error=str(error))
+                added.set_exception(error)
                 return
-            self.topics.commit_partitions(topic, future.result())
+            self.topics.commit_partitions(topic, logs)
             self._topics_changed_soon()
             log.info("partitions added", topic=name, partitions=total)
             added.set_result(None)
 
-        built.add_done_callback(done)
+        self._queue_build(lambda: self.topics.build_partitions(topic, total), done)
         return added
+
+    def _queue_build(self, build: Callable[[], Any],
+                     done: Callable[[Any, BaseException | None], None]) -> None:
+        """Run `build` on the topic-admin thread after those queued before it; `done(result,
+        error)` then runs on the loop. One job drains the queue, so that a burst of thousands
+        of creations costs the loop an append each, not an executor submission each."""
+        self._builds.append((build, done))
+        if not self._draining and self._topic_admin is not None:
+            self._draining = True
+            self._topic_admin.submit(self._drain_builds, asyncio.get_running_loop())
+
+    def _drain_builds(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the topic-admin thread: build what is queued, handing each outcome back."""
+        try:
+            while not self._stopping:
+                try:
+                    build, done = self._builds.popleft()
+                except IndexError:
+                    return
+                try:
+                    result, error = build(), None
+                except Exception as exc:
+                    result, error = None, exc
+                loop.call_soon_threadsafe(done, result, error)
+        finally:
+            loop.call_soon_threadsafe(self._drained_builds)
+
+    def _drained_builds(self) -> None:
+        self._draining = False
+        if self._builds and self._topic_admin is not None:
+            self._draining = True
+            self._topic_admin.submit(self._drain_builds, asyncio.get_running_loop())
 
     def _topics_changed_soon(self) -> None:
         """Tell the groups about new topics once per loop turn: creations finishing together

@@ -214,6 +214,7 @@ def test_nested_arrays_count_toward_one_budget() -> None:
 @pytest.mark.parametrize(("api_key", "version", "body"), [
     (3, 4, struct.pack(">i", 6_000) + b"\x00\x01t" * 6_000 + b"\x01"),
     (15, 0, struct.pack(">i", 3_000) + b"\x00\x01g" * 3_000),
+    (42, 0, struct.pack(">i", 3_000) + b"\x00\x01g" * 3_000),
     (2, 1, struct.pack(">ii", -1, 1) + b"\x00\x01t" + struct.pack(">i", 6_000)
      + struct.pack(">iq", 0, -1) * 6_000),
     (9, 8, _uvarint(2) + b"\x02g" + _uvarint(2) + b"\x02t" + _uvarint(6_001)
@@ -221,7 +222,8 @@ def test_nested_arrays_count_toward_one_budget() -> None:
 ])
 def test_more_elements_than_the_api_allows_are_refused_before_decoding(
         api_key: int, version: int, body: bytes) -> None:
-    frame = header(api_key, version, version >= {3: 9, 15: 5, 2: 6, 9: 6}[api_key]) + body
+    frame = header(api_key, version,
+                   version >= {3: 9, 15: 5, 2: 6, 9: 6, 42: 2}[api_key]) + body
     with pytest.raises(guard.TooManyElements, match="this API allows"):
         decode_request(frame)
 
