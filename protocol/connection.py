@@ -35,6 +35,11 @@ log = structlog.get_logger("rebalanced.connection")
 
 _connection_ids = itertools.count(1)
 
+# Frames one connection handles in one event-loop turn before letting the others run: a client
+# that pipelines 20,000 requests answered at once (JoinGroups for new group ids) must not hold
+# the loop for all of them. Its reading stays paused while the rest waits in its backlog.
+FRAMES_PER_TURN = 256
+
 # Codec loads running in their own thread, shared by the connections that wait for them. One
 # thread, started with the server (`start_codec_loader`): starting a thread waits until it
 # runs, which on a busy machine held the event loop for tens of milliseconds.
@@ -237,6 +242,9 @@ class Connection(asyncio.Protocol):
         try:
             while (handled < len(backlog) and not self.closed and not self.closing
                    and len(self._queue) < self._max_in_flight):
+                if handled == FRAMES_PER_TURN:
+                    asyncio.get_running_loop().call_soon(self._process_backlog)
+                    break
                 frame = backlog[handled]
                 if not self._receive(frame):
                     break

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
 import re
 import uuid
 from collections.abc import Container
@@ -265,7 +266,7 @@ class TopicStore:
             raise InvalidPartitionsError(f"number of partitions must be at least 1, got "
                                          f"{num_partitions}")
         topic_configs = dict(configs or {})
-        log_config = self.config.with_overrides(topic_configs)
+        log_config = self.config.with_overrides(topic_configs) if topic_configs else self.config
         topic_id = _new_topic_id(self._by_id, self._reserved_ids)
         self._folded[folded] = name
         self._reserved[name] = num_partitions
@@ -449,7 +450,8 @@ def _fold(name: str) -> str:
 
 def _new_topic_id(*taken: Container[uuid.UUID]) -> uuid.UUID:
     while True:
-        topic_id = uuid.uuid4()
+        # A random (version 4) id without a system call each: ids must be unique, not secret.
+        topic_id = uuid.UUID(int=random.getrandbits(128), version=4)
         if not any(topic_id in ids for ids in taken):
             return topic_id
 

@@ -329,7 +329,7 @@ class Broker:
 
     def _drained_builds(self) -> None:
         self._draining = False
-        if self._builds and self._topic_admin is not None:
+        if self._builds and self._topic_admin is not None and not self._stopping:
             self._draining = True
             self._topic_admin.submit(self._drain_builds, asyncio.get_running_loop())
 
