@@ -3,8 +3,8 @@
     python -m tests.bench.hostile_load --load describe-groups:250000 --load metadata:5000
 
 For each load a fresh broker starts on a free loopback port; a member of an unrelated group
-joins (JoinGroup v5 two-step, SyncGroup) and heartbeats every 20 ms on its own connection,
-timing each round trip. Meanwhile the load runs once on another connection. Per
+joins (JoinGroup v5 two-step, SyncGroup) and heartbeats every 20 ms on its own connection, in a
+process of its own, timing each round trip. Meanwhile the load runs once on another connection. Per
 load: the heartbeat p50/p99/worst (ms) while it ran, whether every heartbeat was answered NONE
 (the member was never removed), what the load was answered, and whether the broker was still
 alive after it. Loads (N is the element count):
@@ -15,6 +15,7 @@ alive after it. Loads (N is the element count):
   offset-fetch:N      OffsetFetch v7 of one group, one topic, N partitions
   list-offsets:N      ListOffsets v5 of one topic, N partitions
   join-burst:N        N JoinGroup v5 for new group ids (each answered MEMBER_ID_REQUIRED)
+  join-burst-expiry:N the same, then 10 s in which their pending members expire
   big-member:N        a two-member group whose leader syncs an assignment of N bytes
   create-topics:N     CreateTopics v5 of one topic of N partitions
 """
@@ -25,6 +26,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import multiprocessing
 import tempfile
 import time
 from datetime import timedelta
@@ -36,7 +38,7 @@ from tests.bench.wire import Connection, WireError, encode
 from tests.broker_process import BrokerProcess
 
 HEARTBEAT_INTERVAL_S = 0.02
-SESSION = timedelta(seconds=10)
+SESSION = timedelta(seconds=30)
 
 
 def _join_body(group: str, member_id: str, metadata: bytes = b"") -> dict[str, Any]:
@@ -142,10 +144,14 @@ async def run_load(port: int, kind: str, n: int) -> str:
                                               "timestamp": -1} for i in range(n)]}]},
                 timeout=300)
             return json.dumps(_error_names(answer, "topics.partitions.error_code"))
-        if kind == "join-burst":
-            futures = [conn.send_raw(encode(11, 5, _join_body(f"burst-{i}", "")))
-                       for i in range(n)]
+        if kind in ("join-burst", "join-burst-expiry"):
+            session = timedelta(seconds=6)
+            futures = [conn.send_raw(encode(11, 5, {
+                **_join_body(f"burst-{i}", ""), "session_timeout": session}))
+                for i in range(n)]
             await asyncio.wait_for(asyncio.gather(*futures), 600)
+            if kind == "join-burst-expiry":
+                await asyncio.sleep(10)  # the pending members expire (6 s session) meanwhile
             return f"{n} answered"
         if kind == "big-member":
             return await _big_member(port, conn, n)
@@ -199,40 +205,67 @@ async def alive(port: int) -> bool:
         return False
 
 
+def _beat_in_child(port: int, pipe: Any) -> None:
+    """The unrelated member, in a process of its own, so that the benchmark's own encoding of
+    a large request cannot delay its heartbeats: joins, says "ready", heartbeats until told
+    "stop", then sends back (latencies, errors)."""
+
+    async def run() -> None:
+        conn = await Connection.open("127.0.0.1", port)
+        member_id, generation = await join_group(conn, "unrelated")
+        beater = Heartbeater(conn, "unrelated", member_id, generation)
+        pipe.send("ready")
+        while True:
+            beater.start()
+            while not pipe.poll():
+                await asyncio.sleep(0.05)
+            pipe.recv()
+            await beater.stop()
+            pipe.send((list(beater.latencies_ms), list(beater.errors)))
+            if beater.errors:  # rejoin, so that the next window measures a member again
+                member_id, generation = await join_group(conn, "unrelated")
+                beater = Heartbeater(conn, "unrelated", member_id, generation)
+
+    asyncio.run(run())
+
+
 async def one_load(load: str, settings: dict[str, str]) -> dict[str, Any]:
-    """A fresh broker, the heartbeating member, then `load`: its figures."""
+    """A fresh broker, the heartbeating member (in its own process), then `load`."""
     kind, _, count = load.partition(":")
     with tempfile.TemporaryDirectory() as tmp:
         broker = BrokerProcess(Path(tmp) / "data", settings=settings).start()
+        context = multiprocessing.get_context("spawn")
+        ours, theirs = context.Pipe()
+        child = context.Process(target=_beat_in_child, args=(broker.port, theirs), daemon=True)
         try:
             setup = await Connection.open("127.0.0.1", broker.port)
             await setup.call(19, 5, {"topics": [
                 {"name": "t", "num_partitions": 4, "replication_factor": 1, "assignments": [],
                  "configs": []}], "timeout": timedelta(seconds=30), "validate_only": False})
             await setup.close()
-            hb_conn = await Connection.open("127.0.0.1", broker.port)
-            member_id, generation = await join_group(hb_conn, "unrelated")
-            beater = Heartbeater(hb_conn, "unrelated", member_id, generation)
-            beater.start()
+            child.start()
+            loop = asyncio.get_running_loop()
+            assert await loop.run_in_executor(None, ours.recv) == "ready"
             await asyncio.sleep(0.3)  # a baseline before the load
             started = time.perf_counter()
             answer = await run_load(broker.port, kind, int(count or 0))
             took = time.perf_counter() - started
             await asyncio.sleep(0.3)
-            await beater.stop()
-            lat = beater.latencies_ms
-            result = {
+            ours.send("stop")
+            lat, errors = await loop.run_in_executor(None, ours.recv)
+            return {
                 "load": load, "seconds": round(took, 2), "answer": answer,
                 "heartbeats": len(lat),
                 "hb_p50_ms": round(percentile(lat, 50), 1) if lat else None,
                 "hb_p99_ms": round(percentile(lat, 99), 1) if lat else None,
                 "hb_max_ms": round(max(lat), 1) if lat else None,
-                "hb_errors": sorted(set(beater.errors)),
+                "hb_errors": sorted(set(errors)),
                 "broker_alive": await alive(broker.port),
             }
-            await hb_conn.close()
-            return result
         finally:
+            if child.pid is not None:
+                child.kill()
+                child.join()
             broker.stop()
 
 
