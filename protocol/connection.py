@@ -38,7 +38,7 @@ _connection_ids = itertools.count(1)
 # Frames one connection handles in one event-loop turn before letting the others run: a client
 # that pipelines 20,000 requests answered at once (JoinGroups for new group ids) must not hold
 # the loop for all of them. Its reading stays paused while the rest waits in its backlog.
-FRAMES_PER_TURN = 256
+FRAMES_PER_TURN = 64
 
 # Codec loads running in their own thread, shared by the connections that wait for them. One
 # thread, started with the server (`start_codec_loader`): starting a thread waits until it

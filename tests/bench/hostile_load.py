@@ -16,7 +16,7 @@ alive after it. Loads (N is the element count):
   list-offsets:N      ListOffsets v5 of one topic, N partitions
   join-burst:N        N JoinGroup v5 for new group ids (each answered MEMBER_ID_REQUIRED)
   join-burst-expiry:N the same, then 10 s in which their pending members expire
-  big-member:N        a two-member group whose leader syncs an assignment of N bytes
+  big-member:N        a one-member group whose leader syncs an assignment of N bytes
   create-topics:N     CreateTopics v5 of one topic of N partitions
 """
 
@@ -169,30 +169,15 @@ async def run_load(port: int, kind: str, n: int) -> str:
 
 
 async def _big_member(port: int, conn: Connection, n: int) -> str:
-    other = await Connection.open("127.0.0.1", port)
-    try:
-        group = f"big-{time.monotonic_ns()}"
-        ids = []
-        for c in (conn, other):
-            ids.append((await c.call(11, 5, _join_body(group, ""))).member_id)
-        joins = [asyncio.ensure_future(c.call(11, 5, _join_body(group, m, b"x" * 16)))
-                 for c, m in zip((conn, other), ids, strict=True)]
-        first, second = await asyncio.gather(*joins)
-        leader = first if first.leader == first.member_id else second
-        follower = second if leader is first else first
-        lconn, fconn = (conn, other) if leader is first else (other, conn)
-        body = {"group_id": group, "generation_id": leader.generation_id,
-                "group_instance_id": None}
-        follower_sync = asyncio.ensure_future(fconn.call(14, 3, {
-            **body, "member_id": follower.member_id, "assignments": []}))
-        leader_sync = await lconn.call(14, 3, {**body, "member_id": leader.member_id,
-                                               "assignments": [
-            {"member_id": leader.member_id, "assignment": b"a" * n},
-            {"member_id": follower.member_id, "assignment": b"b"}]}, timeout=120)
-        followed = await follower_sync
-        return f"leader {leader_sync.error_code.name}, follower {followed.error_code.name}"
-    finally:
-        await other.close()
+    """A one-member group whose leader syncs an assignment of `n` bytes to itself."""
+    group = f"big-{time.monotonic_ns()}"
+    member_id = (await conn.call(11, 5, _join_body(group, ""))).member_id
+    joined = await conn.call(11, 5, _join_body(group, member_id))
+    synced = await conn.call(14, 3, {
+        "group_id": group, "generation_id": joined.generation_id, "member_id": member_id,
+        "group_instance_id": None,
+        "assignments": [{"member_id": member_id, "assignment": b"a" * n}]}, timeout=120)
+    return f"sync {synced.error_code.name}"
 
 
 async def alive(port: int) -> bool:
