@@ -29,6 +29,7 @@ from protocol.codec import (
 )
 from protocol.errors import MalformedRequest, UnsupportedApi
 from protocol.framing import FrameDecoder, FrameError
+from protocol.guard import OverLimits
 from protocol.refusals import REFUSALS, client_id_of
 
 log = structlog.get_logger("rebalanced.connection")
@@ -318,6 +319,10 @@ class Connection(asyncio.Protocol):
                                         client_host=self.client_host)
                 self.close()
             return True
+        except OverLimits as exc:
+            self._reject(str(exc), body, api_key, api_version, problem="request over limits",
+                         advice="send fewer elements in one request (README: Hostile input)")
+            return True
         except MalformedRequest as exc:
             self._reject(f"{exc}; frame starts {body[:48].hex()}", body, api_key, api_version)
             return True
@@ -428,16 +433,18 @@ class Connection(asyncio.Protocol):
         self.close()
 
     def _reject(self, reason: str, frame: bytes | None = None, api_key: int | None = None,
-                api_version: int | None = None) -> None:
+                api_version: int | None = None, *, problem: str = "malformed frame",
+                advice: str | None = None) -> None:
         # Keyed by client id when the frame names one, else by host: a client reconnecting
         # and sending the same bad frame is logged once a minute, not once a connection.
         client_id = client_id_of(frame) if frame is not None else ""
         REFUSALS.refused(
             "connection closed on bad input", client_id=client_id or self.client_host,
-            api_key=api_key, api_version=api_version, problem="malformed frame",
-            advice=("check that the client's protocol setting (kafka-python api_version, "
-                    "librdkafka broker.version.fallback) matches the versions it sends"
-                    if api_key is not None else "send Kafka protocol frames to this port"),
+            api_key=api_key, api_version=api_version, problem=problem,
+            advice=advice or ("check that the client's protocol setting (kafka-python "
+                              "api_version, librdkafka broker.version.fallback) matches the "
+                              "versions it sends" if api_key is not None
+                              else "send Kafka protocol frames to this port"),
             connection=self.id, client_host=self.client_host, reason=reason)
         self.close()
 

@@ -113,7 +113,11 @@ def _null(name: str) -> MalformedRequest:
     return MalformedRequest(f"{name}: null, which the schema does not allow")
 
 
-class TooManyElements(MalformedRequest):
+class OverLimits(MalformedRequest):
+    """A well-formed request over a per-request limit (decoded size, elements)."""
+
+
+class TooManyElements(OverLimits):
     """A request holding more array elements than its API allows in one request."""
 
 
@@ -123,7 +127,7 @@ def _too_many_elements(name: str, elements: int, limit: int) -> MalformedRequest
 
 
 def _over_budget(name: str, cost: int, limit: int) -> MalformedRequest:
-    return MalformedRequest(f"{name}: decoding would take about {cost} bytes, more than the "
+    return OverLimits(f"{name}: decoding would take about {cost} bytes, more than the "
                             f"{limit} this frame's size allows")
 
 
