@@ -128,7 +128,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("auto.create.topics.enable", _bool, "true", "create unknown topics on Metadata"),
     Setting("max.broker.partitions", _int(-1), "-1",
             "topic partitions this broker holds at most; more are refused (POLICY_VIOLATION). "
-            "-1: half the open-file limit, less the group log's partitions"),
+            "-1: half of the open-file limit left once the group log's descriptors are set "
+            "aside (max.connections is capped to the other half)"),
     Setting("controller.mutation.rate", _float(-1), "-1",
             "partitions a client id may create per second (KIP-599), with a burst of 11 s; "
             "beyond, THROTTLING_QUOTA_EXCEEDED (-1: no quota)"),

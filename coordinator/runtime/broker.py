@@ -45,17 +45,37 @@ log = structlog.get_logger("rebalanced.broker")
 _TIMERS_PER_TURN = 500
 
 
-def partition_limit(configured: int, group_log_partitions: int) -> int:
-    """`max.broker.partitions`, or with -1 what the open-file limit allows: an open partition
-    holds a file descriptor (its active segment), and half of the limit is left to the
-    connections, the group log (one per partition) and the journal, so that topics can never
-    make a group-log segment roll fail."""
+# File descriptors kept for everything but topic partitions and Kafka connections: the
+# listening sockets, the journal, the ops port, worker threads' files, a roll's new segment.
+_RESERVED_DESCRIPTORS = 64
+
+
+def descriptor_share(group_log_partitions: int, soft_limit: int | None = None) -> int:
+    """The file descriptors topic partitions may take, and as many Kafka connections may:
+    half each of the open-file limit, once the group log (two per partition: its active
+    segment, and the next one while it rolls) and `_RESERVED_DESCRIPTORS` are set aside, so
+    that neither topics nor a connection flood can make a group-log roll fail with EMFILE."""
+    if soft_limit is None:
+        soft_limit, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft_limit == resource.RLIM_INFINITY or soft_limit > 2**31:
+        return 1_000_000
+    reserved = 2 * group_log_partitions + _RESERVED_DESCRIPTORS
+    return max((soft_limit - reserved) // 2, 0)
+
+
+def partition_limit(configured: int, group_log_partitions: int,
+                    soft_limit: int | None = None) -> int:
+    """`max.broker.partitions`, or with -1 the partitions' share of the open-file limit (an
+    open partition holds a descriptor, its active segment)."""
     if configured >= 0:
         return configured
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return 1_000_000
-    return max(soft // 2 - group_log_partitions, 0)
+    return descriptor_share(group_log_partitions, soft_limit)
+
+
+def connection_limit(configured: int, group_log_partitions: int,
+                     soft_limit: int | None = None) -> int:
+    """`max.connections`, but no more than the connections' share of the open-file limit."""
+    return min(configured, max(descriptor_share(group_log_partitions, soft_limit), 1))
 
 Handler = Callable[[ClientRequest, Any], None]
 
@@ -85,6 +105,9 @@ class Broker:
         self._topics_changed_pending = False
         self.max_partitions = partition_limit(settings["max.broker.partitions"],
                                               settings["offsets.topic.num.partitions"])
+        # The active segment of every topic partition already open holds a descriptor too:
+        # creations are refused past the limit, so a store above it (opened with a lower
+        # open-file limit than it was made with) only stops growing.
         self.mutation_quota = MutationQuota(settings["controller.mutation.rate"])
         self._loop: asyncio.AbstractEventLoop | None = None
         self._armed: asyncio.TimerHandle | None = None

@@ -44,3 +44,4 @@ def test_full_buckets_are_forgotten_when_many_clients_came() -> None:
     clock.now += 100  # every bucket full again
     quota.record("late", 1)
     assert len(quota._buckets) == 1
+
