@@ -347,12 +347,20 @@ class GroupRuntime:
     # topics -----------------------------------------------------------------------------------
 
     def topics_changed(self) -> None:
-        """Hand the consumer groups a new image of the topics (they check it on heartbeats)."""
+        """Hand the consumer groups a new image of the topics (they check it on heartbeats).
+        The entries of unchanged topics are reused: making one is what costs, and with
+        thousands of topics a new image per creation must not hold the loop."""
         self._topic_image_version += 1
+        previous = self.manager.consumer.image.by_name
+        by_name: dict[str, TopicInfo] = {}
+        for topic in self.host.topics.topics():
+            info = previous.get(topic.name)
+            if (info is None or info.topic_id != topic.topic_id
+                    or info.partitions != len(topic.partitions)):
+                info = TopicInfo(topic.topic_id, topic.name, len(topic.partitions))
+            by_name[topic.name] = info
         self.manager.consumer.set_topic_image(TopicImage(
-            version=self._topic_image_version,
-            by_name={t.name: TopicInfo(t.topic_id, t.name, len(t.partitions))
-                     for t in self.host.topics.topics()}))
+            version=self._topic_image_version, by_name=by_name))
 
     # registration -----------------------------------------------------------------------------
 
