@@ -12,7 +12,7 @@ client over its KIP-599 `controller.mutation.rate` quota THROTTLING_QUOTA_EXCEED
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Protocol
+from typing import Any, Protocol, get_args, get_type_hints
 
 from kio.schema.errors import ErrorCode
 
@@ -111,12 +111,12 @@ def metadata(broker: TopicsHost, ctx: ClientRequest, request: Any) -> None:
     # v0 has no null: an empty list meant "all topics" until v1 made null mean that.
     all_topics = requested is None or (version == 0 and not requested)
     allow_create = getattr(request, "allow_auto_topic_creation", True)
-    entries: list[dict[str, Any]] = []
+    entries: list[Any] = []
     if all_topics:
-        entries = [_topic_entry(broker, t) for t in broker.topics.topics()]
         internal = offsets_topic(broker)
-        if internal is not None:
-            entries.append(_topic_entry(broker, internal))
+        _all_topics_in_slices(broker, ctx, [*broker.topics.topics(),
+                                            *([internal] if internal is not None else [])])
+        return
     else:
         for wanted in requested:
             name = wanted.name
@@ -144,16 +144,50 @@ def metadata(broker: TopicsHost, ctx: ClientRequest, request: Any) -> None:
                 entries.append({"error_code": error, "name": name, "partitions": ()})
                 continue
             entries.append(_topic_entry(broker, topic))
+    _respond_metadata(broker, ctx, entries)
+
+
+def _respond_metadata(broker: TopicsHost, ctx: ClientRequest, topics: list[Any]) -> None:
     host, port = broker.advertised
     ctx.respond(build(
-        response_type(METADATA, version),
+        response_type(METADATA, ctx.version),
         throttle_time=0,
         brokers=[{"node_id": broker.node_id, "host": host, "port": port, "rack": None}],
         cluster_id=broker.cluster_id,
         controller_id=broker.node_id,
-        topics=entries,
+        topics=topics,
         error_code=ErrorCode.none,
     ))
+
+
+# Partitions an all-topics Metadata answer describes per event-loop turn (~10 us each).
+PARTITIONS_PER_TURN = 2_000
+_topic_types: dict[type, type] = {}
+
+
+def _all_topics_in_slices(broker: TopicsHost, ctx: ClientRequest,
+                          topics: list[Topic | InternalTopic]) -> None:
+    """Answer a Metadata request for every topic, describing `PARTITIONS_PER_TURN` partitions
+    per loop turn: with thousands of topics one answer must not hold every group up. A small
+    cluster is answered at once, as before."""
+    response = response_type(METADATA, ctx.version)
+    topic_type = _topic_types.get(response)
+    if topic_type is None:
+        topic_type = _topic_types[response] = get_args(get_type_hints(response)["topics"])[0]
+    described: list[Any] = []
+
+    def step(start: int) -> None:
+        end, partitions = start, 0
+        while end < len(topics) and partitions < PARTITIONS_PER_TURN:
+            partitions += len(topics[end].partitions) + 1
+            described.append(build(topic_type, _topic_entry(broker, topics[end])))
+            end += 1
+        if end < len(topics):
+            asyncio.get_running_loop().call_soon(step, end)
+        else:
+            _respond_metadata(broker, ctx, described)
+
+    step(0)
 
 
 def _auto_create(broker: TopicsHost, name: str) -> ErrorCode:
