@@ -130,3 +130,23 @@ async def test_a_long_group_id_is_cut_in_the_journal(broker: Broker, tmp_path: P
     await until(lambda: second.responses, "join answer")
     await until(lambda: longest_line() > 0, "journal lines")
     assert longest_line() < 3 * MAX_TEXT_CHARS
+
+
+async def test_a_consumer_group_member_too_large_for_the_group_log_is_not_kept(
+    broker: Broker,
+) -> None:
+    # A KIP-848 member subscribing to 200 names of 100 characters: its member record is
+    # about 20 KB, over the 8 KB limit.
+    names = [f"{i:03d}" + "n" * 97 for i in range(200)]
+    ctx = send(broker, 68, 1, {"group_id": "cg", "member_id": "m1", "member_epoch": 0,
+                               "rebalance_timeout": 30_000, "subscribed_topic_names": names,
+                               "topic_partitions": []})
+    await until(lambda: ctx.responses, "heartbeat answer")
+    assert ctx.answer.error_code == ErrorCode.unknown_server_error
+    group = broker.groups.manager.consumer.group("cg")
+    assert group is None or "m1" not in group.members  # rebuilt from the log: not there
+    small = send(broker, 68, 1, {"group_id": "cg", "member_id": "m2", "member_epoch": 0,
+                                 "rebalance_timeout": 30_000, "subscribed_topic_names": ["t"],
+                                 "topic_partitions": []})
+    await until(lambda: small.responses, "heartbeat answer")
+    assert small.answer.error_code == ErrorCode.none
