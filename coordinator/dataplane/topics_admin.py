@@ -193,14 +193,17 @@ def _all_topics_in_slices(broker: TopicsHost, ctx: ClientRequest,
 def _auto_create(broker: TopicsHost, name: str) -> ErrorCode:
     """Start creating `name` for a Metadata request: LEADER_NOT_AVAILABLE while it is built."""
     try:
-        broker.begin_create_topic(name, broker.settings["num.partitions"], {},
-                                  reason="auto-create on Metadata")
+        created = broker.begin_create_topic(name, broker.settings["num.partitions"], {},
+                                            reason="auto-create on Metadata")
     except TopicExistsError:
         pass
     except InvalidTopicError:
         return ErrorCode.invalid_topic_exception
     except (InvalidPartitionsError, PartitionLimitError):
         return ErrorCode.unknown_topic_or_partition
+    # Nobody waits for it: a failed build is logged by the broker, and the next Metadata
+    # request tries again.
+    created.add_done_callback(lambda done: done.cancelled() or done.exception())
     return ErrorCode.leader_not_available
 
 

@@ -105,9 +105,6 @@ class Broker:
         self._topics_changed_pending = False
         self.max_partitions = partition_limit(settings["max.broker.partitions"],
                                               settings["offsets.topic.num.partitions"])
-        # The active segment of every topic partition already open holds a descriptor too:
-        # creations are refused past the limit, so a store above it (opened with a lower
-        # open-file limit than it was made with) only stops growing.
         self.mutation_quota = MutationQuota(settings["controller.mutation.rate"])
         self._loop: asyncio.AbstractEventLoop | None = None
         self._armed: asyncio.TimerHandle | None = None
