@@ -48,8 +48,13 @@ def _join_body(group: str, member_id: str, metadata: bytes = b"") -> dict[str, A
 
 
 async def join_group(conn: Connection, group: str) -> tuple[str, int]:
-    """A one-member group: (member id, generation)."""
-    first = await conn.call(11, 5, _join_body(group, ""))
+    """A one-member group: (member id, generation). Retries while the broker's group log is
+    still loading (COORDINATOR_LOAD_IN_PROGRESS right after a start)."""
+    for _ in range(200):
+        first = await conn.call(11, 5, _join_body(group, ""))
+        if first.error_code.name == "member_id_required":
+            break
+        await asyncio.sleep(0.05)
     member_id = first.member_id
     joined = await conn.call(11, 5, _join_body(group, member_id))
     if joined.error_code.value != 0:
