@@ -41,6 +41,8 @@ is a bug.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import itertools
 import threading
 from bisect import bisect_right
@@ -68,6 +70,7 @@ from storage.segment import (
     MAX_SEGMENT_POSITION,
     TIME_INDEX_SUFFIX,
     CorruptLogError,
+    LogOfflineError,
     Segment,
     parse_segment_name,
 )
@@ -79,6 +82,7 @@ __all__ = [
     "InvalidConfigError",
     "LogClosedError",
     "LogConfig",
+    "LogOfflineError",
     "OffsetOutOfRange",
     "PartitionLog",
 ]
@@ -92,6 +96,11 @@ _SEALER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="segment-seal")
 CREATE_TIME = "CreateTime"
 LOG_APPEND_TIME = "LogAppendTime"
 _WEEK_MS = 7 * 24 * 3600 * 1000
+
+
+# Written by `discard_after` when an offline log's tail could not be cut: the offset the next
+# `open` cuts the log back to.
+RECOVERY_POINT = "recovery-point"
 
 
 class InvalidConfigError(ValueError):
@@ -204,6 +213,9 @@ class PartitionLog:
         # Rolled segments not sealed yet, oldest first (see `_roll`); guarded by `_lock`.
         self._unsealed: list[Segment] = []
         self._seal_lock = threading.Lock()
+        # Set once for good when the files can no longer be trusted (see `LogOfflineError`).
+        self.offline: LogOfflineError | None = None
+        self._reported_missing: set[int] = set()
 
     # ---------------------------------------------------------------- open and recovery
 
@@ -237,6 +249,7 @@ class PartitionLog:
         if not bases:
             return cls(directory, config, fs, [Segment.create(fs, directory, 0, interval)])
 
+        recovery_point = _read_recovery_point(fs, directory) if RECOVERY_POINT in names else None
         segments: list[Segment] = []
         try:
             for i, base in enumerate(bases):
@@ -277,7 +290,21 @@ class PartitionLog:
             for seg in segments:
                 seg.close_files()
             raise
-        return cls(directory, config, fs, segments)
+        opened = cls(directory, config, fs, segments)
+        if recovery_point is not None:
+            opened._cut_to_recovery_point(recovery_point)
+        return opened
+
+    def _cut_to_recovery_point(self, offset: int) -> None:
+        end = self.log_end_offset
+        if offset < end:
+            self.truncate_to(max(offset, self.log_start_offset))
+            log.warning("log cut back to its recovery point", directory=str(self.directory),
+                        offset=self.log_end_offset, records_dropped=end - self.log_end_offset,
+                        reason="an earlier run stopped on a disk error before it could cut "
+                        "records that were answered with an error")
+        self.fs.remove(self.directory / RECOVERY_POINT)
+        self.fs.fsync_dir(self.directory)
 
     # ---------------------------------------------------------------- offsets
 
@@ -308,8 +335,7 @@ class PartitionLog:
         `OSError` if the write (or the configured fsync) fails, leaving the log unchanged;
         `LogClosedError`.
         """
-        if self._closed:
-            raise LogClosedError(f"{self.directory}: log is closed")
+        self._check_usable()
         batches, _, error = scan_batches(records)
         if error is not None:
             raise error
@@ -343,7 +369,7 @@ class PartitionLog:
         segment = self._segments[-1]
         if self._should_roll(segment, len(buf), next_offset, now_ms):
             segment = self._roll()
-        segment.append(buf, entries, next_offset, now_ms, fsync=self.config.fsync_each_append)
+        self._append(segment, buf, entries, next_offset, now_ms)
         return AppendInfo(first, next_offset - 1, now_ms if log_append_time else -1)
 
     def append_records(self, records: Sequence[tuple[bytes, bytes | None]],
@@ -357,8 +383,7 @@ class PartitionLog:
         Raises `InvalidRecordError` (no records), `MessageTooLargeError`, `OSError` (the log is
         left unchanged), `LogClosedError`.
         """
-        if self._closed:
-            raise LogClosedError(f"{self.directory}: log is closed")
+        self._check_usable()
         if not records:
             raise InvalidRecordError("a batch needs at least one record", position=0)
         first = self.log_end_offset
@@ -373,9 +398,39 @@ class PartitionLog:
         segment = self._segments[-1]
         if self._should_roll(segment, len(batch), next_offset, timestamp_ms):
             segment = self._roll()
-        segment.append(batch, [(0, len(batch), next_offset - 1, timestamp_ms)], next_offset,
-                       timestamp_ms, fsync=self.config.fsync_each_append)
+        self._append(segment, batch, [(0, len(batch), next_offset - 1, timestamp_ms)],
+                     next_offset, timestamp_ms)
         return AppendInfo(first, next_offset - 1, -1)
+
+    def _append(self, segment: Segment, data: bytes | bytearray,
+                entries: list[tuple[int, int, int, int]], next_offset: int, now_ms: int) -> None:
+        try:
+            segment.append(data, entries, next_offset, now_ms,
+                           fsync=self.config.fsync_each_append)
+        except LogOfflineError as exc:
+            raise self._go_offline(exc) from exc.cause
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"{self.directory}: log is closed")
+        if self.offline is not None:
+            raise self.offline
+
+    def _go_offline(self, exc: LogOfflineError) -> LogOfflineError:
+        """Take the log offline for good (the first failure is the one reported); one error
+        line names the file and the error."""
+        with self._lock:
+            first = self.offline is None
+            if first:
+                self.offline = exc
+        if first:
+            log.error("log offline", path=str(exc.path), error=str(exc.cause), failed=exc.what)
+        return self.offline or exc
+
+    def _offline_from(self, exc: OSError, path: Path, what: str) -> LogOfflineError:
+        if isinstance(exc, LogOfflineError):
+            return self._go_offline(exc)
+        return self._go_offline(LogOfflineError(path, exc, what))
 
     def _should_roll(self, seg: Segment, size: int, next_offset: int, now_ms: int) -> bool:
         if seg.empty:
@@ -408,11 +463,9 @@ class PartitionLog:
         return new
 
     def _seal_in_background(self) -> None:
-        try:
+        # A failure takes the log offline (logged there); the next append or flush raises it.
+        with contextlib.suppress(OSError):
             self._seal_unsealed()
-        except OSError as exc:
-            # Left pending: the next `flush()` (or `close()`) tries again and reports it.
-            log.error("segment seal failed", directory=str(self.directory), error=str(exc))
 
     def sealed_ranges(self) -> list[tuple[int, int]]:
         """(base offset, end offset) of every sealed segment, oldest first: all but the active
@@ -441,8 +494,16 @@ class PartitionLog:
                 with self._lock:
                     if self._closed or not self._unsealed:
                         return
+                    if self.offline is not None:
+                        raise self.offline
                     seg = self._unsealed[0]
-                seg.seal()
+                try:
+                    seg.seal()
+                except OSError as exc:
+                    # Its fsync is never tried again (see `LogOfflineError`).
+                    raise self._offline_from(exc, seg.path, "seal (fsync) of a rolled "
+                                             "segment failed") from exc
+                self._check_segments_present()
                 with self._lock:
                     if self._unsealed and self._unsealed[0] is seg:
                         del self._unsealed[0]
@@ -455,6 +516,8 @@ class PartitionLog:
 
         Raises `OffsetOutOfRange` outside `[log_start_offset, log_end_offset]`; `OSError`.
         """
+        if self.offline is not None:
+            raise self.offline
         segments = self._segments
         end = segments[-1].next_offset
         if offset == end:
@@ -462,7 +525,11 @@ class PartitionLog:
         if offset < segments[0].base_offset or offset > end:
             raise OffsetOutOfRange(offset, segments[0].base_offset, end)
         seg = segments[bisect_right(self._bases, offset) - 1]
-        return seg.read(offset, max_bytes)
+        try:
+            return seg.read(offset, max_bytes)
+        except FileNotFoundError:
+            self._report_missing(seg)
+            raise
 
     def position_of(self, offset: int) -> tuple[Path, int]:
         """The segment file holding `offset` and the byte position of its batch there (0 when
@@ -505,7 +572,37 @@ class PartitionLog:
         with self._lock:
             if self._closed:
                 return
-            self._segments[-1].flush()
+            if self.offline is not None:
+                raise self.offline
+            seg = self._segments[-1]
+            try:
+                seg.flush()
+            except OSError as exc:
+                failure = LogOfflineError(seg.path, exc, "fsync failed")
+            else:
+                if seg.still_named():
+                    return
+                failure = LogOfflineError(seg.path, FileNotFoundError(
+                    errno.ENOENT, "the active segment file was deleted or replaced while "
+                    "open"), "segment file missing")
+        raise self._go_offline(failure) from failure.cause
+
+    # ---------------------------------------------------------------- missing segments
+
+    def _check_segments_present(self) -> None:
+        """After a roll: report (once each) sealed segment files that disappeared while the
+        log was open. Their records are gone; the log keeps serving the rest."""
+        for seg in list(self._segments[:-1]):
+            if seg.base_offset not in self._reported_missing and not self.fs.exists(seg.path):
+                self._report_missing(seg)
+
+    def _report_missing(self, seg: Segment) -> None:
+        if seg.base_offset in self._reported_missing:
+            return
+        self._reported_missing.add(seg.base_offset)
+        log.error("log segment missing", path=str(seg.path), first_offset=seg.base_offset,
+                  end_offset=seg.next_offset,
+                  advice="its records are lost; a restart keeps the segments around it")
 
     # ---------------------------------------------------------------- retention, truncation
 
@@ -563,14 +660,19 @@ class PartitionLog:
         The new log end offset is that batch's base offset (<= `offset`): batches are never
         split. Raises `OffsetOutOfRange` if `offset < log_start_offset`; `OSError`.
         """
-        if self._closed:
-            raise LogClosedError(f"{self.directory}: log is closed")
+        self._check_usable()
         if offset >= self.log_end_offset:
             return
         if offset < self.log_start_offset:
             raise OffsetOutOfRange(offset, self.log_start_offset, self.log_end_offset)
         # Truncation may reopen a rolled segment: let its seal finish first (a rare path).
         self._seal_unsealed()
+        try:
+            self._cut_back(offset)
+        except OSError as exc:
+            raise self._offline_from(exc, self._segments[-1].path, "truncation failed") from exc
+
+    def _cut_back(self, offset: int) -> None:
         with self._lock:
             i = bisect_right(self._bases, offset) - 1
             seg = self._segments[i]
@@ -583,17 +685,57 @@ class PartitionLog:
                 other.delete()
             seg.truncate(located.position)
 
+    def discard_after(self, offset: int) -> bool:
+        """The last act on an offline log whose owner stops: make sure a restart recovers
+        nothing at or after `offset` (records that were answered with an error). Cuts the
+        files there, verified; when that fails too, writes a recovery point (`open` cuts the
+        log to it). False, with an error line, when neither could be made durable.
+        """
+        if offset >= self.log_end_offset:
+            return True
+        try:
+            with self._seal_lock:
+                with self._lock:
+                    # Rolled after the last flush, so at or after `offset`: never to be sealed.
+                    self._unsealed.clear()
+                self._cut_back(offset)
+            return True
+        except OSError as exc:
+            cut_error = exc
+        try:
+            self.fs.write_atomic(self.directory / RECOVERY_POINT, f"{offset}\n".encode())
+        except OSError as exc:
+            log.error("log tail not discarded", directory=str(self.directory), offset=offset,
+                      cut_error=str(cut_error), error=str(exc),
+                      advice="a restart may recover records after this offset that were "
+                      "answered with an error")
+            return False
+        log.warning("log tail left for the restart to cut", directory=str(self.directory),
+                    offset=offset, cut_error=str(cut_error))
+        return True
+
     # ---------------------------------------------------------------- lifetime
 
     def close(self) -> None:
         """fsync and write the active segment's indexes, then close every file.
 
-        Raises `OSError` if the final fsync fails (the files are closed anyway).
+        Raises `OSError` if the final fsync fails (the files are closed anyway). An offline log
+        is closed without writing anything: its fsyncs are not to be retried.
         """
+        if self.offline is not None:
+            with self._seal_lock:
+                self._close_files()
+            return
         try:
             self._seal_unsealed()
         finally:
             self._close()
+
+    def _close_files(self) -> None:
+        with self._lock:
+            self._closed = True
+            for seg in self._segments:
+                seg.close_files()
 
     def _close(self) -> None:
         with self._lock:
@@ -619,6 +761,15 @@ class PartitionLog:
     @property
     def closed(self) -> bool:
         return self._closed
+
+
+def _read_recovery_point(fs: FileSystem, directory: Path) -> int | None:
+    try:
+        return int(fs.read_bytes(directory / RECOVERY_POINT).decode().strip())
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        log.warning("recovery point unreadable, ignored", directory=str(directory),
+                    error=str(exc))
+        return None
 
 
 def _remove_segment_files(fs: FileSystem, directory: Path, bases: list[int]) -> None:
