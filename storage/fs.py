@@ -213,11 +213,13 @@ def _eio() -> OSError:
 class FaultRule:
     """A standing failure: every `op` on a file whose path contains `path` fails with `exc`,
     `times` times (-1: for ever), once the file `armed_by` exists (if given) and after the
-    first `after` matching operations went through."""
+    first `after` matching operations went through. A failing write writes its first
+    `partial` bytes first (a torn write)."""
 
     def __init__(self, op: str, exc: OSError, *, path: str = "", times: int = -1,
-                 after: int = 0, armed_by: str = "") -> None:
+                 after: int = 0, armed_by: str = "", partial: int = 0) -> None:
         self.op = op
+        self.partial = partial
         self.exc = exc
         self.path = path
         self.times = times
@@ -270,7 +272,7 @@ class FaultyFileSystem(FileSystem):
         for rule in self.rules:
             fired = rule.take(op, path)
             if fired is not None:
-                return fired, 0
+                return fired, rule.partial
         return None
 
     def fail_always(self, op: str, exc: OSError | None = None, *, path: str = "",
@@ -363,7 +365,8 @@ def filesystem_from_env(environ: dict[str, str] | None = None) -> FaultyFileSyst
 
     The plan is a JSON list of rules, each `{"op": "fsync", "path": "__consumer_offsets",
     "times": 1, "after": 0, "armed_by": "/some/file", "errno": "EIO"}` (see `FaultRule`; only
-    `op` is required; `times` -1 fails for ever). Raises `ValueError` on a malformed plan.
+    `op` is required; `times` -1 fails for ever; a write rule may have `partial`). Raises
+    `ValueError` on a malformed plan.
     """
     text = (os.environ if environ is None else environ).get(FAULT_PLAN_ENV, "")
     if not text:
@@ -380,5 +383,6 @@ def filesystem_from_env(environ: dict[str, str] | None = None) -> FaultyFileSyst
         rules.append(FaultRule(op, exc, path=str(entry.get("path", "")),
                                times=int(entry.get("times", -1)),
                                after=int(entry.get("after", 0)),
-                               armed_by=str(entry.get("armed_by", ""))))
+                               armed_by=str(entry.get("armed_by", "")),
+                               partial=int(entry.get("partial", 0))))
     return FaultyFileSystem(rules)

@@ -30,7 +30,7 @@ from protocol.build import build
 from protocol.codec import RequestHeader, response_type
 from protocol.connection import Connection, ResponseSlot
 from protocol.refusals import REFUSALS
-from storage.fs import REAL_FS, FileSystem
+from storage.fs import REAL_FS, FileSystem, filesystem_from_env
 from storage.log import LogConfig
 from storage.topics import Topic, TopicStore
 
@@ -77,6 +77,10 @@ class Broker:
             else None)
         self.groups = GroupRuntime(self)
         self.groups.register()
+        planned = filesystem_from_env()  # a test's fault plan; None in production
+        if planned is not None:
+            log.warning("disk fault plan active", rules=len(planned.rules))
+            self.topics_fs = self.groups.fs = planned
         # Set to stop the broker: by a signal, or by `fail` with `failure` saying why.
         self.stop_requested = asyncio.Event()
         self.failure: BaseException | None = None
@@ -108,7 +112,8 @@ class Broker:
 
     def fail(self, error: BaseException) -> None:
         """Something the broker cannot serve without (a group-log partition that does not
-        load): stop, and let the process exit non-zero with `error`."""
+        load, a group-log fsync that failed): stop, and let the process exit non-zero with
+        `error` (a supervisor restarts it; recovery keeps the durable prefix)."""
         if self.failure is None:
             self.failure = error
         self.stop_requested.set()
@@ -120,8 +125,13 @@ class Broker:
         task = getattr(self, "_retention_task", None)
         if task is not None:
             task.cancel()
-        self.topics.flush_all()
-        self.topics.close()
+        try:
+            self.topics.flush_all()
+            self.topics.close()
+        except OSError as exc:
+            if self.failure is None:
+                raise
+            log.warning("topic logs not closed cleanly", error=str(exc))
         self.groups.close()
         self._lock.close()  # releases the data-directory lock
 
