@@ -82,8 +82,12 @@ class Journal:
             lines = self._buffer
             self._buffer = []
             self._write(lines)
-        if self._size and (self._size >= self.segment_bytes
-                           or self._wall_ms() - self._opened_ms >= self.segment_ms):
+        if not self._size:
+            return
+        age_ms = self._wall_ms() - self._opened_ms
+        # A negative age is a backwards clock step: close the file now rather than keep it
+        # open until the clock is back where it was.
+        if self._size >= self.segment_bytes or age_ms >= self.segment_ms or age_ms < 0:
             self.rotate()
 
     def _write(self, lines: list[str]) -> None:

@@ -119,6 +119,16 @@ def test_a_backwards_clock_step_does_not_make_retention_delete_the_newest_files(
     assert reopened._sequence == closed_sequence(journal.closed_files()[-1].name)
 
 
+def test_a_backwards_clock_step_closes_the_active_file(tmp_path: Path) -> None:
+    wall = Wall()
+    journal = open_journal(tmp_path, wall)
+    journal.append(line(wall.now))
+    journal.flush()
+    wall.now -= 3_600_000
+    journal.flush()
+    assert len(journal.closed_files()) == 1
+
+
 def test_the_sequence_does_not_wrap(tmp_path: Path) -> None:
     directory = tmp_path / "events"
     directory.mkdir()
