@@ -26,9 +26,16 @@ Theory of operation
   flushed, since a flush completes the seal first).
 * **Recovery** (`open`): the last segment is CRC-checked batch by batch. Damage at its end with
   no valid batch after it is a torn write and is cut off. Damage anywhere else (valid batches
-  follow it, it is in a sealed segment, or offsets are not contiguous across files) raises
-  `CorruptLogError(path, position)` unless `repair=True`, which cuts the log at the damage and
-  drops the segments after it.
+  follow it, or it is in a sealed segment) raises `CorruptLogError(path, position)` unless
+  `repair=True`, which keeps every intact batch: the damaged stretch is cut out, the valid
+  batches after it move to a new segment named by their first offset, later segments stay,
+  and each loss is logged (file, bytes, offsets). A gap between segments (a segment file lost)
+  is tolerated as Kafka does: a warning names the missing offsets, reads skip the gap. A
+  recovery point left by `discard_after` cuts the log back to it.
+* **Disk errors**: a failed write is rolled back and the rollback verified; a failed fsync, or a
+  rollback that fails, takes the log offline (`LogOfflineError`, never retried). A segment
+  file deleted while the log is open is noticed by the next flush (the active one: offline),
+  read or roll (a sealed one: reported).
 * **Durability**: `append` does not fsync unless `fsync_each_append`; `flush()` fsyncs the active
   segment (after completing pending seals). `flush()` and the seal of a rolled segment may run on
   a worker thread while the owning thread appends: they hold a lock that rolls, truncation,
@@ -43,7 +50,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import itertools
 import threading
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
@@ -252,39 +258,10 @@ class PartitionLog:
         recovery_point = _read_recovery_point(fs, directory) if RECOVERY_POINT in names else None
         segments: list[Segment] = []
         try:
-            for i, base in enumerate(bases):
-                last = i == len(bases) - 1
-                if segments and base != segments[-1].next_offset:
-                    prev = segments[-1]
-                    reason = (
-                        f"the segment ends at offset {prev.next_offset} but the next segment "
-                        f"file starts at offset {base}"
-                    )
-                    if not repair:
-                        raise CorruptLogError(prev.path, prev.size, reason)
-                    _remove_segment_files(fs, directory, bases[i:])
-                    break
-                # A rolled segment without index files: its seal (fsync, then index files) did
-                # not finish before a crash, so its tail may be torn like the active one's.
-                interrupted_seal = not last and not fs.exists(
-                    directory / f"{base:020d}{INDEX_SUFFIX}"
-                )
-                seg, damage = Segment.open_existing(
-                    fs, directory, base, interval, active=last, full_scan=repair
-                )
-                if damage is not None:
-                    if not repair and not ((last or interrupted_seal) and damage.torn):
-                        seg.close_files()
-                        raise CorruptLogError(seg.path, damage.position, damage.reason)
-                    if not last and not repair:
-                        log.warning("cut a rolled segment whose seal a crash interrupted",
-                                    path=str(seg.path), position=damage.position,
-                                    segments_dropped=len(bases) - i - 1)
-                    seg.cut(damage.position)
-                    segments.append(seg)
-                    _remove_segment_files(fs, directory, bases[i + 1 :])
-                    break
-                segments.append(seg)
+            cls._recover(fs, directory, interval, bases, segments, repair)
+            for seg in segments[:-1]:
+                if seg.is_active:  # cut by a repair that kept segments after it
+                    seg.seal()
             segments[-1].reactivate()
         except BaseException:
             for seg in segments:
@@ -294,6 +271,86 @@ class PartitionLog:
         if recovery_point is not None:
             opened._cut_to_recovery_point(recovery_point)
         return opened
+
+    @staticmethod
+    def _recover(fs: FileSystem, directory: Path, interval: int, bases: list[int],
+                 segments: list[Segment], repair: bool) -> None:
+        """Open the segments named by `bases` into `segments` (see the module docstring).
+
+        A repair keeps every intact batch: a damaged stretch is cut out of its segment and
+        the valid batches after it (found by their CRC) move to a new segment named by their
+        first offset, so only the damaged bytes are lost; each loss is logged with its file,
+        byte range and offsets.
+        """
+        pending = list(bases)
+        i = 0
+        while i < len(pending):
+            base = pending[i]
+            last = i == len(pending) - 1
+            prev = segments[-1] if segments else None
+            if prev is not None and base < prev.next_offset:
+                path = directory / f"{base:020d}{LOG_SUFFIX}"
+                reason = (f"the segment file starts at offset {base}, inside the previous "
+                          f"segment, which ends at offset {prev.next_offset}")
+                if not repair:
+                    raise CorruptLogError(path, 0, reason)
+                log.warning("repair dropped a segment", path=str(path), reason=reason,
+                            bytes_dropped=fs.getsize(path))
+                _remove_segment_files(fs, directory, [base])
+                del pending[i]
+                continue
+            if prev is not None and base > prev.next_offset:
+                # Kafka tolerates offset gaps: what the lost segment held is gone, the
+                # segments after it are kept (and reads skip the gap).
+                log.warning("log has a gap", directory=str(directory),
+                            missing_offsets=f"[{prev.next_offset}, {base})",
+                            reason="a segment file is missing, or a repair cut damage out")
+            # A rolled segment without index files: its seal (fsync, then index files) did
+            # not finish before a crash, so its tail may be torn like the active one's.
+            interrupted_seal = not last and not fs.exists(
+                directory / f"{base:020d}{INDEX_SUFFIX}"
+            )
+            seg, damage = Segment.open_existing(
+                fs, directory, base, interval, active=last, full_scan=repair
+            )
+            if damage is None:
+                segments.append(seg)
+                i += 1
+                continue
+            if damage.torn and (last or (interrupted_seal and not repair)):
+                # A crash's torn tail. After an interrupted seal nothing later was flushed.
+                if not last:
+                    log.warning("cut a rolled segment whose seal a crash interrupted",
+                                path=str(seg.path), position=damage.position,
+                                segments_dropped=len(pending) - i - 1)
+                seg.cut(damage.position)
+                segments.append(seg)
+                _remove_segment_files(fs, directory, pending[i + 1 :])
+                return
+            if not repair:
+                seg.close_files()
+                raise CorruptLogError(seg.path, damage.position, damage.reason)
+            next_base = None if last else pending[i + 1]
+            salvage = seg.next_valid_batch(damage.position, seg.next_offset)
+            if salvage is not None and next_base is not None and salvage[1] >= next_base:
+                salvage = None  # it would overlap the next segment: that one is kept instead
+            if salvage is not None:
+                position, salvaged_base = salvage
+                seg.copy_tail(position, directory / f"{salvaged_base:020d}{LOG_SUFFIX}")
+                pending.insert(i + 1, salvaged_base)
+                lost_to: int | None = salvaged_base
+            else:
+                position, lost_to = seg.size, next_base
+            log.warning("repair dropped damaged bytes", path=str(seg.path),
+                        bytes=f"[{damage.position}, {position})",
+                        offsets=f"[{seg.next_offset}, {lost_to if lost_to is not None else ''})",
+                        reason=damage.reason,
+                        kept_after="the batches after the damage" if salvage is not None
+                        else "the segments after this one" if next_base is not None
+                        else "nothing: this was the end of the log")
+            seg.cut(damage.position)
+            segments.append(seg)
+            i += 1
 
     def _cut_to_recovery_point(self, offset: int) -> None:
         end = self.log_end_offset
@@ -469,12 +526,11 @@ class PartitionLog:
 
     def sealed_ranges(self) -> list[tuple[int, int]]:
         """(base offset, end offset) of every sealed segment, oldest first: all but the active
-        one and those whose seal is still pending (always the newest rolled ones)."""
+        one and those whose seal is still pending (always the newest rolled ones). The end is
+        the next segment's base offset unless a gap follows."""
         with self._lock:
-            pending = len(self._unsealed)
-            bases = self._bases
-            ranges = list(itertools.pairwise(bases))
-            return ranges[: len(ranges) - pending]
+            sealed = self._segments[: len(self._segments) - 1 - len(self._unsealed)]
+            return [(seg.base_offset, seg.next_offset) for seg in sealed]
 
     def complete_seals(self) -> None:
         """Seal every rolled segment still waiting (on the caller's thread). Raises `OSError`.
@@ -524,7 +580,15 @@ class PartitionLog:
             return b""
         if offset < segments[0].base_offset or offset > end:
             raise OffsetOutOfRange(offset, segments[0].base_offset, end)
-        seg = segments[bisect_right(self._bases, offset) - 1]
+        i = bisect_right(self._bases, offset) - 1
+        seg = segments[i]
+        while offset >= seg.next_offset and i + 1 < len(segments):
+            # In a gap (a segment lost, or damage a repair cut out): go on after it.
+            i += 1
+            seg = segments[i]
+            offset = seg.base_offset
+        if offset >= seg.next_offset:
+            return b""
         try:
             return seg.read(offset, max_bytes)
         except FileNotFoundError:
@@ -677,12 +741,15 @@ class PartitionLog:
             i = bisect_right(self._bases, offset) - 1
             seg = self._segments[i]
             located = seg.locate(offset)
-            assert located is not None, f"offset {offset} not in {seg.path}"
             doomed = self._segments[i + 1 :]
             del self._segments[i + 1 :]
             del self._bases[i + 1 :]
             for other in doomed:
                 other.delete()
+            if located is None:  # `offset` is in a gap after `seg`: it stays whole
+                assert offset >= seg.next_offset, f"offset {offset} not in {seg.path}"
+                seg.reactivate()
+                return
             seg.truncate(located.position)
 
     def discard_after(self, offset: int) -> bool:

@@ -313,8 +313,14 @@ class Segment:
         """Is there a CRC-valid batch, with a plausible offset, anywhere after `position`?
 
         Tells damage in the middle of the active segment (valid batches follow) from a torn
-        tail (only garbage follows). Candidates are found by their magic byte.
+        tail (only garbage follows).
         """
+        return self.next_valid_batch(position, expected_base) is not None
+
+    def next_valid_batch(self, position: int, expected_base: int) -> tuple[int, int] | None:
+        """(byte position, base offset) of the first CRC-valid batch after `position` whose
+        base offset is at or after `expected_base`, else None. Candidates are found by their
+        magic byte."""
         reader = self._reader()
         size = self.size
         pos = position + 1
@@ -337,12 +343,36 @@ class Segment:
                     )
                     crc = _HEADER.unpack_from(batch, 0)[4]
                     if crc32c(memoryview(batch)[21:]) == crc:
-                        return True
+                        return pos + q, base
                 i = buf.find(b"\x02", i + 1)
             if len(buf) <= HEADER_SIZE:
                 break
             pos += len(buf) - 16
-        return False
+        return None
+
+    def copy_tail(self, position: int, path: Path) -> None:
+        """Copy the bytes from `position` to the end of the file into a new file `path`
+        (written to a temporary name, fsynced, renamed, directory fsynced)."""
+        reader = self._reader()
+        tmp = path.with_name(path.name + ".tmp")
+        self.fs.remove(tmp)
+        out = self.fs.open_append(tmp)
+        try:
+            pos = position
+            while pos < self.size:
+                chunk = reader.pread(min(SCAN_CHUNK, self.size - pos), pos)
+                if not chunk:
+                    break
+                out.write(chunk)
+                pos += len(chunk)
+            out.fsync()
+        except BaseException:
+            out.close()
+            self.fs.remove(tmp)
+            raise
+        out.close()
+        self.fs.rename(tmp, path)
+        self.fs.fsync_dir(path.parent)
 
     def _check_tail(self) -> bool:
         """Verify the batches after the last offset index entry; learn `next_offset`."""

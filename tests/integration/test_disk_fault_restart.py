@@ -49,8 +49,9 @@ def _answer(ctx, code) -> asyncio.Future[ErrorCode]:  # type: ignore[no-untyped-
     return asyncio.ensure_future(wait())
 
 
-async def start(data: Path, fs: FaultyFileSystem | None = None) -> Broker:
-    broker = Broker(defaults().with_overrides({"log.dirs": str(data)}))
+async def start(data: Path, fs: FaultyFileSystem | None = None,
+                overrides: dict[str, str] | None = None) -> Broker:
+    broker = Broker(defaults().with_overrides({"log.dirs": str(data), **(overrides or {})}))
     if fs is not None:
         broker.groups.fs = fs
     await broker.start()
@@ -140,3 +141,49 @@ def test_the_real_broker_exits_on_a_failed_fsync_and_restarts_with_every_acknowl
     assert outcome.offline_lines >= 1
     assert outcome.acknowledged > 0 and outcome.error_answered > 0, outcome
     assert (outcome.lost, outcome.resurrected, outcome.repair_needed) == (0, 0, False), outcome
+
+
+async def test_a_group_log_segment_deleted_while_running_loses_only_what_it_held(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Noticed at the next roll (and reported), not at the next start; the restart needs no
+    repair and keeps every other segment, the ones after the gap too."""
+    settings = {"offsets.topic.num.partitions": "1", "offsets.topic.segment.bytes": "2048"}
+    data = tmp_path / "data"
+    broker = await start(data, overrides=settings)
+    first = [f"g{i}" for i in range(60)]
+    for group in first:  # one record each, at offsets 0..59 of the one partition
+        assert await commit(broker, group, 7) == ErrorCode.none
+    directory = data / "__consumer_offsets-0"
+    segments = sorted(directory.glob("*.log"))
+    assert len(segments) >= 4
+    doomed = segments[1]
+    lost = set(first[int(doomed.stem):int(segments[2].stem)])
+    doomed.unlink()
+    second = [f"h{i}" for i in range(60)]
+    for group in second:
+        assert await commit(broker, group, 8) == ErrorCode.none
+    assert "log segment missing" in capsys.readouterr().out  # at the rolls
+    await broker.stop()
+
+    restarted = await start(data, overrides=settings)  # no --repair
+    try:
+        assert {g for g in first if committed(restarted, g) == -1} == lost
+        assert all(committed(restarted, g) == 7 for g in first if g not in lost)
+        assert all(committed(restarted, g) == 8 for g in second)
+    finally:
+        await restarted.stop()
+    assert "log has a gap" in capsys.readouterr().out
+
+
+async def test_a_group_log_active_segment_deleted_while_running_stops_the_broker(
+    tmp_path: Path,
+) -> None:
+    """Commits would go to a file no restart can see: the next fsync notices and stops."""
+    broker = await start(tmp_path / "data", overrides={"offsets.topic.num.partitions": "1"})
+    assert await commit(broker, "g", 1) == ErrorCode.none
+    (tmp_path / "data" / "__consumer_offsets-0" / f"{0:020d}.log").unlink()
+    assert await commit(broker, "g", 2) == NOT_AVAILABLE
+    assert broker.stop_requested.is_set()
+    assert "segment file missing" in str(broker.failure)
+    await broker.stop()
