@@ -246,6 +246,18 @@ def test_a_missing_segment_is_a_gap(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert log.append(make_batch([b"x"]), NOW).base_offset == first
 
 
+def test_an_overlapping_segment_stops_the_open_and_repair_deletes_it(tmp_path: Path) -> None:
+    directory, stored = build(tmp_path)
+    files = segment_files(directory)
+    stray = directory / f"{int(files[1].stem) + 2:020d}.log"  # inside the second segment
+    stray.write_bytes(files[1].read_bytes())
+    with pytest.raises(CorruptLogError, match="inside the previous segment"):
+        PartitionLog.open(directory, CONFIG)
+    log = PartitionLog.open(directory, CONFIG, repair=True)
+    assert not stray.exists()
+    assert read_all(log) == b"".join(stored)
+
+
 # ------------------------------------------------------------------------- indexes
 
 
