@@ -536,7 +536,9 @@ class PartitionLog:
         """Seal every rolled segment still waiting (on the caller's thread). Raises `OSError`.
 
         For readers that must see only finished segments (the group log's cleaner rewrites
-        sealed segments and their index files)."""
+        sealed segments and their index files). Raises `LogOfflineError` on an offline log."""
+        if self.offline is not None:
+            raise self.offline
         self._seal_unsealed()
 
     def _seal_unsealed(self) -> None:
@@ -677,7 +679,7 @@ class PartitionLog:
         one is rolled first (Kafka does the same), so the log ends up empty with its start and
         end offsets at the old end. Returns the number of segments deleted.
         """
-        if self._closed:
+        if self._closed or self.offline is not None:
             return 0
         removed = 0
         config = self.config

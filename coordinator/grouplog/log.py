@@ -307,6 +307,9 @@ class GroupLog:
         if self._acked_end[partition] >= end:
             return None
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.failure is not None:  # what is not acknowledged now never will be
+            future.set_exception(self.failure)
+            return future
         self._offset_waiters.setdefault(partition, deque()).append((end, future))
         return future
 
