@@ -3,6 +3,7 @@ it answered with an error?
 
     python -m tests.bench.disk_faults              # every plan, a table on stdout
     python -m tests.bench.disk_faults --only fsync-once --json
+    python -m tests.bench.disk_faults --repeat 5     # sums over five runs per plan
 
 For each fault plan the real broker (`python -m coordinator`) starts with
 `REBALANCED_FAULT_PLAN` (see `storage/fs.py`), armed by a file once every group has some
@@ -41,6 +42,8 @@ GROUPS_PER_CLIENT = 4
 FIRST_OFFSETS = 5  # acknowledged before the plan is armed
 LAST_OFFSET = 40
 DELETE_GROUPS = 42
+# COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: a broker starting.
+_STARTING = (14, 15, 16)
 
 # name -> (rules, fail-stop expected). `armed_by` is filled in per run; paths are substrings.
 _GROUP_LOG = "__consumer_offsets"
@@ -68,6 +71,7 @@ class Outcome:
     error_answered: int = 0
     unanswered: int = 0
     exit_code: int | None = None
+    exit_codes: list[int | None] = field(default_factory=list)  # of every run (--repeat)
     offline_lines: int = 0
     repair_needed: bool = False
     lost: int = 0
@@ -83,7 +87,8 @@ class _Client:
     acked: dict[tuple[str, int], int] = field(default_factory=dict)
     errored: dict[tuple[str, int], set[int]] = field(default_factory=dict)
     deleted: dict[str, bool | None] = field(default_factory=dict)  # None: no answer
-    counts: list[int] = field(default_factory=lambda: [0, 0, 0])  # acked, errored, unanswered
+    # Commits and deletions: acknowledged, answered with an error, unanswered.
+    counts: list[int] = field(default_factory=lambda: [0, 0, 0])
 
 
 def delete_group(client: WireClient, group: str) -> int:
@@ -111,17 +116,25 @@ def _run_client(broker: BrokerProcess, index: int, armed: threading.Event,
     try:
         for offset in range(1, LAST_OFFSET + 1):
             if offset == FIRST_OFFSETS + 1:
-                ready.wait(10)  # every client is this far: arm the plan
-                armed.wait(10)
+                ready.wait(120)  # every client is this far: arm the plan
+                armed.wait(120)
             # Half the clients delete their group first thing once armed, half a little later.
             if offset == FIRST_OFFSETS + 1 + (index % 2) * 2:
                 record.deleted[doomed] = None
+                record.counts[2] += 1  # until answered
                 record.deleted[doomed] = delete_group(client, doomed) == 0
+                record.counts[2] -= 1
+                record.counts[0 if record.deleted[doomed] else 1] += 1
             for group in groups + ([doomed] if offset == 1 else []):
                 for partition in range(PARTITIONS):
                     key = (group, partition)
                     try:
                         code = client.offset_commit(group, TOPIC, partition, offset)
+                        deadline = time.monotonic() + 30
+                        while (offset <= FIRST_OFFSETS and code in _STARTING
+                               and time.monotonic() < deadline):
+                            time.sleep(0.05)  # before the plan: wait for the group log to load
+                            code = client.offset_commit(group, TOPIC, partition, offset)
                     except OSError:
                         record.counts[2] += 1
                         raise
@@ -165,7 +178,7 @@ def run_plan(name: str, workdir: Path) -> Outcome:
         for thread in threads:
             thread.start()
         try:
-            ready.wait(30)
+            ready.wait(120)
             arm.touch()
         finally:
             armed.set()
@@ -217,7 +230,8 @@ def _check(broker: BrokerProcess, records: list[_Client], outcome: Outcome) -> N
                             outcome.lost += 1
                             outcome.details.append(f"{key}: deleted, still {committed}")
                         continue
-                    if deleted is False and group in record.deleted and committed == -1:
+                    if (deleted is False and group in record.deleted and committed == -1
+                            and acked != -1):
                         outcome.resurrected += 1
                         outcome.details.append(f"{key}: refused deletion happened")
                         continue
@@ -245,21 +259,32 @@ def _fetch(client: WireClient, group: str) -> dict[int, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", action="append", choices=sorted(PLANS))
+    parser.add_argument("--repeat", type=int, default=1, help="runs per plan, summed")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     outcomes = []
     for name in args.only or list(PLANS):
-        with tempfile.TemporaryDirectory(prefix="disk-faults-") as tmp:
-            outcomes.append(run_plan(name, Path(tmp)))
+        total = Outcome(name)
+        for _ in range(args.repeat):
+            with tempfile.TemporaryDirectory(prefix="disk-faults-") as tmp:
+                run = run_plan(name, Path(tmp))
+            for counter in ("acknowledged", "error_answered", "unanswered", "offline_lines",
+                            "lost", "resurrected"):
+                setattr(total, counter, getattr(total, counter) + getattr(run, counter))
+            total.exit_codes.append(run.exit_code)
+            total.repair_needed |= run.repair_needed
+            total.details += run.details
+        outcomes.append(total)
     if args.json:
         print(json.dumps([asdict(o) for o in outcomes], indent=2))
         return
-    print("| plan | acked | error-answered | unanswered | exit | offline lines | lost | "
+    print("| plan | acked | error-answered | unanswered | exit codes | offline lines | lost | "
           "resurrected | --repair needed |")
     print("|---|---|---|---|---|---|---|---|---|")
     for o in outcomes:
+        codes = ",".join(sorted({str(c) for c in o.exit_codes}))
         print(f"| {o.plan} | {o.acknowledged} | {o.error_answered} | {o.unanswered} | "
-              f"{o.exit_code} | {o.offline_lines} | {o.lost} | {o.resurrected} | "
+              f"{codes} | {o.offline_lines} | {o.lost} | {o.resurrected} | "
               f"{'yes' if o.repair_needed else 'no'} |")
         for line in o.details[:5]:
             print(f"    {line}")
