@@ -88,7 +88,7 @@ async def test_produce_without_a_record_batch_is_invalid_record(broker: Broker) 
 
 async def test_a_topic_partition_whose_fsync_fails_goes_offline_alone(tmp_path: Path) -> None:
     """Kafka's rule for a partition on a failing disk: it answers KAFKA_STORAGE_ERROR from then
-    on (Produce and Fetch), the other partitions and the broker carry on."""
+    on (Produce, Fetch, ListOffsets), the other partitions and the broker carry on."""
     fs = FaultyFileSystem()
     b = await started_broker(tmp_path / "data", topics_fs=fs, partitions=None)
     b.create_topic("t", 2, {"flush.messages": "1"}, reason="test")
@@ -107,6 +107,12 @@ async def test_a_topic_partition_whose_fsync_fails_goes_offline_alone(tmp_path: 
                 "partition_max_bytes": 1 << 20}]}]))
             return ErrorCode(ctx.answer.responses[0].partitions[0].error_code)
 
+        def list_offsets(partition: int) -> ErrorCode:
+            ctx = send(b, 2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+                {"name": "t", "partitions": [{"partition_index": partition,
+                                              "current_leader_epoch": -1, "timestamp": -1}]}]})
+            return ErrorCode(ctx.answer.topics[0].partitions[0].error_code)
+
         assert produce(0) == produce(1) == ErrorCode.none
         fs.fail_next_fsync()
         assert produce(0) == ErrorCode.kafka_storage_error
@@ -114,7 +120,9 @@ async def test_a_topic_partition_whose_fsync_fails_goes_offline_alone(tmp_path: 
         assert produce(0) == ErrorCode.kafka_storage_error  # no fsync is tried again
         assert fs.ops["fsync"] == fsyncs
         assert fetch(0) == ErrorCode.kafka_storage_error
+        assert list_offsets(0) == ErrorCode.kafka_storage_error
         assert produce(1) == ErrorCode.none and fetch(1) == ErrorCode.none
+        assert list_offsets(1) == ErrorCode.none
         assert not b.stop_requested.is_set()
     finally:
         await b.stop()
