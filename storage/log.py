@@ -332,8 +332,10 @@ class PartitionLog:
                 raise CorruptLogError(seg.path, damage.position, damage.reason)
             next_base = None if last else pending[i + 1]
             salvage = seg.next_valid_batch(damage.position, seg.next_offset)
-            if salvage is not None and next_base is not None and salvage[1] >= next_base:
-                salvage = None  # it would overlap the next segment: that one is kept instead
+            if salvage is not None and (salvage[1] <= base
+                                        or (next_base is not None and salvage[1] >= next_base)):
+                # It would overlap this segment's name or the next segment (kept instead).
+                salvage = None
             if salvage is not None:
                 position, salvaged_base = salvage
                 seg.copy_tail(position, directory / f"{salvaged_base:020d}{LOG_SUFFIX}")
