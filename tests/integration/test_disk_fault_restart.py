@@ -14,6 +14,7 @@ answered with an error came back, and no `--repair` is needed.
 from __future__ import annotations
 
 import asyncio
+import errno
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.runtime.broker import Broker
 from coordinator.settings import defaults
-from storage.fs import FaultyFileSystem
+from storage.fs import FaultRule, FaultyFileSystem
 from tests.bench.disk_faults import PLANS, run_plan
 from tests.integration.in_process import TOPIC, send, until
 
@@ -187,3 +188,34 @@ async def test_a_group_log_active_segment_deleted_while_running_stops_the_broker
     assert broker.stop_requested.is_set()
     assert "segment file missing" in str(broker.failure)
     await broker.stop()
+
+
+@pytest.mark.parametrize("truncate_fails", [False, True])
+async def test_a_delete_across_partitions_is_all_or_nothing(
+    tmp_path: Path, truncate_fails: bool,
+) -> None:
+    """Two groups on two partitions, the second partition's write fails: the first one's
+    write is taken back (verified), the deletion answered with an error and undone. When the
+    take-back fails too, the broker stops and the restart still finds both groups."""
+    fs = FaultyFileSystem()
+    broker = await start(tmp_path / "data", fs)
+    log = broker.groups.group_log
+    a = "a0"
+    b = next(g for g in (f"b{i}" for i in range(100))
+             if log.partition_of(g) != log.partition_of(a))
+    for group in (a, b):
+        assert await commit(broker, group, 3) == ErrorCode.none
+    fs.rules.append(FaultRule("write", OSError(errno.ENOSPC, "full"), path="__consumer_offsets",
+                              times=1, after=1))
+    if truncate_fails:
+        fs.fail_always("truncate", path="__consumer_offsets", times=1)
+    ctx = send(broker, 42, 2, {"groups_names": [a, b]})
+    await until(lambda: ctx.responses, "an answer")
+    assert [r.error_code for r in ctx.answer.results] == [NOT_AVAILABLE, NOT_AVAILABLE]
+    assert broker.stop_requested.is_set() is truncate_fails
+    await broker.stop()
+    restarted = await start(tmp_path / "data")
+    try:
+        assert (committed(restarted, a), committed(restarted, b)) == (3, 3)
+    finally:
+        await restarted.stop()
