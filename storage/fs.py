@@ -316,6 +316,12 @@ class FaultyFileSystem(FileSystem):
             raise fault[0]
         return super().open_read(path)
 
+    def fsync_dir(self, path: Path) -> None:
+        fault = self._take("fsync_dir", path)
+        if fault is not None:
+            raise fault[0]
+        super().fsync_dir(path)
+
     def rename(self, src: Path, dst: Path) -> None:
         fault = self._take("rename", src)
         if fault is not None:
@@ -357,7 +363,7 @@ class _FaultyAppendHandle(AppendHandle):
 # --------------------------------------------------------------------------------------------
 
 FAULT_PLAN_ENV = "REBALANCED_FAULT_PLAN"
-_FAULT_OPS = ("write", "fsync", "truncate", "open", "rename")
+_FAULT_OPS = ("write", "fsync", "fsync_dir", "truncate", "open", "rename")
 
 
 def filesystem_from_env(environ: dict[str, str] | None = None) -> FaultyFileSystem | None:

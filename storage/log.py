@@ -506,17 +506,21 @@ class PartitionLog:
         """Start a new segment at the log end offset; the old one is sealed by `_SEALER`
         (unless it is about to be deleted).
 
-        If creating the new segment fails, the old one stays active and nothing changed.
+        If creating the new segment fails, the old one stays active and nothing changed;
+        if the directory fsync fails, the log goes offline.
         """
-        with self._lock:
-            old = self._segments[-1]
-            new = Segment.create(
-                self.fs, self.directory, old.next_offset, self.config.index_interval_bytes
-            )
-            self._segments.append(new)
-            self._bases.append(new.base_offset)
-            if seal:
-                self._unsealed.append(old)
+        try:
+            with self._lock:
+                old = self._segments[-1]
+                new = Segment.create(
+                    self.fs, self.directory, old.next_offset, self.config.index_interval_bytes
+                )
+                self._segments.append(new)
+                self._bases.append(new.base_offset)
+                if seal:
+                    self._unsealed.append(old)
+        except LogOfflineError as exc:
+            raise self._go_offline(exc) from exc.cause
         if seal:
             _SEALER.submit(self._seal_in_background)
         return new

@@ -210,7 +210,9 @@ class Segment:
     def create(
         cls, fs: FileSystem, directory: Path, base_offset: int, index_interval_bytes: int
     ) -> Segment:
-        """A new, empty, active segment. The file and its directory entry are made durable."""
+        """A new, empty, active segment. The file and its directory entry are made durable.
+
+        Raises `OSError` (nothing changed), `LogOfflineError` when the directory fsync fails."""
         seg = cls(fs, directory, base_offset, index_interval_bytes)
         fs.remove(seg.index_path)
         fs.remove(seg.time_index_path)
@@ -219,7 +221,10 @@ class Segment:
             if handle.size() != 0:
                 # Left behind by an earlier roll that failed halfway; it holds no live data.
                 handle.truncate(0)
-            fs.fsync_dir(directory)
+            try:
+                fs.fsync_dir(directory)
+            except OSError as exc:  # never retried, like a file's fsync
+                raise LogOfflineError(seg.path, exc, "directory fsync failed") from exc
         except BaseException:
             handle.close()
             raise

@@ -257,6 +257,17 @@ def test_a_roll_that_cannot_create_the_segment_keeps_appending_to_the_old_one(
     assert [v for _, v in decode(reopened.read(1, 1 << 20))] == [b"c" * 100]
 
 
+def test_a_roll_whose_directory_fsync_fails_takes_the_log_offline(tmp_path: Path) -> None:
+    fs = FaultyFileSystem()
+    log = open_log(tmp_path, fs, segment_bytes=200)
+    log.append(make_batch([b"a" * 100]), NOW)
+    fs.fail_always("fsync_dir", times=1)
+    with pytest.raises(LogOfflineError, match="directory fsync"):
+        log.append(make_batch([b"b" * 100]), NOW)
+    with pytest.raises(LogOfflineError):
+        log.append(make_batch([b"c"]), NOW)
+
+
 def test_a_failed_fsync_on_close_still_closes(tmp_path: Path) -> None:
     fs = FaultyFileSystem()
     log = open_log(tmp_path, fs)
