@@ -138,6 +138,18 @@ class FileSystem:
             raise
         self.fsync_dir(path.parent)
 
+    def write_unsynced(self, path: Path, data: Buffer) -> None:
+        """`write_atomic` without the fsyncs: readers see the old or the new file, but a
+        crash of the machine may lose the new one. For a disk whose fsyncs fail."""
+        tmp = path.with_name(path.name + ".tmp")
+        self.remove(tmp)
+        handle = self.open_append(tmp)
+        try:
+            handle.write(data)
+        finally:
+            handle.close()
+        self.rename(tmp, path)
+
     def listdir(self, path: Path) -> list[str]:
         return sorted(os.listdir(path))
 

@@ -764,7 +764,8 @@ class PartitionLog:
         """The last act on an offline log whose owner stops: make sure a restart recovers
         nothing at or after `offset` (records that were answered with an error). Cuts the
         files there, verified; when that fails too, writes a recovery point (`open` cuts the
-        log to it). False, with an error line, when neither could be made durable.
+        log to it), fsynced if the disk lets it, else only into the page cache (which a restart
+        of the process still sees). False, with an error line, when neither could be made.
         """
         if offset >= self.log_end_offset:
             return True
@@ -777,16 +778,29 @@ class PartitionLog:
             return True
         except OSError as exc:
             cut_error = exc
+        path, point = self.directory / RECOVERY_POINT, f"{offset}\n".encode()
         try:
-            self.fs.write_atomic(self.directory / RECOVERY_POINT, f"{offset}\n".encode())
+            self.fs.write_atomic(path, point)
+        except OSError as exc:
+            sync_error = exc
+        else:
+            log.warning("log tail left for the restart to cut", directory=str(self.directory),
+                        offset=offset, cut_error=str(cut_error))
+            return True
+        try:
+            # Not durable, but the page cache outlives the process: the supervisor's restart
+            # of this process still finds it (a crash of the machine may lose it, and with it
+            # most likely the tail it is about, which was not durable either).
+            self.fs.write_unsynced(path, point)
         except OSError as exc:
             log.error("log tail not discarded", directory=str(self.directory), offset=offset,
                       cut_error=str(cut_error), error=str(exc),
                       advice="a restart may recover records after this offset that were "
                       "answered with an error")
             return False
-        log.warning("log tail left for the restart to cut", directory=str(self.directory),
-                    offset=offset, cut_error=str(cut_error))
+        log.warning("log tail left for the restart to cut, not durably",
+                    directory=str(self.directory), offset=offset, cut_error=str(cut_error),
+                    fsync_error=str(sync_error))
         return True
 
     # ---------------------------------------------------------------- lifetime

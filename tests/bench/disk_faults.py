@@ -54,6 +54,9 @@ PLANS: dict[str, tuple[list[dict[str, Any]], bool]] = {
                                      {"op": "truncate", "path": _GROUP_LOG}], True),
     "fsync-always+ftruncate-always": ([{"op": "fsync", "path": ".log"},
                                        {"op": "truncate", "path": _GROUP_LOG}], True),
+    # Nothing on the disk can be made durable or cut any more.
+    "every-fsync+ftruncate-always": ([{"op": "fsync"}, {"op": "fsync_dir"},
+                                      {"op": "truncate"}], True),
     "torn-write+ftruncate-once": ([{"op": "write", "path": _GROUP_LOG, "times": 1,
                                     "errno": "ENOSPC", "partial": 20},
                                    {"op": "truncate", "path": _GROUP_LOG, "times": 1}], True),

@@ -73,8 +73,11 @@ def arm(fs: FaultyFileSystem, plan: str) -> None:
         fs.fail_always("fsync", path=log, times=1)
     if plan.startswith("fsync-always"):
         fs.fail_always("fsync", path=".log")
+    if plan.startswith("every-fsync"):  # nothing can be made durable or cut any more
+        fs.fail_always("fsync")
+        fs.fail_always("fsync_dir")
     if plan.endswith("ftruncate-always"):
-        fs.fail_always("truncate", path=log)
+        fs.fail_always("truncate", path="" if plan.startswith("every") else log)
     if plan == "torn-write+ftruncate-once":
         fs.fail_next_write(partial=20)
         fs.fail_always("truncate", path=log, times=1)
@@ -82,6 +85,7 @@ def arm(fs: FaultyFileSystem, plan: str) -> None:
 
 @pytest.mark.parametrize("plan", ["fsync-once", "fsync-always", "fsync-once+ftruncate-always",
                                   "fsync-always+ftruncate-always",
+                                  "every-fsync+ftruncate-always",
                                   "torn-write+ftruncate-once"])
 async def test_a_disk_fault_stops_the_broker_and_the_restart_keeps_the_durable_prefix(
     tmp_path: Path, plan: str,
@@ -132,7 +136,7 @@ async def test_a_full_disk_refuses_while_full_and_recovers_without_stopping(
         await restarted.stop()
 
 
-@pytest.mark.parametrize("plan", ["fsync-once", "fsync-always+ftruncate-always"])
+@pytest.mark.parametrize("plan", ["fsync-once", "every-fsync+ftruncate-always"])
 def test_the_real_broker_exits_on_a_failed_fsync_and_restarts_with_every_acknowledged_commit(
     tmp_path: Path, plan: str,
 ) -> None:
