@@ -223,3 +223,22 @@ async def test_a_delete_across_partitions_is_all_or_nothing(
         assert (committed(restarted, a), committed(restarted, b)) == (3, 3)
     finally:
         await restarted.stop()
+
+
+async def test_with_an_interval_fsync_policy_a_failed_fsync_stops_the_broker_and_keeps_the_tail(
+    tmp_path: Path,
+) -> None:
+    """`offsets.commit.fsync=N` acknowledges on write: the tail is acknowledged already, so the
+    fail-stop leaves it for the restart instead of cutting it."""
+    fs = FaultyFileSystem()
+    broker = await start(tmp_path / "data", fs, overrides={"offsets.commit.fsync": "50"})
+    fs.fail_always("fsync", path="__consumer_offsets", times=1)
+    assert await commit(broker, "g", 1) == ErrorCode.none
+    await until(lambda: broker.stop_requested.is_set(), "the interval fsync to fail")
+    assert await commit(broker, "g", 2) == NOT_AVAILABLE
+    await broker.stop()
+    restarted = await start(tmp_path / "data")
+    try:
+        assert committed(restarted, "g") == 1
+    finally:
+        await restarted.stop()
