@@ -377,7 +377,8 @@ def argument_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--config", type=Path, help="server.properties-style file")
     parser.add_argument("--repair", action="store_true",
-                        help="truncate logs at a corrupted batch instead of refusing to start")
+                        help="cut corrupted batches out of the logs (keeping every intact one, "
+                        "each loss logged) instead of refusing to start")
     for s in SETTINGS:
         parser.add_argument(f"--{s.key}", dest=s.key, metavar="VALUE",
                             help=f"{s.doc}" + (f" (default: {s.default})" if s.default else ""))

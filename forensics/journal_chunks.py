@@ -15,6 +15,7 @@ of each file kept with their byte position.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ from forensics.journal_pass import COMMIT, CONTROL_TYPES, JOURNAL_VERSION
 
 ACTIVE_NAME = ".events-active.jsonl"  # docs/events.md §1
 ACTIVE_KEY = "~active"  # the active file's place in the order: after every closed file
+_CLOSED_NAME = re.compile(r"^events-\d{13}-(\d{6,})\.jsonl$")  # docs/events.md §1
 MALFORMED_EXAMPLES = 20  # per file
 
 _S, _I, _L, _B = pa.string(), pa.int32(), pa.int64(), pa.bool_()
@@ -42,7 +44,7 @@ def journal_files(directory: Path, include_active: bool = True) -> list[Path]:
     """Closed files in time order, then the active one (a batch run reads it too)."""
     if not directory.is_dir():
         return []
-    closed = sorted(p for p in directory.glob("events-*.jsonl") if p.is_file())
+    closed = sorted((p for p in directory.glob("events-*.jsonl") if p.is_file()), key=file_key)
     active = directory / ACTIVE_NAME
     if include_active and active.is_file() and active.stat().st_size > 0:
         closed.append(active)
@@ -50,9 +52,13 @@ def journal_files(directory: Path, include_active: bool = True) -> list[Path]:
 
 
 def file_key(path: Path) -> str:
-    """Orders events of one millisecond across files: closed files by name (their names sort
-    in time order), the active file last."""
-    return ACTIVE_KEY if path.name == ACTIVE_NAME else path.name
+    """Orders files, and events of one millisecond across files: closed files by the sequence
+    in their names (the order the broker wrote them, whatever its clock did), the active file
+    last. A name without a sequence sorts by itself, after those with one."""
+    if path.name == ACTIVE_NAME:
+        return ACTIVE_KEY
+    match = _CLOSED_NAME.match(path.name)
+    return f"{int(match.group(1)):020d}" if match else path.name
 
 
 @dataclass

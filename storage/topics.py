@@ -376,10 +376,13 @@ class TopicStore:
         self._partitions_held -= self._growing.pop(name, 0)
 
     def flush_all(self) -> None:
-        """fsync every partition; raises the first `OSError` after trying them all."""
+        """fsync every partition that is not offline; raises the first `OSError` after
+        trying them all (a failing one goes offline)."""
         first: OSError | None = None
         for topic in list(self._topics.values()):
             for log in topic.partitions:
+                if log.offline is not None:
+                    continue  # reported when it went offline; never fsynced again
                 try:
                     log.flush()
                 except OSError as exc:

@@ -226,6 +226,8 @@ class ResultApplier:
         """A consumer group's records did not become durable: its in-memory state ran ahead of
         the log, so it is rebuilt from the log (cut back to its last durable point). Members
         whose changes were lost get FENCED_MEMBER_EPOCH or UNKNOWN_MEMBER_ID and rejoin."""
+        if self.group_log.failure is not None:
+            return  # the broker stops on a disk failure; its restart rebuilds the groups
         consumer = self.manager.consumer
         now = self.clock.now_ms()
         for partition in sorted({self.group_log.partition_of(g) for g in group_ids}):

@@ -41,7 +41,7 @@ from coordinator.settings import BrokerSettings
 from protocol.codec import RequestHeader
 from protocol.connection import Connection, ResponseSlot
 from protocol.refusals import REFUSALS
-from storage.fs import REAL_FS, FileSystem
+from storage.fs import REAL_FS, FileSystem, filesystem_from_env
 from storage.log import LogConfig
 from storage.topics import Topic, TopicStore
 
@@ -145,6 +145,10 @@ class Broker:
             else None)
         self.groups = GroupRuntime(self)
         self.groups.register()
+        planned = filesystem_from_env()  # a test's fault plan; None in production
+        if planned is not None:
+            log.warning("disk fault plan active", rules=len(planned.rules))
+            self.topics_fs = self.groups.fs = planned
         # Set to stop the broker: by a signal, or by `fail` with `failure` saying why.
         self.stop_requested = asyncio.Event()
         self.failure: BaseException | None = None
@@ -179,7 +183,8 @@ class Broker:
 
     def fail(self, error: BaseException) -> None:
         """Something the broker cannot serve without (a group-log partition that does not
-        load): stop, and let the process exit non-zero with `error`."""
+        load, a group-log fsync that failed): stop, and let the process exit non-zero with
+        `error` (a supervisor restarts it; recovery keeps the durable prefix)."""
         if self.failure is None:
             self.failure = error
         self.stop_requested.set()
@@ -196,8 +201,13 @@ class Broker:
             # those still queued are not started.
             self._stopping = True
             self._topic_admin.shutdown(wait=True, cancel_futures=True)
-        self.topics.flush_all()
-        self.topics.close()
+        try:
+            self.topics.flush_all()
+            self.topics.close()
+        except OSError as exc:
+            if self.failure is None:
+                raise
+            log.warning("topic logs not closed cleanly", error=str(exc))
         self.groups.close()
         self._lock.close()  # releases the data-directory lock
 

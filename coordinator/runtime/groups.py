@@ -171,6 +171,7 @@ class GroupRuntime:
         self.group_log = GroupLog.open(data_dir, self.config.offsets_topic_num_partitions,
                                        config, settings["offsets.commit.fsync"], self.fs,
                                        repair=repair)
+        self.group_log.on_failure = self.host.fail  # fail-stop on a failed fsync
         for part in (self.applier, self.loader, self.maintenance):
             part.group_log = self.group_log
         self.topics_changed()
