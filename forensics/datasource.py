@@ -10,6 +10,7 @@ cluster DIR must be on a filesystem every executor mounts at the same path.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -128,3 +129,84 @@ class ConsumerOffsetsDataSource(DataSource):  # type: ignore[misc]
 
 def register(spark: SparkSession) -> None:
     spark.dataSource.register(ConsumerOffsetsDataSource)
+
+
+LIVE_FORMAT_NAME = "kafka_consumer_offsets"
+
+
+class OffsetRangePartition(InputPartition):  # type: ignore[misc]
+    def __init__(self, partition: int, start: int, end: int) -> None:
+        super().__init__((partition, start, end))
+        self.partition = partition
+        self.start = start
+        self.end = end
+
+
+class LiveOffsetsReader(DataSourceReader):  # type: ignore[misc]
+    """One Spark partition per partition of the offsets topic, each read by its own client
+    on an executor."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        from forensics.live import OFFSETS_TOPIC, client_settings
+
+        self.bootstrap = options.get("kafka.bootstrap.servers", "")
+        if not self.bootstrap:
+            raise ValueError(f"{LIVE_FORMAT_NAME} needs the option kafka.bootstrap.servers")
+        self.topic = options.get("topic") or OFFSETS_TOPIC
+        self.settings = client_settings(options)
+        self.options = options
+
+    def partitions(self) -> list[OffsetRangePartition]:
+        from forensics.live import EARLIEST, LATEST, parse_bound, plan
+
+        planned = self.options.get("ranges")
+        if planned:  # resolved by the caller already (the command line does, on the driver)
+            ranges = [tuple(r) for r in json.loads(planned)]
+        else:
+            found = plan(self.bootstrap, self.topic, self.settings,
+                         parse_bound(self.options.get("startingOffsets"), EARLIEST, self.topic),
+                         parse_bound(self.options.get("endingOffsets"), LATEST, self.topic),
+                         check_records=False)
+            ranges = [(r.partition, r.start, r.end) for r in found]
+        chosen = [OffsetRangePartition(p, s, e) for p, s, e in ranges if e > s]
+        return chosen or [OffsetRangePartition(-1, 0, 0)]
+
+    def read(self, partition: Any) -> Iterator[Any]:
+        if partition.end <= partition.start:
+            return
+        import pyarrow as pa
+
+        from forensics.live import OffsetRange, read_range
+
+        schema = arrow_schema()
+        rows: list[tuple[object, ...]] = []
+        for fetched in read_range(self.bootstrap, self.topic, self.settings,
+                                  OffsetRange(partition.partition, partition.start,
+                                              partition.end)):
+            rows.extend(fetched)
+            if len(rows) >= ROWS_PER_BATCH:
+                yield _record_batch(pa, schema, rows)
+                rows = []
+        if rows:
+            yield _record_batch(pa, schema, rows)
+
+
+class LiveOffsetsDataSource(DataSource):  # type: ignore[misc]
+    """`spark.read.format("kafka_consumer_offsets").option("kafka.bootstrap.servers", HOST)
+    .load()`: the offsets topic of a live cluster. Options: `topic` (default
+    `__consumer_offsets`), `startingOffsets` / `endingOffsets` (`earliest`, `latest`, or
+    `{"__consumer_offsets": {"0": 42}}`), and every client setting as `kafka.NAME`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return LIVE_FORMAT_NAME
+
+    def schema(self) -> str:
+        return GROUP_LOG_DDL
+
+    def reader(self, schema: Any) -> LiveOffsetsReader:
+        return LiveOffsetsReader(dict(self.options))
+
+
+def register_live(spark: SparkSession) -> None:
+    spark.dataSource.register(LiveOffsetsDataSource)

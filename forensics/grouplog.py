@@ -41,6 +41,7 @@ __all__ = [
     "decode_segment",
     "decode_segment_chunks",
     "find_segments",
+    "record_row",
 ]
 
 # Column order of a decoded row; `forensics.schema.GROUP_LOG_SCHEMA` gives the types.
@@ -312,6 +313,37 @@ def _batch_rows_py(path: str, log_partition: int, position: int, base_offset: in
         key = data[key_at:key_at + key_len]
         value = data[value_at:value_at + value_len] if value_len >= 0 else None
         yield _record_row(path, log_partition, position, offset, timestamp, key, value)
+
+
+def record_row(path: str, log_partition: int, position: int, offset: int, timestamp: int,
+               key: bytes | None, value: bytes | None) -> tuple[object, ...]:
+    """One record given as its key and value (a live fetch): the commit records the broker
+    writes on every commit unpacked in place, every other one through `decode_record`."""
+    if key is None:
+        return (path, log_partition, position, offset, timestamp, "undecodable", None, None,
+                *_NOTHING, "a record without a key is not a group coordinator record")
+    key_len = len(key)
+    if (value is not None and key_len >= 10 and key[0] == 0 and key[1] <= 1
+            and len(value) >= 24 and value[0] == 0 and value[1] == 3):
+        (group_len,) = _I16.unpack_from(key, 2)
+        topic_at = 4 + group_len
+        topic_len = _I16.unpack_from(key, topic_at)[0] if topic_at + 2 <= key_len else -1
+        partition_at = topic_at + 2 + topic_len
+        committed, _epoch, metadata_len = _OC_V3.unpack_from(value, 2)
+        timestamp_at = 16 + metadata_len
+        if (group_len >= 0 and topic_len >= 0 and partition_at + 4 == key_len
+                and metadata_len >= 0 and timestamp_at + 8 == len(value)):
+            try:
+                group = key[4:topic_at].decode("utf-8")
+                topic = key[topic_at + 2:partition_at].decode("utf-8")
+            except UnicodeDecodeError:
+                pass  # the generic codec reports it
+            else:
+                return (path, log_partition, position, offset, timestamp, "offset_commit",
+                        key[1], 3, group, topic, _I32.unpack_from(key, partition_at)[0],
+                        committed, _I64.unpack_from(value, timestamp_at)[0], -1, False, None,
+                        None, None, None, None, None, None)
+    return _record_row(path, log_partition, position, offset, timestamp, key, value)
 
 
 def _record_row(path: str, log_partition: int, position: int, offset: int, timestamp: int,

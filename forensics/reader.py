@@ -10,7 +10,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from forensics.datasource import FORMAT_NAME, register
+from forensics.datasource import FORMAT_NAME, LIVE_FORMAT_NAME, register, register_live
 from forensics.grouplog import find_segments
 from forensics.journal_chunks import CHUNK, journal_files, read_files
 from forensics.journal_pass import (
@@ -22,6 +22,7 @@ from forensics.journal_pass import (
     flat_table,
     spark_ddl,
 )
+from forensics.live import LiveSource
 from forensics.schema import KNOWN_EVENT_TYPES
 
 __all__ = ["journal_files"]
@@ -131,6 +132,16 @@ def group_log_frame(spark: SparkSession, data_dir: Path) -> DataFrame | None:
     # cores, so that every later pass over them runs that many tasks rather than one per
     # (mostly tiny) `__consumer_offsets` partition.
     return (spark.read.format(FORMAT_NAME).load(str(data_dir))
+            .coalesce(spark.sparkContext.defaultParallelism).cache())
+
+
+def live_group_log_frame(spark: SparkSession, source: LiveSource) -> DataFrame | None:
+    """Every record of a live cluster's offsets topic in `source`'s ranges (cached once
+    read), or None when the ranges hold no record."""
+    if not source.records:
+        return None
+    register_live(spark)
+    return (spark.read.format(LIVE_FORMAT_NAME).options(**source.options()).load()
             .coalesce(spark.sparkContext.defaultParallelism).cache())
 
 
