@@ -15,6 +15,7 @@ import re
 import sys
 from pathlib import Path
 
+from forensics.files import check, is_url, normalize
 from forensics.live import EARLIEST, LATEST, OFFSETS_TOPIC, LiveSource, LiveSourceError
 from forensics.session import LOCAL_MASTER
 
@@ -30,12 +31,13 @@ def parser() -> argparse.ArgumentParser:
                 description="Rebalance forensics over a rebalanced log.dirs (event journal and "
                             "group log) or a Kafka log directory (__consumer_offsets-*).")
     source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--data", type=Path,
-                        help="rebalanced log.dirs, or a Kafka log directory")
+    source.add_argument("--data",
+                        help="rebalanced log.dirs, or a Kafka log directory: a path or a URL "
+                             "(s3://BUCKET/DIR, hdfs://..., gs://..., abfs://...)")
     source.add_argument("--bootstrap-server", metavar="HOST:PORT",
                         help="read the group log from this live Kafka-compatible cluster")
     p.add_argument("--out", required=True, type=Path, help="where the report and tables go")
-    p.add_argument("--journal", type=Path, default=None,
+    p.add_argument("--journal", default=None,
                    help="the journal directory when it is not DATA/events (journal.dir)")
     p.add_argument("--topic", default=None,
                    help="with --bootstrap-server: the offsets topic (default __consumer_offsets)")
@@ -64,9 +66,18 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if args.data is not None and not args.data.is_dir():
+    if args.data is not None and not is_url(args.data) and not Path(args.data).is_dir():
         sys.stderr.write(f"forensics: --data {args.data}: not a directory\n")
         return 2
+    if args.follow and (is_url(args.data or "") or is_url(args.journal or "")):
+        sys.stderr.write("forensics: --follow reads a local journal directory\n")
+        return 2
+    for flag, location in (("--data", args.data), ("--journal", args.journal)):
+        # A missing bucket or a refused credential: one line before Spark starts.
+        problem = check(location) if location is not None and is_url(location) else None
+        if problem is not None:
+            sys.stderr.write(f"forensics: {flag} {location}: {problem}\n")
+            return 1
     if args.bootstrap_server is not None and args.follow:
         sys.stderr.write("forensics: --follow reads --data (the journal); not with "
                          "--bootstrap-server\n")
@@ -104,12 +115,14 @@ def main(argv: list[str] | None = None) -> int:
         spark = starting.result()
     try:
         if args.follow:
-            follow(spark, args.data.resolve(), args.out.resolve(), journal=args.journal,
+            follow(spark, Path(args.data).resolve(), args.out.resolve(),
+                   journal=Path(args.journal) if args.journal else None,
                    timelines=args.timelines, interval_s=args.interval, once=args.once)
             return 0
         try:
-            outcome = run(spark, args.data.resolve() if args.data else None, args.out.resolve(),
-                          timelines=args.timelines, journal=args.journal, live=live)
+            outcome = run(spark, normalize(args.data) if args.data else None,
+                          args.out.resolve(), timelines=args.timelines,
+                          journal=normalize(args.journal) if args.journal else None, live=live)
         except Exception as exc:
             failure = _source_failure(exc)
             if failure is None:

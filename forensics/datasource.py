@@ -4,8 +4,11 @@
 under DIR on the driver and reads each segment in its own Spark partition with
 `forensics.grouplog.decode_segment_chunks`, handing Spark Arrow record batches: the commit
 records (nearly all of a group log) go from the C loop's column buffers into Arrow arrays
-without a Python object per row. Executors open the files with plain `open()`, so on a
-cluster DIR must be on a filesystem every executor mounts at the same path.
+without a Python object per row. DIR is a local path (on a cluster, mounted at the same
+place on every executor) or a URL (`s3://`, `hdfs://`, ...: `forensics.files`).
+
+`spark.read.format("kafka_consumer_offsets")` reads the same records from a live cluster's
+offsets topic over the Kafka protocol (`forensics.live`).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ STORE = "_journal"
 
 def follow(spark: SparkSession, data_dir: Path, out_dir: Path, *, journal: Path | None,
            timelines: int, interval_s: float, once: bool) -> None:
-    directory = journal or journal_dir(data_dir)
+    directory = Path(journal or journal_dir(data_dir))
     directory.mkdir(parents=True, exist_ok=True)  # the file source needs it to exist
     out_dir.mkdir(parents=True, exist_ok=True)
     store = out_dir / STORE

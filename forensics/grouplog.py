@@ -26,6 +26,7 @@ from pathlib import Path
 
 from coordinator.grouplog.codec import RecordDecodeError, decode_record
 from coordinator.grouplog.records import GroupMetadataRecord, OffsetCommitRecord
+from forensics.files import list_dir, name_of, read_bytes
 from storage.batch import scan_batches
 
 try:
@@ -63,17 +64,19 @@ _NOTHING = (None,) * 13  # group_id .. members, for rows that carry no record
 
 
 def find_segments(data_dir: str | Path) -> list[tuple[str, int]]:
-    """`(segment path, log partition)` of every `__consumer_offsets-N/*.log` under `data_dir`
-    (a rebalanced `log.dirs` or a Kafka log directory), in partition and offset order."""
-    root = Path(data_dir)
+    """`(segment location, log partition)` of every `__consumer_offsets-N/*.log` under
+    `data_dir` (a rebalanced `log.dirs` or a Kafka log directory; a local path or a URL,
+    `forensics.files`), in partition and offset order."""
     found: list[tuple[str, int]] = []
-    candidates = [root] if _SEGMENT_DIR.match(root.name) else sorted(root.glob("*"))
-    for directory in candidates:
-        match = _SEGMENT_DIR.match(directory.name)
-        if match and directory.is_dir():
+    root = str(data_dir)
+    candidates = ([(root, True)] if _SEGMENT_DIR.match(name_of(root)) else list_dir(root))
+    for directory, is_directory in candidates:
+        match = _SEGMENT_DIR.match(name_of(directory))
+        if match and is_directory:
             partition = int(match.group(1))
-            found.extend((str(p), partition) for p in sorted(directory.glob("*.log")))
-    return sorted(found, key=lambda item: (item[1], item[0]))
+            found.extend((p, partition) for p, is_sub in list_dir(directory)
+                         if not is_sub and name_of(p).endswith(".log"))
+    return sorted(found, key=lambda item: (item[1], name_of(item[0])))
 
 
 @dataclass(slots=True)
@@ -91,7 +94,7 @@ def _payloads(path: str, log_partition: int) -> Iterator[_Payload | tuple[object
     """Each data batch of a segment as a `_Payload`, and a problem row (file and byte
     position) where a batch cannot be read."""
     try:
-        data = Path(path).read_bytes()
+        data = read_bytes(path)
     except OSError as exc:
         yield _problem(path, log_partition, 0, "corrupt", f"unreadable: {exc}")
         return

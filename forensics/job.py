@@ -49,11 +49,13 @@ class Outcome:
     problems: Problems
 
 
-def run(spark: SparkSession, data_dir: Path | None, out_dir: Path, *, timelines: int = 10,
-        journal: Path | None = None, live: LiveSource | None = None) -> Outcome:
+def run(spark: SparkSession, data_dir: str | Path | None, out_dir: Path, *,
+        timelines: int = 10, journal: str | Path | None = None,
+        live: LiveSource | None = None) -> Outcome:
     """Analyse `data_dir` (a rebalanced `log.dirs` or a Kafka log directory) into `out_dir`;
     the journal is `journal`, else `data_dir`/events. With `live`, the group log is a live
     cluster's offsets topic instead of `data_dir`'s segments (and `data_dir` may be None).
+    Inputs are local paths or URLs (`forensics.files`); `out_dir` is the driver's.
 
     Speed: each journal file is parsed in its own task and gathered there per group
     (`journal_chunks`), those rows are shuffled once by group, and each group's go through
@@ -79,8 +81,8 @@ def run(spark: SparkSession, data_dir: Path | None, out_dir: Path, *, timelines:
         renderer.close()
 
 
-def _run(spark: SparkSession, data_dir: Path | None, out_dir: Path, timelines: int,
-         journal: Path | None, live: LiveSource | None, problems: Problems,
+def _run(spark: SparkSession, data_dir: str | Path | None, out_dir: Path, timelines: int,
+         journal: str | Path | None, live: LiveSource | None, problems: Problems,
          pool: ThreadPoolExecutor, renderer: _Renderer) -> Outcome:
     # The journal pass and the group log's first jobs run at once.
     analysed = (pool.submit(_collect, analyse_journal(spark, journal))

@@ -205,7 +205,7 @@ def test_the_arrow_path_and_the_python_loop_agree(tmp_path: Path) -> None:
     fast = read_file(path)
     slow = chunk_rows(path.read_bytes().split(b"\n"), file_key(path), str(path))
     assert _normal(fast) == _normal(slow)
-    assert journal_files(tmp_path) == [path]
+    assert journal_files(tmp_path) == [str(path)]
     assert {e["file"] for r in fast.to_pylist() for e in r["events"]} == {"~active"}
 
 
