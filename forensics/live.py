@@ -17,6 +17,7 @@ range a Spark partition.
 from __future__ import annotations
 
 import json
+import socket
 import struct
 import time
 from collections.abc import Iterator, Mapping
@@ -104,6 +105,7 @@ def plan(bootstrap: str, topic: str, settings: Mapping[str, str],
     record."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+    reachable(bootstrap)
     consumer = Consumer(client_config(bootstrap, settings))
     try:
         try:
@@ -131,6 +133,21 @@ def plan(bootstrap: str, topic: str, settings: Mapping[str, str],
     if check_records:
         check_topic(bootstrap, topic, settings, ranges)
     return ranges
+
+
+def reachable(bootstrap: str, timeout_s: float = 5.0) -> None:
+    """At least one bootstrap server accepts a connection; else `LiveSourceError` at once
+    (the client would retry until its metadata timeout)."""
+    failures = []
+    for server in bootstrap.split(","):
+        host, _, port = server.strip().rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout_s).close()
+            return
+        except (OSError, ValueError) as exc:
+            failures.append(f"{server.strip()}: {getattr(exc, 'strerror', None) or exc}")
+    raise LiveSourceError(f"--bootstrap-server {bootstrap}: cannot connect "
+                          f"({'; '.join(failures)})")
 
 
 def _resolve(bound: int | dict[int, int], partition: int, low: int, high: int,

@@ -208,6 +208,6 @@ def test_an_unreachable_cluster_gets_one_line(tmp_path: Path,
     assert main(["--bootstrap-server", bootstrap, "--out", str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and bootstrap in err and "Traceback" not in err
-    assert time.monotonic() - started < 30
+    assert "cannot connect" in err and time.monotonic() - started < 10
     with pytest.raises(LiveSourceError):
-        plan(bootstrap, OFFSETS_TOPIC, {"socket.connection.setup.timeout.ms": "1000"})
+        plan(f"{bootstrap},127.0.0.1:{free_port()}", OFFSETS_TOPIC, {})
