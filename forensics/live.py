@@ -66,6 +66,7 @@ def client_config(bootstrap: str, settings: Mapping[str, str]) -> dict[str, Any]
         "enable.auto.offset.store": False,
         "enable.partition.eof": True,
         "isolation.level": "read_committed",
+        "fetch.wait.max.ms": 50,  # history is read, not waited for
         "socket.connection.setup.timeout.ms": 5000,
         "log_level": 0,  # its connection errors are reported once, as a LiveSourceError
     }
@@ -233,7 +234,7 @@ def _fetch(bootstrap: str, topic: str, settings: Mapping[str, str],
         consumer.assign([TopicPartition(topic, offsets.partition, offsets.start)])
         idle_since = time.monotonic()
         while True:
-            messages = consumer.consume(FETCH_BATCH, 0.5)
+            messages = consumer.consume(FETCH_BATCH, 0.05)
             if not messages:
                 if time.monotonic() - idle_since > IDLE_TIMEOUT_S:
                     raise LiveSourceError(

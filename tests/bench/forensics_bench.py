@@ -12,8 +12,16 @@ decode rate on 1,000,000 records.
    on one core, the data source's reader alone (Arrow batches, no Spark), and
    `spark.read.format("consumer_offsets")` on local[2].
 
+3. Live source: N OffsetCommit records committed to the real broker (100 partitions per
+   request, by stock librdkafka clients), then read back over the Kafka protocol: the
+   reader alone on one core (librdkafka fetch and the decoder, no Spark), and
+   `spark.read.format("kafka_consumer_offsets")` on local[2] (the broker serving it is
+   another process, not counted in the CPU rate).
+4. Cluster: the report of section 1 again, submitted with `spark-submit` to a standalone
+   master and two one-core workers started from the installed pyspark on loopback.
+
 Usage: python -m tests.bench.forensics_bench [--events N] [--records N] [--keep DIR]
-                                             [--group-log-only]
+           [--only journal,cluster,group-log,live] [--group-log-only]
 """
 
 from __future__ import annotations
@@ -161,13 +169,17 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, default=None)
     parser.add_argument("--group-log-only", action="store_true",
                         help="skip the journal report; measure only the group-log decode")
+    parser.add_argument("--only", default="journal,cluster,group-log,live",
+                        help="the sections to run, comma-separated")
     args = parser.parse_args()
+    sections = {"group-log"} if args.group_log_only else set(args.only.split(","))
     work = args.keep or Path(tempfile.mkdtemp(prefix="forensics-bench-"))
     results: dict[str, object] = {}
     try:
-        if not args.group_log_only:
-            journal_data = work / "journal-data"
+        journal_data = work / "journal-data"
+        if sections & {"journal", "cluster"}:
             results["journal_events"] = write_journal(journal_data / "events", args.events)
+        if "journal" in sections:
             # A first run on an empty directory, untimed: where the driver JVM's class-data
             # archive does not exist yet (a new machine or install), this run writes it, as
             # any user's first run does; the timed run is a later one.
@@ -185,6 +197,13 @@ def main() -> int:
                 raise SystemExit(f"the forensics job failed with status {job.returncode}")
             results["report_wall_s"] = round(time.perf_counter() - started, 1)
             results["report_cpu_s"] = split
+        if "cluster" in sections:
+            results.update(_report_on_cluster(journal_data, work))
+        if "live" in sections:
+            results.update(_live_source(work, args.records))
+        if "group-log" not in sections:
+            print(json.dumps(results, indent=1))
+            return 0
 
         log_data = work / "log-data"
         records = write_group_log(log_data, args.records)
@@ -206,6 +225,83 @@ def main() -> int:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def _report_on_cluster(journal_data: Path, work: Path) -> dict[str, object]:
+    """The journal report submitted to a standalone master with two one-core workers, as
+    README shows it; wall time from spark-submit's start to its exit."""
+    from forensics.package import build
+    from tests.forensics.spark_cluster import StandaloneCluster
+
+    zip_path = build(work / "dist" / "forensics.zip")
+    cluster = StandaloneCluster(work / "spark-cluster").start()
+    try:
+        started = time.perf_counter()
+        done = cluster.submit(["--data", str(journal_data), "--out", str(work / "cluster-out"),
+                               "--timelines", "5"], zip_path)
+        wall = time.perf_counter() - started
+        if done.returncode != 0:
+            raise SystemExit(f"spark-submit failed: {done.stderr[-3000:]}")
+    finally:
+        cluster.stop()
+    return {"cluster_report_wall_s": round(wall, 1), "cluster": "standalone, 2 workers x 1 core"}
+
+
+def _live_source(work: Path, records: int) -> dict[str, object]:
+    """Records per CPU second of the live reader on one core, and per second of wall and
+    of Spark's CPU on local[2], reading `records` commits back from the real broker."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from forensics.datasource import LIVE_FORMAT_NAME, register_live
+    from forensics.live import OFFSETS_TOPIC, LiveSource, plan, read_range
+    from forensics.session import get_session
+    from tests.broker_process import BrokerProcess
+    from tests.integration.group_workers import create_topic
+
+    broker = BrokerProcess(work / "live-broker" / "data").start()
+    try:
+        create_topic(broker, "orders", 100)
+        consumers = [Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"group-{g}",
+                               "enable.auto.commit": False}) for g in range(8)]
+        committed = 0
+        while committed < records:
+            for consumer in consumers:
+                consumer.commit(offsets=[TopicPartition("orders", p, committed + 1)
+                                         for p in range(100)], asynchronous=False)
+                committed += 100
+        for consumer in consumers:
+            consumer.close()
+        ranges = plan(broker.bootstrap, OFFSETS_TOPIC, {})
+        total = sum(r.records for r in ranges)
+        cpu_started = time.process_time()
+        read = sum(len(rows) for r in ranges
+                   for rows in read_range(broker.bootstrap, OFFSETS_TOPIC, {}, r))
+        one_core = read / (time.process_time() - cpu_started)
+
+        spark = get_session("local[2]")
+        register_live(spark)
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None
+        jvm_pid = jvm.java.lang.ProcessHandle.current().pid()
+        source = LiveSource(broker.bootstrap, OFFSETS_TOPIC, {}, tuple(ranges))
+        frame = spark.read.format(LIVE_FORMAT_NAME).options(**source.options()).load()
+        frame.select("offset").limit(1).collect()  # start the Python workers
+        best = (0.0, 0.0)
+        for _ in range(3):
+            cpu_started_s = _process_tree_cpu_s(jvm_pid)
+            started = time.perf_counter()
+            count = frame.select("offset", "group_id", "commit_timestamp").count()
+            elapsed = time.perf_counter() - started
+            cpu = _process_tree_cpu_s(jvm_pid) - cpu_started_s
+            assert count == total, (count, total)
+            best = max(best, (count / elapsed, count / cpu if cpu > 0 else 0.0))
+        spark.stop()
+    finally:
+        broker.stop()
+    return {"live_records": total, "live_read_records_per_cpu_s_one_core": round(one_core),
+            "live_spark_records_per_s_local2": round(best[0]),
+            "live_spark_records_per_s_per_core": round(best[0] / 2),
+            "live_spark_records_per_cpu_s": round(best[1])}
 
 
 def _decode_one_core(data_dir: Path) -> tuple[float, float]:
