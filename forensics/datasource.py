@@ -179,19 +179,16 @@ class LiveOffsetsReader(DataSourceReader):  # type: ignore[misc]
             return
         import pyarrow as pa
 
-        from forensics.live import OffsetRange, read_range
+        from forensics.live import OffsetRange, read_range_chunks
 
         schema = arrow_schema()
-        rows: list[tuple[object, ...]] = []
-        for fetched in read_range(self.bootstrap, self.topic, self.settings,
-                                  OffsetRange(partition.partition, partition.start,
-                                              partition.end)):
-            rows.extend(fetched)
-            if len(rows) >= ROWS_PER_BATCH:
-                yield _record_batch(pa, schema, rows)
-                rows = []
-        if rows:
-            yield _record_batch(pa, schema, rows)
+        for chunk in read_range_chunks(self.bootstrap, self.topic, self.settings,
+                                       OffsetRange(partition.partition, partition.start,
+                                                   partition.end), ROWS_PER_BATCH):
+            if isinstance(chunk, CommitColumns):
+                yield _commit_batch(pa, schema, chunk)
+            else:
+                yield _record_batch(pa, schema, chunk)
 
 
 class LiveOffsetsDataSource(DataSource):  # type: ignore[misc]

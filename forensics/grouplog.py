@@ -23,6 +23,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from coordinator.grouplog.codec import RecordDecodeError, decode_record
 from coordinator.grouplog.records import GroupMetadataRecord, OffsetCommitRecord
@@ -41,7 +42,9 @@ __all__ = [
     "decode_assignment",
     "decode_segment",
     "decode_segment_chunks",
+    "empty_buffers",
     "find_segments",
+    "grouplog_speedups",
     "record_row",
 ]
 
@@ -155,9 +158,16 @@ COMMIT_BUFFERS = (
 )
 
 
-def _empty_buffers() -> list[bytearray]:
+def empty_buffers() -> list[bytearray]:
+    """Column buffers in `COMMIT_BUFFERS` order with no row yet."""
     return [bytearray(b"\0\0\0\0") if name.endswith(".offsets") else bytearray()
             for name in COMMIT_BUFFERS]
+
+
+def grouplog_speedups() -> Any:
+    """The C loop's module when it was built (and its buffers are Arrow's layout here), else
+    None."""
+    return _speedups if _speedups is not None and sys.byteorder == "little" else None
 
 
 def decode_segment_chunks(path: str, log_partition: int, max_rows: int = 65536
@@ -177,7 +187,7 @@ def decode_segment_chunks(path: str, log_partition: int, max_rows: int = 65536
         if rows:
             yield rows
         return
-    buffers = _empty_buffers()
+    buffers = empty_buffers()
     commits = 0
     others: list[tuple[object, ...]] = []
     for item in _payloads(path, log_partition):
@@ -198,7 +208,7 @@ def decode_segment_chunks(path: str, log_partition: int, max_rows: int = 65536
                                        f"malformed records: {exc}"))
         if commits >= max_rows:
             yield CommitColumns(path, log_partition, commits, buffers)
-            buffers = _empty_buffers()
+            buffers = empty_buffers()
             commits = 0
         if len(others) >= max_rows:
             yield others

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from coordinator.grouplog.codec import RecordDecodeError, decode_record
-from forensics.grouplog import record_row
+from forensics.grouplog import CommitColumns, empty_buffers, grouplog_speedups, record_row
 
 OFFSETS_TOPIC = "__consumer_offsets"
 EARLIEST, LATEST = -2, -1  # Kafka's ListOffsets timestamps, also in explicit bounds
@@ -219,6 +219,51 @@ def read_range(bootstrap: str, topic: str, settings: Mapping[str, str],
             rows.append(record_row(name, partition, offset, offset, message.timestamp()[1],
                                    message.key(), message.value()))
         yield rows
+
+
+def read_range_chunks(bootstrap: str, topic: str, settings: Mapping[str, str],
+                      offsets: OffsetRange, max_rows: int = 65536
+                      ) -> Iterator[CommitColumns | list[tuple[object, ...]]]:
+    """The rows of `read_range` in chunks of about `max_rows`, as `decode_segment_chunks`
+    gives a segment's: the commit records unpacked by the C loop into `CommitColumns` (no
+    Python object per row on their way to Arrow), every other row in lists. Without the C
+    loop (or on a big-endian machine) every chunk is a list."""
+    speedups = grouplog_speedups()
+    if speedups is None:
+        rows: list[tuple[object, ...]] = []
+        for fetched in read_range(bootstrap, topic, settings, offsets):
+            rows.extend(fetched)
+            if len(rows) >= max_rows:
+                yield rows
+                rows = []
+        if rows:
+            yield rows
+        return
+    name = source_name(bootstrap, topic, offsets.partition)
+    partition = offsets.partition
+    buffers = empty_buffers()
+    commits = 0
+    others: list[tuple[object, ...]] = []
+    for batch in _fetch(bootstrap, topic, settings, offsets):
+        keys = [m.key() for m in batch]
+        values = [m.value() for m in batch]
+        numbers = [m.offset() for m in batch]
+        stamps = [m.timestamp()[1] for m in batch]
+        added, rest = speedups.record_columns(keys, values, numbers, stamps, buffers)
+        commits += added
+        others.extend(record_row(name, partition, numbers[n], numbers[n], stamps[n], keys[n],
+                                 values[n]) for n in rest)
+        if commits >= max_rows:
+            yield CommitColumns(name, partition, commits, buffers)
+            buffers = empty_buffers()
+            commits = 0
+        if len(others) >= max_rows:
+            yield others
+            others = []
+    if commits:
+        yield CommitColumns(name, partition, commits, buffers)
+    if others:
+        yield others
 
 
 def _fetch(bootstrap: str, topic: str, settings: Mapping[str, str],

@@ -14,7 +14,8 @@ decode rate on 1,000,000 records.
 
 3. Live source: N OffsetCommit records committed to the real broker (100 partitions per
    request, by stock librdkafka clients), then read back over the Kafka protocol: the
-   reader alone on one core (librdkafka fetch and the decoder, no Spark), and
+   data source's reader alone on one core (librdkafka's fetch and the C loop's column
+   buffers, no Spark), and
    `spark.read.format("kafka_consumer_offsets")` on local[2] (the broker serving it is
    another process, not counted in the CPU rate).
 4. Cluster: the report of section 1 again, submitted with `spark-submit` to a standalone
@@ -253,7 +254,8 @@ def _live_source(work: Path, records: int) -> dict[str, object]:
     from confluent_kafka import Consumer, TopicPartition
 
     from forensics.datasource import LIVE_FORMAT_NAME, register_live
-    from forensics.live import OFFSETS_TOPIC, LiveSource, plan, read_range
+    from forensics.grouplog import CommitColumns
+    from forensics.live import OFFSETS_TOPIC, LiveSource, plan, read_range_chunks
     from forensics.session import get_session
     from tests.broker_process import BrokerProcess
     from tests.integration.group_workers import create_topic
@@ -274,8 +276,9 @@ def _live_source(work: Path, records: int) -> dict[str, object]:
         ranges = plan(broker.bootstrap, OFFSETS_TOPIC, {})
         total = sum(r.records for r in ranges)
         cpu_started = time.process_time()
-        read = sum(len(rows) for r in ranges
-                   for rows in read_range(broker.bootstrap, OFFSETS_TOPIC, {}, r))
+        read = sum(chunk.rows if isinstance(chunk, CommitColumns) else len(chunk)
+                   for r in ranges
+                   for chunk in read_range_chunks(broker.bootstrap, OFFSETS_TOPIC, {}, r))
         one_core = read / (time.process_time() - cpu_started)
 
         spark = get_session("local[2]")

@@ -140,6 +140,29 @@ def test_the_live_source_reads_every_record_the_segments_hold(cluster: BrokerPro
     assert {row[5] for row in live} == {"offset_commit", "group_metadata"}
 
 
+def test_the_c_loop_gives_the_rows_the_python_path_gives(cluster: BrokerProcess) -> None:
+    """The data source's chunks (commits unpacked by the C loop into column buffers, when it
+    is built) hold the same rows as `read_range`'s Python rows."""
+    import pyarrow as pa
+
+    from forensics.datasource import _commit_batch, _record_batch, arrow_schema
+    from forensics.grouplog import GROUP_LOG_COLUMNS, CommitColumns
+    from forensics.live import read_range_chunks
+
+    schema = arrow_schema()
+    for r in plan(cluster.bootstrap, OFFSETS_TOPIC, {}):
+        rows = [row for rows in read_range(cluster.bootstrap, OFFSETS_TOPIC, {}, r)
+                for row in rows]
+        chunked = []
+        for chunk in read_range_chunks(cluster.bootstrap, OFFSETS_TOPIC, {}, r, 16):
+            batch = (_commit_batch(pa, schema, chunk) if isinstance(chunk, CommitColumns)
+                     else _record_batch(pa, schema, chunk))
+            chunked.extend(tuple(d[c] for c in GROUP_LOG_COLUMNS) for d in batch.to_pylist())
+        as_arrow = _record_batch(pa, schema, rows).to_pylist() if rows else []
+        assert sorted(chunked, key=repr) == sorted(
+            (tuple(d[c] for c in GROUP_LOG_COLUMNS) for d in as_arrow), key=repr)
+
+
 def test_bounds_pick_offsets(cluster: BrokerProcess) -> None:
     everything = [r for r in plan(cluster.bootstrap, OFFSETS_TOPIC, {}) if r.records]
     busiest = max(everything, key=lambda r: r.records)
