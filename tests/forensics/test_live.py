@@ -153,7 +153,7 @@ def test_the_c_loop_gives_the_rows_the_python_path_gives(cluster: BrokerProcess)
     for r in plan(cluster.bootstrap, OFFSETS_TOPIC, {}):
         rows = [row for rows in read_range(cluster.bootstrap, OFFSETS_TOPIC, {}, r)
                 for row in rows]
-        chunked = []
+        chunked: list[tuple[object, ...]] = []
         for chunk in read_range_chunks(cluster.bootstrap, OFFSETS_TOPIC, {}, r, 16):
             batch = (_commit_batch(pa, schema, chunk) if isinstance(chunk, CommitColumns)
                      else _record_batch(pa, schema, chunk))
