@@ -78,10 +78,6 @@ def main(argv: list[str] | None = None) -> int:
         if problem is not None:
             sys.stderr.write(f"forensics: {flag} {location}: {problem}\n")
             return 1
-    if args.bootstrap_server is not None and args.follow:
-        sys.stderr.write("forensics: --follow reads --data (the journal); not with "
-                         "--bootstrap-server\n")
-        return 2
     if args.timelines < 0 or args.interval <= 0:
         sys.stderr.write("forensics: --timelines must be >= 0 and --interval > 0\n")
         return 2
@@ -109,11 +105,16 @@ def main(argv: list[str] | None = None) -> int:
     with ThreadPoolExecutor(max_workers=1) as starter:
         starting = starter.submit(get_session, args.master, class_cache=cache)
         if args.follow:
-            from forensics.follow import follow
+            from forensics.follow import follow, follow_live
         else:
             from forensics.job import run
         spark = starting.result()
     try:
+        if args.follow and live is not None:
+            follow_live(spark, live, args.out.resolve(),
+                        journal=Path(args.journal).resolve() if args.journal else None,
+                        timelines=args.timelines, interval_s=args.interval, once=args.once)
+            return 0
         if args.follow:
             follow(spark, Path(args.data).resolve(), args.out.resolve(),
                    journal=Path(args.journal) if args.journal else None,

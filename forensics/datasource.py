@@ -18,7 +18,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from pyspark.sql import SparkSession
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
 
 from forensics.grouplog import (
     COMMIT_BUFFERS,
@@ -191,6 +196,46 @@ class LiveOffsetsReader(DataSourceReader):  # type: ignore[misc]
                 yield _record_batch(pa, schema, chunk)
 
 
+class LiveOffsetsStreamReader(DataSourceStreamReader):  # type: ignore[misc]
+    """Structured Streaming over the offsets topic: an offset is `{"PARTITION": next offset}`
+    for every partition; each micro-batch reads what the partitions' high watermarks passed
+    since the last one, one Spark partition per offsets-topic partition with new records."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self._batch = LiveOffsetsReader(options)
+
+    def _watermarks(self, starting: str | None) -> dict[str, int]:
+        from forensics.live import EARLIEST, LATEST, parse_bound, plan
+
+        reader = self._batch
+        found = plan(reader.bootstrap, reader.topic, reader.settings,
+                     parse_bound(starting, EARLIEST, reader.topic), LATEST,
+                     check_records=False)
+        return {str(r.partition): r.end if starting is None else r.start for r in found}
+
+    def initialOffset(self) -> dict[str, int]:
+        return self._watermarks(self._batch.options.get("startingOffsets") or "earliest")
+
+    def latestOffset(self, start: dict[str, int] | None = None, limit: Any = None
+                     ) -> dict[str, int]:
+        latest = self._watermarks(None)
+        if start:  # never behind a start (a partition's records deleted meanwhile)
+            latest = {p: max(o, start.get(p, o)) for p, o in latest.items()}
+        return latest
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]
+                   ) -> list[OffsetRangePartition]:
+        chosen = [OffsetRangePartition(int(p), start.get(p, 0), o) for p, o in end.items()
+                  if o > start.get(p, 0)]
+        return chosen or [OffsetRangePartition(-1, 0, 0)]
+
+    def read(self, partition: Any) -> Iterator[Any]:
+        return self._batch.read(partition)
+
+    def commit(self, end: dict[str, int]) -> None:
+        pass  # nothing to release: each read opens and closes its own client
+
+
 class LiveOffsetsDataSource(DataSource):  # type: ignore[misc]
     """`spark.read.format("kafka_consumer_offsets").option("kafka.bootstrap.servers", HOST)
     .load()`: the offsets topic of a live cluster. Options: `topic` (default
@@ -206,6 +251,9 @@ class LiveOffsetsDataSource(DataSource):  # type: ignore[misc]
 
     def reader(self, schema: Any) -> LiveOffsetsReader:
         return LiveOffsetsReader(dict(self.options))
+
+    def streamReader(self, schema: Any) -> LiveOffsetsStreamReader:
+        return LiveOffsetsStreamReader(dict(self.options))
 
 
 def register_live(spark: SparkSession) -> None:

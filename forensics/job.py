@@ -29,6 +29,7 @@ from forensics.reader import (
     journal_tables,
     live_group_log_frame,
     modelled_records,
+    stored_group_log_frame,
     summarize_group_log,
 )
 from forensics.report import ReportData, ready, render_html, render_timeline
@@ -51,10 +52,11 @@ class Outcome:
 
 def run(spark: SparkSession, data_dir: str | Path | None, out_dir: Path, *,
         timelines: int = 10, journal: str | Path | None = None,
-        live: LiveSource | None = None) -> Outcome:
+        live: LiveSource | None = None, group_log_store: Path | None = None) -> Outcome:
     """Analyse `data_dir` (a rebalanced `log.dirs` or a Kafka log directory) into `out_dir`;
     the journal is `journal`, else `data_dir`/events. With `live`, the group log is a live
     cluster's offsets topic instead of `data_dir`'s segments (and `data_dir` may be None).
+    With `group_log_store`, the group log is the records `--follow` kept there (Parquet).
     Inputs are local paths or URLs (`forensics.files`); `out_dir` is the driver's.
 
     Speed: each journal file is parsed in its own task and gathered there per group
@@ -75,19 +77,22 @@ def run(spark: SparkSession, data_dir: str | Path | None, out_dir: Path, *,
                                 thread_name_prefix="forensics-job") as pool:
             if journal is None and data_dir is not None:
                 journal = journal_dir(data_dir)
-            return _run(spark, data_dir, out_dir, timelines, journal, live, problems, pool,
-                        renderer)
+            return _run(spark, data_dir, out_dir, timelines, journal, live, group_log_store,
+                        problems, pool, renderer)
     finally:
         renderer.close()
 
 
 def _run(spark: SparkSession, data_dir: str | Path | None, out_dir: Path, timelines: int,
-         journal: str | Path | None, live: LiveSource | None, problems: Problems,
+         journal: str | Path | None, live: LiveSource | None,
+         group_log_store: Path | None, problems: Problems,
          pool: ThreadPoolExecutor, renderer: _Renderer) -> Outcome:
     # The journal pass and the group log's first jobs run at once.
     analysed = (pool.submit(_collect, analyse_journal(spark, journal))
                 if journal is not None and journal_files(journal) else None)
-    if live is not None:
+    if group_log_store is not None:
+        all_records = stored_group_log_frame(spark, group_log_store)
+    elif live is not None:
         all_records = live_group_log_frame(spark, live)
     else:
         all_records = group_log_frame(spark, data_dir) if data_dir is not None else None

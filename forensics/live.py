@@ -341,6 +341,14 @@ class LiveSource:
     def records(self) -> int:
         return sum(r.records for r in self.ranges)
 
+    def stream_options(self) -> dict[str, str]:
+        """The data source's options for a stream that starts at these ranges' starts."""
+        options = {"kafka.bootstrap.servers": self.bootstrap, "topic": self.topic,
+                   "startingOffsets": json.dumps(
+                       {self.topic: {str(r.partition): r.start for r in self.ranges}})}
+        options.update({CLIENT_PREFIX + k: v for k, v in self.settings.items()})
+        return options
+
     def options(self) -> dict[str, str]:
         """The data source's options for exactly these ranges."""
         options = {"kafka.bootstrap.servers": self.bootstrap, "topic": self.topic,

@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 
 from forensics.datasource import FORMAT_NAME, LIVE_FORMAT_NAME, register, register_live
 from forensics.files import child
-from forensics.grouplog import find_segments
+from forensics.grouplog import GROUP_LOG_COLUMNS, find_segments
 from forensics.journal_chunks import CHUNK, journal_files, read_files
 from forensics.journal_pass import (
     COMMIT,
@@ -144,6 +144,15 @@ def live_group_log_frame(spark: SparkSession, source: LiveSource) -> DataFrame |
         return None
     register_live(spark)
     return (spark.read.format(LIVE_FORMAT_NAME).options(**source.options()).load()
+            .coalesce(spark.sparkContext.defaultParallelism).cache())
+
+
+def stored_group_log_frame(spark: SparkSession, store: Path) -> DataFrame | None:
+    """The group-log records `--follow` kept (Parquet, a directory per micro-batch), or None
+    when there are none yet."""
+    if not any(store.glob("batch_id=*/*.parquet")):
+        return None
+    return (spark.read.parquet(str(store)).select(*GROUP_LOG_COLUMNS)
             .coalesce(spark.sparkContext.defaultParallelism).cache())
 
 

@@ -234,3 +234,32 @@ def test_an_unreachable_cluster_gets_one_line(tmp_path: Path,
     assert "cannot connect" in err and time.monotonic() - started < 10
     with pytest.raises(LiveSourceError):
         plan(f"{bootstrap},127.0.0.1:{free_port()}", OFFSETS_TOPIC, {})
+
+
+def test_follow_reads_only_new_records_and_shows_a_new_rebalance(
+        spark: Any, cluster: BrokerProcess, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`--follow --once` on the live cluster, a new member joining, and `--follow --once`
+    again: the second micro-batch holds exactly the new records (the checkpoint), and the
+    report has the new rebalance. Runs last: it changes the cluster's history."""
+    out = tmp_path / "out"
+    args = ["--bootstrap-server", cluster.bootstrap, "--out", str(out), "--timelines", "0",
+            "--follow", "--once"]
+    assert main(args) == 0
+    before = _rows(out, "rebalances")
+    first_total = sum(r.records for r in plan(cluster.bootstrap, OFFSETS_TOPIC, {}))
+    assert pq.read_table(out / "_group_log" / "batch_id=0").num_rows == first_total
+
+    newcomer = _Member(cluster.bootstrap, "billing", "newcomer")
+    newcomer.start()
+    produce(cluster, TOPIC, (f"order-{n}" for n in range(100, 104)), PARTITIONS)
+    _until(lambda: newcomer.committed >= 4, 30, "the newcomer's commits")
+    newcomer.finish()
+    total = sum(r.records for r in plan(cluster.bootstrap, OFFSETS_TOPIC, {}))
+
+    assert main(args) == 0
+    assert "batch 1:" in capsys.readouterr().out
+    assert pq.read_table(out / "_group_log" / "batch_id=1").num_rows == total - first_total
+    after = _rows(out, "rebalances")
+    joined = [r for r in after if r not in before and "newcomer" in (r["members_joined"] or [])]
+    assert joined and len(after) > len(before)
