@@ -18,11 +18,14 @@ decode rate on 1,000,000 records.
    buffers, no Spark), and
    `spark.read.format("kafka_consumer_offsets")` on local[2] (the broker serving it is
    another process, not counted in the CPU rate).
-4. Cluster: the report of section 1 again, submitted with `spark-submit` to a standalone
+4. Follow: `--follow --bootstrap-server` (10 s trigger, the default) on the broker while a group
+   runs; a second member joins and the time until the report's `rebalances` table has the
+   new rebalance is measured (the target: within two trigger intervals).
+5. Cluster: the report of section 1 again, submitted with `spark-submit` to a standalone
    master and two one-core workers started from the installed pyspark on loopback.
 
 Usage: python -m tests.bench.forensics_bench [--events N] [--records N] [--keep DIR]
-           [--only journal,cluster,group-log,live] [--group-log-only]
+           [--only journal,cluster,group-log,live,follow] [--group-log-only]
 """
 
 from __future__ import annotations
@@ -170,7 +173,7 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, default=None)
     parser.add_argument("--group-log-only", action="store_true",
                         help="skip the journal report; measure only the group-log decode")
-    parser.add_argument("--only", default="journal,cluster,group-log,live",
+    parser.add_argument("--only", default="journal,cluster,group-log,live,follow",
                         help="the sections to run, comma-separated")
     args = parser.parse_args()
     sections = {"group-log"} if args.group_log_only else set(args.only.split(","))
@@ -202,6 +205,8 @@ def main() -> int:
             results.update(_report_on_cluster(journal_data, work))
         if "live" in sections:
             results.update(_live_source(work, args.records))
+        if "follow" in sections:
+            results.update(_follow_latency(work))
         if "group-log" not in sections:
             print(json.dumps(results, indent=1))
             return 0
@@ -246,6 +251,60 @@ def _report_on_cluster(journal_data: Path, work: Path) -> dict[str, object]:
     finally:
         cluster.stop()
     return {"cluster_report_wall_s": round(wall, 1), "cluster": "standalone, 2 workers x 1 core"}
+
+
+def _follow_latency(work: Path, interval_s: float = 10.0) -> dict[str, object]:
+    """Seconds from a second member's join (its assignment) to the report's `rebalances`
+    table showing the rebalance, with `--follow` at its default 10 s interval on the live
+    broker."""
+    import pyarrow.parquet as pq
+
+    from tests.broker_process import BrokerProcess
+    from tests.forensics.test_live import _Member, _until
+    from tests.integration.group_workers import create_topic, produce
+
+    broker = BrokerProcess(work / "follow-broker" / "data").start()
+    out = work / "follow-out"
+    members: list[Any] = []
+    job = None
+    try:
+        create_topic(broker, "orders", 4)
+        produce(broker, "orders", (f"o-{n}" for n in range(40)), 4)
+        members.append(_Member(broker.bootstrap, "billing", "first"))
+        members[0].start()
+        _until(lambda: members[0].committed >= 10, 60, "the first member's commits")
+        job = subprocess.Popen(
+            [sys.executable, "-m", "forensics", "--bootstrap-server", broker.bootstrap,
+             "--out", str(out), "--timelines", "0", "--follow", "--interval", str(interval_s)],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        assert job.stdout is not None
+        job.stdout.readline()  # the first micro-batch's report
+        # One more micro-batch (new commits) first: the measured one is a warm refresh, as
+        # every refresh after a follower's first minute is.
+        produce(broker, "orders", (f"w-{n}" for n in range(8)), 4)
+        job.stdout.readline()
+        known = pq.read_table(out / "rebalances").num_rows
+        members.append(_Member(broker.bootstrap, "billing", "second"))
+        members[1].start()
+        _until(lambda: members[1].assigned, 60, "the second member's assignment")
+        joined = time.perf_counter()  # the rebalance's GroupMetadata record is written
+        deadline = joined + 20 * interval_s
+        while time.perf_counter() < deadline:
+            try:
+                if pq.read_table(out / "rebalances").num_rows > known:
+                    break
+            except OSError:
+                pass  # the directory is being replaced
+            time.sleep(0.1)
+        latency = time.perf_counter() - joined
+    finally:
+        if job is not None:
+            job.terminate()
+            job.wait(60)
+        for member in members:
+            member.finish()
+        broker.stop()
+    return {"follow_interval_s": interval_s, "follow_new_rebalance_in_report_s": round(latency, 1)}
 
 
 def _live_source(work: Path, records: int) -> dict[str, object]:
