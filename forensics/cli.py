@@ -46,6 +46,12 @@ def parser() -> argparse.ArgumentParser:
                         '\'{"__consumer_offsets": {"PARTITION": OFFSET}}\'')
     p.add_argument("--ending-offsets", default="latest",
                    help="with --bootstrap-server: latest (default), or offsets as above")
+    p.add_argument("--starting-timestamp", type=int, default=None, metavar="MS",
+                   help="with --bootstrap-server: from the first record at or after this "
+                        "time (ms since the epoch); replaces --starting-offsets")
+    p.add_argument("--ending-timestamp", type=int, default=None, metavar="MS",
+                   help="with --bootstrap-server: up to the first record at or after this "
+                        "time; replaces --ending-offsets")
     p.add_argument("--consumer-property", action="append", default=[], metavar="KEY=VALUE",
                    help="with --bootstrap-server: a client setting (security.protocol, "
                         "sasl.*, ssl.*, ...); repeatable")
@@ -163,7 +169,8 @@ def _plan_live(args: argparse.Namespace) -> LiveSource:
     topic = args.topic or OFFSETS_TOPIC
     ranges = plan(args.bootstrap_server, topic, settings,
                   parse_bound(args.starting_offsets, EARLIEST, topic),
-                  parse_bound(args.ending_offsets, LATEST, topic))
+                  parse_bound(args.ending_offsets, LATEST, topic),
+                  starting_ms=args.starting_timestamp, ending_ms=args.ending_timestamp)
     return LiveSource(args.bootstrap_server, topic, settings, tuple(ranges))
 
 

@@ -142,6 +142,10 @@ def register(spark: SparkSession) -> None:
 LIVE_FORMAT_NAME = "kafka_consumer_offsets"
 
 
+def _millis(text: str | None) -> int | None:
+    return int(text) if text not in (None, "") else None
+
+
 class OffsetRangePartition(InputPartition):  # type: ignore[misc]
     def __init__(self, partition: int, start: int, end: int) -> None:
         super().__init__((partition, start, end))
@@ -174,7 +178,9 @@ class LiveOffsetsReader(DataSourceReader):  # type: ignore[misc]
             found = plan(self.bootstrap, self.topic, self.settings,
                          parse_bound(self.options.get("startingOffsets"), EARLIEST, self.topic),
                          parse_bound(self.options.get("endingOffsets"), LATEST, self.topic),
-                         check_records=False)
+                         check_records=False,
+                         starting_ms=_millis(self.options.get("startingTimestamp")),
+                         ending_ms=_millis(self.options.get("endingTimestamp")))
             ranges = [(r.partition, r.start, r.end) for r in found]
         chosen = [OffsetRangePartition(p, s, e) for p, s, e in ranges if e > s]
         return chosen or [OffsetRangePartition(-1, 0, 0)]
@@ -240,7 +246,8 @@ class LiveOffsetsDataSource(DataSource):  # type: ignore[misc]
     """`spark.read.format("kafka_consumer_offsets").option("kafka.bootstrap.servers", HOST)
     .load()`: the offsets topic of a live cluster. Options: `topic` (default
     `__consumer_offsets`), `startingOffsets` / `endingOffsets` (`earliest`, `latest`, or
-    `{"__consumer_offsets": {"0": 42}}`), and every client setting as `kafka.NAME`."""
+    `{"__consumer_offsets": {"0": 42}}`), `startingTimestamp` / `endingTimestamp` (ms since
+    the epoch, in their place), and every client setting as `kafka.NAME`."""
 
     @classmethod
     def name(cls) -> str:

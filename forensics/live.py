@@ -99,11 +99,14 @@ def parse_bound(text: str | None, default: int, topic: str) -> int | dict[int, i
 
 def plan(bootstrap: str, topic: str, settings: Mapping[str, str],
          starting: int | dict[int, int] = EARLIEST, ending: int | dict[int, int] = LATEST,
-         check_records: bool = True) -> list[OffsetRange]:
+         check_records: bool = True, starting_ms: int | None = None,
+         ending_ms: int | None = None) -> list[OffsetRange]:
     """Every partition of `topic` with its offsets to read, `[start, end)` clamped to what
-    the cluster retains. Raises `LiveSourceError` when the cluster cannot be reached, the
-    topic does not exist or (`check_records`) its first record is not a group coordinator
-    record."""
+    the cluster retains. `starting_ms` / `ending_ms` (milliseconds since the epoch) replace
+    `starting` / `ending` with each partition's first offset whose record's timestamp is at
+    or after them (ListOffsets by time; none: the high watermark). Raises `LiveSourceError`
+    when the cluster cannot be reached, the topic does not exist or (`check_records`) its
+    first record is not a group coordinator record."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     reachable(bootstrap)
@@ -129,11 +132,40 @@ def plan(bootstrap: str, topic: str, settings: Mapping[str, str],
             start = _resolve(starting, partition, low, high, EARLIEST)
             end = _resolve(ending, partition, low, high, LATEST)
             ranges.append(OffsetRange(partition, start, max(end, start)))
+        if starting_ms is not None or ending_ms is not None:
+            ranges = _by_time(consumer, topic, bootstrap, ranges, starting_ms, ending_ms)
     finally:
         consumer.close()
     if check_records:
         check_topic(bootstrap, topic, settings, ranges)
     return ranges
+
+
+def _by_time(consumer: Any, topic: str, bootstrap: str, ranges: list[OffsetRange],
+             starting_ms: int | None, ending_ms: int | None) -> list[OffsetRange]:
+    from confluent_kafka import KafkaException, TopicPartition
+
+    def offsets_at(ms: int) -> dict[int, int]:
+        try:
+            found = consumer.offsets_for_times(
+                [TopicPartition(topic, r.partition, ms) for r in ranges],
+                timeout=METADATA_TIMEOUT_S)
+        except KafkaException as exc:
+            raise LiveSourceError(f"topic {topic} on {bootstrap}: offsets by time: "
+                                  f"{_kafka_error(exc)}") from None
+        return {tp.partition: tp.offset for tp in found}
+
+    starts = offsets_at(starting_ms) if starting_ms is not None else {}
+    ends = offsets_at(ending_ms) if ending_ms is not None else {}
+    timed = []
+    for r in ranges:
+        # -1: no record at or after that time, so the partition's end
+        start = starts.get(r.partition, r.start)
+        end = ends.get(r.partition, r.end)
+        start = r.end if start < 0 else max(start, r.start)
+        end = r.end if end < 0 else min(end, r.end)
+        timed.append(OffsetRange(r.partition, start, max(end, start)))
+    return timed
 
 
 def reachable(bootstrap: str, timeout_s: float = 5.0) -> None:

@@ -179,6 +179,26 @@ def test_bounds_pick_offsets(cluster: BrokerProcess) -> None:
     assert not any(r.records for r in latest)
 
 
+def test_bounds_pick_times(cluster: BrokerProcess) -> None:
+    """A time bound is each partition's first offset at or after it (ListOffsets by time)."""
+    everything = [r for r in plan(cluster.bootstrap, OFFSETS_TOPIC, {}) if r.records]
+    busiest = max(everything, key=lambda r: r.records)
+    rows = [row for rows in read_range(cluster.bootstrap, OFFSETS_TOPIC, {}, busiest)
+            for row in rows]
+    middle = rows[len(rows) // 2]
+    at = int(middle[4])  # the record's timestamp
+    first_at = min(row[3] for row in rows if row[4] >= at)
+    timed = {r.partition: r for r in plan(cluster.bootstrap, OFFSETS_TOPIC, {}, starting_ms=at)}
+    assert timed[busiest.partition] == OffsetRange(busiest.partition, first_at, busiest.end)
+    before = {r.partition: r for r in plan(cluster.bootstrap, OFFSETS_TOPIC, {},
+                                           ending_ms=at)}
+    assert before[busiest.partition] == OffsetRange(busiest.partition, busiest.start,
+                                                     first_at)
+    later = plan(cluster.bootstrap, OFFSETS_TOPIC, {}, starting_ms=int(time.time() * 1000)
+                 + 3_600_000)
+    assert not any(r.records for r in later)
+
+
 def test_live_tables_match_the_log_directory_tables(spark: Any, cluster: BrokerProcess,
                                                     tmp_path: Path) -> None:
     """The job on the live cluster and on a copy of the same broker's offsets directories
