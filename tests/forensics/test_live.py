@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pyarrow.parquet as pq
 import pytest
@@ -183,11 +183,10 @@ def test_bounds_pick_times(cluster: BrokerProcess) -> None:
     """A time bound is each partition's first offset at or after it (ListOffsets by time)."""
     everything = [r for r in plan(cluster.bootstrap, OFFSETS_TOPIC, {}) if r.records]
     busiest = max(everything, key=lambda r: r.records)
-    rows = [row for rows in read_range(cluster.bootstrap, OFFSETS_TOPIC, {}, busiest)
-            for row in rows]
-    middle = rows[len(rows) // 2]
-    at = int(middle[4])  # the record's timestamp
-    first_at = min(row[3] for row in rows if row[4] >= at)
+    stamped = [(cast(int, row[3]), cast(int, row[4])) for rows in read_range(
+        cluster.bootstrap, OFFSETS_TOPIC, {}, busiest) for row in rows]  # (offset, time)
+    at = stamped[len(stamped) // 2][1]
+    first_at = min(offset for offset, ts in stamped if ts >= at)
     timed = {r.partition: r for r in plan(cluster.bootstrap, OFFSETS_TOPIC, {}, starting_ms=at)}
     assert timed[busiest.partition] == OffsetRange(busiest.partition, first_at, busiest.end)
     before = {r.partition: r for r in plan(cluster.bootstrap, OFFSETS_TOPIC, {},
