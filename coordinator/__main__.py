@@ -111,6 +111,7 @@ def _watch_loop(broker: Broker) -> LoopLagMonitor:
 
 
 async def serve(broker: Broker, server_factory: type[KafkaServer] | None = None) -> None:
+    from coordinator.runtime.broker import connection_limit
     from protocol.server import KafkaServer, install_signal_handlers
 
     server_factory = server_factory or KafkaServer
@@ -127,7 +128,9 @@ async def serve(broker: Broker, server_factory: type[KafkaServer] | None = None)
                             max_frame_bytes=settings["socket.request.max.bytes"],
                             max_in_flight=settings["queued.max.requests"],
                             idle_ms=settings["connections.max.idle.ms"],
-                            max_connections=settings["max.connections"],
+                            max_connections=connection_limit(
+                                settings["max.connections"],
+                                settings["offsets.topic.num.partitions"]),
                             max_connections_per_ip=settings["max.connections.per.ip"],
                             max_buffered_bytes=settings["queued.max.request.bytes"])
     bound = await server.start()

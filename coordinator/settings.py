@@ -34,6 +34,16 @@ def _int(lo: int | None = None, hi: int | None = None) -> Callable[[str], int]:
     return parse
 
 
+def _float(lo: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        value = float(text.strip())
+        if value < lo:
+            raise ValueError(f"must be >= {lo}")
+        return value
+
+    return parse
+
+
 def _bool(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in ("true", "1", "yes"):
@@ -175,6 +185,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("log.dirs", str, "./data", "data directory (topics and the group log)"),
     Setting("num.partitions", _int(1), "1", "partitions of an auto-created topic"),
     Setting("auto.create.topics.enable", _bool, "true", "create unknown topics on Metadata"),
+    Setting("max.broker.partitions", _int(-1), "-1",
+            "topic partitions this broker holds at most; more are refused (POLICY_VIOLATION). "
+            "-1: half of the open-file limit left once the group log's descriptors are set "
+            "aside (max.connections is capped to the other half)"),
+    Setting("controller.mutation.rate", _float(-1), "-1",
+            "partitions a client id may create per second (KIP-599), with a burst of 11 s; "
+            "beyond, THROTTLING_QUOTA_EXCEEDED (-1: no quota)"),
     Setting("log.segment.bytes", _int(14), "1073741824", "segment size before rolling"),
     Setting("log.retention.ms", _int(-1), "604800000",
             "delete segments older than this (-1: never)"),
@@ -194,6 +211,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("offsets.topic.num.partitions", _int(1), "50", "partitions of the group log"),
     Setting("offsets.topic.segment.bytes", _int(14), "104857600", "group log segment size"),
     Setting("offset.metadata.max.bytes", _int(0), "4096", "largest commit metadata string"),
+    Setting("offsets.topic.max.message.bytes", _int(1024), "1048588",
+            "largest group record (every member's subscription and assignment) the group log "
+            "takes; a larger one is refused with UNKNOWN_SERVER_ERROR (Kafka's message.max.bytes "
+            "of __consumer_offsets)"),
     Setting("offsets.retention.minutes", _int(1), "10080", "committed offsets expire after this"),
     Setting("offsets.retention.check.interval.ms", _int(1), "600000",
             "how often offset expiry runs"),
@@ -356,7 +377,8 @@ def argument_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--config", type=Path, help="server.properties-style file")
     parser.add_argument("--repair", action="store_true",
-                        help="truncate logs at a corrupted batch instead of refusing to start")
+                        help="cut corrupted batches out of the logs (keeping every intact one, "
+                        "each loss logged) instead of refusing to start")
     for s in SETTINGS:
         parser.add_argument(f"--{s.key}", dest=s.key, metavar="VALUE",
                             help=f"{s.doc}" + (f" (default: {s.default})" if s.default else ""))

@@ -137,12 +137,10 @@ typedef struct {
     int64_t committed, commit_timestamp;
 } commit_view;
 
-/* True when the record is such a commit, with its fields in `c`. */
-static int as_commit(const unsigned char *p, const record_view *r, commit_view *c)
+/* True when the key and value are such a commit, with its fields in `c`. */
+static int key_value_commit(const unsigned char *key, int64_t key_len,
+                            const unsigned char *value, int64_t value_len, commit_view *c)
 {
-    const unsigned char *key = p + r->key_at;
-    const unsigned char *value = p + r->value_at;
-    int64_t key_len = r->key_len, value_len = r->value_len;
     if (!(key_len >= 10 && key[0] == 0 && key[1] <= 1 && value_len >= 24 && value[0] == 0
           && value[1] == 3))
         return 0;
@@ -165,6 +163,12 @@ static int as_commit(const unsigned char *p, const record_view *r, commit_view *
     c->committed = get_i64(value + 2);
     c->commit_timestamp = get_i64(value + timestamp_from);
     return 1;
+}
+
+/* True when the record is such a commit, with its fields in `c`. */
+static int as_commit(const unsigned char *p, const record_view *r, commit_view *c)
+{
+    return key_value_commit(p + r->key_at, r->key_len, p + r->value_at, r->value_len, c);
 }
 
 /* Appends (offset, timestamp, key: bytes, value: bytes | None) for `decode_record`. */
@@ -380,6 +384,118 @@ static int is_utf8(const unsigned char *at, Py_ssize_t len, const unsigned char 
     return 1;
 }
 
+/* Appends one commit row to the column buffers; `group_end` and `topic_end` are the string
+ * columns' running end offsets. */
+static int append_commit(PyObject **column, const commit_view *c, int64_t position,
+                         int64_t offset, int64_t timestamp, int64_t *group_end,
+                         int64_t *topic_end)
+{
+    int32_t key_version = c->key_version;
+    int32_t group_stop, topic_stop;
+    *group_end += c->group_len;
+    *topic_end += c->topic_len;
+    if (*group_end > INT32_MAX || *topic_end > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "string column over 2 GiB");
+        return -1;
+    }
+    group_stop = (int32_t)*group_end;
+    topic_stop = (int32_t)*topic_end;
+    if (extend(column[COL_POSITION], &position, 8) < 0
+        || extend(column[COL_OFFSET], &offset, 8) < 0
+        || extend(column[COL_TIMESTAMP], &timestamp, 8) < 0
+        || extend(column[COL_KEY_VERSION], &key_version, 4) < 0
+        || extend(column[COL_PARTITION], &c->partition, 4) < 0
+        || extend(column[COL_COMMITTED], &c->committed, 8) < 0
+        || extend(column[COL_COMMIT_TIMESTAMP], &c->commit_timestamp, 8) < 0
+        || extend(column[COL_GROUP_ENDS], &group_stop, 4) < 0
+        || extend(column[COL_GROUP_DATA], c->group, c->group_len) < 0
+        || extend(column[COL_TOPIC_ENDS], &topic_stop, 4) < 0
+        || extend(column[COL_TOPIC_DATA], c->topic, c->topic_len) < 0)
+        return -1;
+    return 0;
+}
+
+/* The 11 bytearray columns of `columns` (a list) into `column`; -1 with an error if not. */
+static int get_columns(PyObject *columns, PyObject **column)
+{
+    if (!PyList_Check(columns) || PyList_GET_SIZE(columns) != COLUMN_COUNT) {
+        PyErr_SetString(PyExc_ValueError, "columns must be 11 bytearrays");
+        return -1;
+    }
+    for (int i = 0; i < COLUMN_COUNT; i++) {
+        column[i] = PyList_GET_ITEM(columns, i);
+        if (!PyByteArray_CheckExact(column[i])) {
+            PyErr_SetString(PyExc_TypeError, "columns must be 11 bytearrays");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* record_columns(keys, values, offsets, timestamps, columns): records given one by one (a
+ * client's fetched messages: lists of key bytes, value bytes or None, offsets, timestamps).
+ * The commits are appended to the columns with their offset as their position; returns
+ * (rows appended, [indexes of the other records]). */
+static PyObject *record_columns(PyObject *self, PyObject *args)
+{
+    PyObject *keys, *values, *offsets, *timestamps, *columns;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!", &PyList_Type, &keys, &PyList_Type, &values,
+                          &PyList_Type, &offsets, &PyList_Type, &timestamps, &PyList_Type,
+                          &columns))
+        return NULL;
+    PyObject *column[COLUMN_COUNT];
+    if (get_columns(columns, column) < 0)
+        return NULL;
+    Py_ssize_t count = PyList_GET_SIZE(keys);
+    if (PyList_GET_SIZE(values) != count || PyList_GET_SIZE(offsets) != count
+        || PyList_GET_SIZE(timestamps) != count) {
+        PyErr_SetString(PyExc_ValueError, "keys, values, offsets and timestamps differ in length");
+        return NULL;
+    }
+    int64_t group_end = PyByteArray_GET_SIZE(column[COL_GROUP_DATA]);
+    int64_t topic_end = PyByteArray_GET_SIZE(column[COL_TOPIC_DATA]);
+    const unsigned char *group_at = NULL, *topic_at = NULL;
+    Py_ssize_t group_size = 0, topic_size = 0;
+    long long rows = 0;
+    PyObject *others = PyList_New(0);
+    if (others == NULL)
+        return NULL;
+    for (Py_ssize_t n = 0; n < count; n++) {
+        PyObject *key = PyList_GET_ITEM(keys, n);
+        PyObject *value = PyList_GET_ITEM(values, n);
+        commit_view c;
+        int commit = PyBytes_CheckExact(key) && PyBytes_CheckExact(value)
+            && key_value_commit((const unsigned char *)PyBytes_AS_STRING(key),
+                                PyBytes_GET_SIZE(key),
+                                (const unsigned char *)PyBytes_AS_STRING(value),
+                                PyBytes_GET_SIZE(value), &c)
+            && is_utf8(c.group, c.group_len, &group_at, &group_size)
+            && is_utf8(c.topic, c.topic_len, &topic_at, &topic_size);
+        if (commit) {
+            int64_t offset = PyLong_AsLongLong(PyList_GET_ITEM(offsets, n));
+            int64_t timestamp = PyLong_AsLongLong(PyList_GET_ITEM(timestamps, n));
+            if (PyErr_Occurred())
+                goto failed;
+            if (append_commit(column, &c, offset, offset, timestamp, &group_end,
+                              &topic_end) < 0)
+                goto failed;
+            rows++; /* the names' bytes stay alive in `keys` for the whole call */
+            continue;
+        }
+        PyObject *index = PyLong_FromSsize_t(n);
+        if (index == NULL || PyList_Append(others, index) < 0) {
+            Py_XDECREF(index);
+            goto failed;
+        }
+        Py_DECREF(index);
+    }
+    return Py_BuildValue("(LN)", rows, others);
+
+failed:
+    Py_DECREF(others);
+    return NULL;
+}
+
 static PyObject *batch_columns(PyObject *self, PyObject *args)
 {
     Py_buffer payload;
@@ -426,27 +542,8 @@ static PyObject *batch_columns(PyObject *self, PyObject *args)
         commit_view c;
         if (as_commit(p, &r, &c) && is_utf8(c.group, c.group_len, &group_at, &group_size)
             && is_utf8(c.topic, c.topic_len, &topic_at, &topic_size)) {
-            int32_t key_version = c.key_version;
-            int32_t group_stop, topic_stop;
-            group_end += c.group_len;
-            topic_end += c.topic_len;
-            if (group_end > INT32_MAX || topic_end > INT32_MAX) {
-                PyErr_SetString(PyExc_OverflowError, "string column over 2 GiB");
-                goto failed;
-            }
-            group_stop = (int32_t)group_end;
-            topic_stop = (int32_t)topic_end;
-            if (extend(column[COL_POSITION], &position, 8) < 0
-                || extend(column[COL_OFFSET], &offset, 8) < 0
-                || extend(column[COL_TIMESTAMP], &timestamp, 8) < 0
-                || extend(column[COL_KEY_VERSION], &key_version, 4) < 0
-                || extend(column[COL_PARTITION], &c.partition, 4) < 0
-                || extend(column[COL_COMMITTED], &c.committed, 8) < 0
-                || extend(column[COL_COMMIT_TIMESTAMP], &c.commit_timestamp, 8) < 0
-                || extend(column[COL_GROUP_ENDS], &group_stop, 4) < 0
-                || extend(column[COL_GROUP_DATA], c.group, c.group_len) < 0
-                || extend(column[COL_TOPIC_ENDS], &topic_stop, 4) < 0
-                || extend(column[COL_TOPIC_DATA], c.topic, c.topic_len) < 0)
+            if (append_commit(column, &c, position, offset, timestamp, &group_end,
+                              &topic_end) < 0)
                 goto failed;
             rows++;
             continue;
@@ -470,6 +567,8 @@ static PyMethodDef methods[] = {
      "Rows (or undecoded records) of one uncompressed magic-2 records payload."},
     {"batch_columns", batch_columns, METH_VARARGS,
      "Commit rows of one records payload appended to column buffers; the other records."},
+    {"record_columns", record_columns, METH_VARARGS,
+     "Commit rows of fetched records appended to column buffers; the others' indexes."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -4,17 +4,26 @@
 under DIR on the driver and reads each segment in its own Spark partition with
 `forensics.grouplog.decode_segment_chunks`, handing Spark Arrow record batches: the commit
 records (nearly all of a group log) go from the C loop's column buffers into Arrow arrays
-without a Python object per row. Executors open the files with plain `open()`, so on a
-cluster DIR must be on a filesystem every executor mounts at the same path.
+without a Python object per row. DIR is a local path (on a cluster, mounted at the same
+place on every executor) or a URL (`s3://`, `hdfs://`, ...: `forensics.files`).
+
+`spark.read.format("kafka_consumer_offsets")` reads the same records from a live cluster's
+offsets topic over the Kafka protocol (`forensics.live`).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
 from pyspark.sql import SparkSession
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
 
 from forensics.grouplog import (
     COMMIT_BUFFERS,
@@ -128,3 +137,131 @@ class ConsumerOffsetsDataSource(DataSource):  # type: ignore[misc]
 
 def register(spark: SparkSession) -> None:
     spark.dataSource.register(ConsumerOffsetsDataSource)
+
+
+LIVE_FORMAT_NAME = "kafka_consumer_offsets"
+
+
+def _millis(text: str | None) -> int | None:
+    return int(text) if text not in (None, "") else None
+
+
+class OffsetRangePartition(InputPartition):  # type: ignore[misc]
+    def __init__(self, partition: int, start: int, end: int) -> None:
+        super().__init__((partition, start, end))
+        self.partition = partition
+        self.start = start
+        self.end = end
+
+
+class LiveOffsetsReader(DataSourceReader):  # type: ignore[misc]
+    """One Spark partition per partition of the offsets topic, each read by its own client
+    on an executor."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        from forensics.live import OFFSETS_TOPIC, client_settings
+
+        self.bootstrap = options.get("kafka.bootstrap.servers", "")
+        if not self.bootstrap:
+            raise ValueError(f"{LIVE_FORMAT_NAME} needs the option kafka.bootstrap.servers")
+        self.topic = options.get("topic") or OFFSETS_TOPIC
+        self.settings = client_settings(options)
+        self.options = options
+
+    def partitions(self) -> list[OffsetRangePartition]:
+        from forensics.live import EARLIEST, LATEST, parse_bound, plan
+
+        planned = self.options.get("ranges")
+        if planned:  # resolved by the caller already (the command line does, on the driver)
+            ranges = [tuple(r) for r in json.loads(planned)]
+        else:
+            found = plan(self.bootstrap, self.topic, self.settings,
+                         parse_bound(self.options.get("startingOffsets"), EARLIEST, self.topic),
+                         parse_bound(self.options.get("endingOffsets"), LATEST, self.topic),
+                         check_records=False,
+                         starting_ms=_millis(self.options.get("startingTimestamp")),
+                         ending_ms=_millis(self.options.get("endingTimestamp")))
+            ranges = [(r.partition, r.start, r.end) for r in found]
+        chosen = [OffsetRangePartition(p, s, e) for p, s, e in ranges if e > s]
+        return chosen or [OffsetRangePartition(-1, 0, 0)]
+
+    def read(self, partition: Any) -> Iterator[Any]:
+        if partition.end <= partition.start:
+            return
+        import pyarrow as pa
+
+        from forensics.live import OffsetRange, read_range_chunks
+
+        schema = arrow_schema()
+        for chunk in read_range_chunks(self.bootstrap, self.topic, self.settings,
+                                       OffsetRange(partition.partition, partition.start,
+                                                   partition.end), ROWS_PER_BATCH):
+            if isinstance(chunk, CommitColumns):
+                yield _commit_batch(pa, schema, chunk)
+            else:
+                yield _record_batch(pa, schema, chunk)
+
+
+class LiveOffsetsStreamReader(DataSourceStreamReader):  # type: ignore[misc]
+    """Structured Streaming over the offsets topic: an offset is `{"PARTITION": next offset}`
+    for every partition; each micro-batch reads what the partitions' high watermarks passed
+    since the last one, one Spark partition per offsets-topic partition with new records."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self._batch = LiveOffsetsReader(options)
+
+    def _watermarks(self, starting: str | None) -> dict[str, int]:
+        from forensics.live import EARLIEST, LATEST, parse_bound, plan
+
+        reader = self._batch
+        found = plan(reader.bootstrap, reader.topic, reader.settings,
+                     parse_bound(starting, EARLIEST, reader.topic), LATEST,
+                     check_records=False)
+        return {str(r.partition): r.end if starting is None else r.start for r in found}
+
+    def initialOffset(self) -> dict[str, int]:
+        return self._watermarks(self._batch.options.get("startingOffsets") or "earliest")
+
+    def latestOffset(self, start: dict[str, int] | None = None, limit: Any = None
+                     ) -> dict[str, int]:
+        latest = self._watermarks(None)
+        if start:  # never behind a start (a partition's records deleted meanwhile)
+            latest = {p: max(o, start.get(p, o)) for p, o in latest.items()}
+        return latest
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]
+                   ) -> list[OffsetRangePartition]:
+        chosen = [OffsetRangePartition(int(p), start.get(p, 0), o) for p, o in end.items()
+                  if o > start.get(p, 0)]
+        return chosen or [OffsetRangePartition(-1, 0, 0)]
+
+    def read(self, partition: Any) -> Iterator[Any]:
+        return self._batch.read(partition)
+
+    def commit(self, end: dict[str, int]) -> None:
+        pass  # nothing to release: each read opens and closes its own client
+
+
+class LiveOffsetsDataSource(DataSource):  # type: ignore[misc]
+    """`spark.read.format("kafka_consumer_offsets").option("kafka.bootstrap.servers", HOST)
+    .load()`: the offsets topic of a live cluster. Options: `topic` (default
+    `__consumer_offsets`), `startingOffsets` / `endingOffsets` (`earliest`, `latest`, or
+    `{"__consumer_offsets": {"0": 42}}`), `startingTimestamp` / `endingTimestamp` (ms since
+    the epoch, in their place), and every client setting as `kafka.NAME`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return LIVE_FORMAT_NAME
+
+    def schema(self) -> str:
+        return GROUP_LOG_DDL
+
+    def reader(self, schema: Any) -> LiveOffsetsReader:
+        return LiveOffsetsReader(dict(self.options))
+
+    def streamReader(self, schema: Any) -> LiveOffsetsStreamReader:
+        return LiveOffsetsStreamReader(dict(self.options))
+
+
+def register_live(spark: SparkSession) -> None:
+    spark.dataSource.register(LiveOffsetsDataSource)

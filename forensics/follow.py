@@ -17,7 +17,9 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from forensics.datasource import LIVE_FORMAT_NAME, register_live
 from forensics.job import run
+from forensics.live import LiveSource
 from forensics.reader import journal_dir
 
 STORE = "_journal"
@@ -25,7 +27,7 @@ STORE = "_journal"
 
 def follow(spark: SparkSession, data_dir: Path, out_dir: Path, *, journal: Path | None,
            timelines: int, interval_s: float, once: bool) -> None:
-    directory = journal or journal_dir(data_dir)
+    directory = Path(journal or journal_dir(data_dir))
     directory.mkdir(parents=True, exist_ok=True)  # the file source needs it to exist
     out_dir.mkdir(parents=True, exist_ok=True)
     store = out_dir / STORE
@@ -40,6 +42,40 @@ def follow(spark: SparkSession, data_dir: Path, out_dir: Path, *, journal: Path 
 
     stream = (spark.readStream.option("maxFilesPerTrigger", 1000).text(str(directory))
               .select(F.col("_metadata.file_path").alias("path")))
+    writer: Any = (stream.writeStream.foreachBatch(refresh)
+                   .option("checkpointLocation", str(out_dir / "_checkpoint")))
+    writer = (writer.trigger(availableNow=True) if once
+              else writer.trigger(processingTime=f"{interval_s} seconds"))
+    query = writer.start()
+    try:
+        query.awaitTermination()
+    except KeyboardInterrupt:
+        query.stop()
+
+
+GROUP_LOG_STORE = "_group_log"
+
+
+def follow_live(spark: SparkSession, live: LiveSource, out_dir: Path, *,
+                journal: Path | None, timelines: int, interval_s: float, once: bool) -> None:
+    """Structured Streaming over a live cluster's offsets topic: each micro-batch's records
+    are kept in `OUT/_group_log` (a Parquet directory per batch, written whole, so a batch
+    Spark runs again after a failure replaces itself) and the report and tables are rebuilt
+    from every record kept so far with the batch job. `OUT/_checkpoint` holds the offsets
+    read, so a restarted `--follow` reads only what is new."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    store = out_dir / GROUP_LOG_STORE
+    store.mkdir(exist_ok=True)
+
+    def refresh(batch: DataFrame, batch_id: int) -> None:
+        batch.write.mode("overwrite").parquet(str(store / f"batch_id={batch_id}"))
+        outcome = run(spark, None, out_dir, timelines=timelines, journal=journal,
+                      live=live, group_log_store=store)
+        print(f"batch {batch_id}: {outcome.rebalances} rebalances in {outcome.groups} groups; "
+              f"report: {outcome.report}", flush=True)
+
+    register_live(spark)
+    stream = spark.readStream.format(LIVE_FORMAT_NAME).options(**live.stream_options()).load()
     writer: Any = (stream.writeStream.foreachBatch(refresh)
                    .option("checkpointLocation", str(out_dir / "_checkpoint")))
     writer = (writer.trigger(availableNow=True) if once

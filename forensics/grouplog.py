@@ -23,9 +23,11 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from coordinator.grouplog.codec import RecordDecodeError, decode_record
 from coordinator.grouplog.records import GroupMetadataRecord, OffsetCommitRecord
+from forensics.files import list_dir, name_of, read_bytes
 from storage.batch import scan_batches
 
 try:
@@ -40,7 +42,10 @@ __all__ = [
     "decode_assignment",
     "decode_segment",
     "decode_segment_chunks",
+    "empty_buffers",
     "find_segments",
+    "grouplog_speedups",
+    "record_row",
 ]
 
 # Column order of a decoded row; `forensics.schema.GROUP_LOG_SCHEMA` gives the types.
@@ -62,17 +67,19 @@ _NOTHING = (None,) * 13  # group_id .. members, for rows that carry no record
 
 
 def find_segments(data_dir: str | Path) -> list[tuple[str, int]]:
-    """`(segment path, log partition)` of every `__consumer_offsets-N/*.log` under `data_dir`
-    (a rebalanced `log.dirs` or a Kafka log directory), in partition and offset order."""
-    root = Path(data_dir)
+    """`(segment location, log partition)` of every `__consumer_offsets-N/*.log` under
+    `data_dir` (a rebalanced `log.dirs` or a Kafka log directory; a local path or a URL,
+    `forensics.files`), in partition and offset order."""
     found: list[tuple[str, int]] = []
-    candidates = [root] if _SEGMENT_DIR.match(root.name) else sorted(root.glob("*"))
-    for directory in candidates:
-        match = _SEGMENT_DIR.match(directory.name)
-        if match and directory.is_dir():
+    root = str(data_dir)
+    candidates = ([(root, True)] if _SEGMENT_DIR.match(name_of(root)) else list_dir(root))
+    for directory, is_directory in candidates:
+        match = _SEGMENT_DIR.match(name_of(directory))
+        if match and is_directory:
             partition = int(match.group(1))
-            found.extend((str(p), partition) for p in sorted(directory.glob("*.log")))
-    return sorted(found, key=lambda item: (item[1], item[0]))
+            found.extend((p, partition) for p, is_sub in list_dir(directory)
+                         if not is_sub and name_of(p).endswith(".log"))
+    return sorted(found, key=lambda item: (item[1], name_of(item[0])))
 
 
 @dataclass(slots=True)
@@ -90,7 +97,7 @@ def _payloads(path: str, log_partition: int) -> Iterator[_Payload | tuple[object
     """Each data batch of a segment as a `_Payload`, and a problem row (file and byte
     position) where a batch cannot be read."""
     try:
-        data = Path(path).read_bytes()
+        data = read_bytes(path)
     except OSError as exc:
         yield _problem(path, log_partition, 0, "corrupt", f"unreadable: {exc}")
         return
@@ -151,9 +158,16 @@ COMMIT_BUFFERS = (
 )
 
 
-def _empty_buffers() -> list[bytearray]:
+def empty_buffers() -> list[bytearray]:
+    """Column buffers in `COMMIT_BUFFERS` order with no row yet."""
     return [bytearray(b"\0\0\0\0") if name.endswith(".offsets") else bytearray()
             for name in COMMIT_BUFFERS]
+
+
+def grouplog_speedups() -> Any:
+    """The C loop's module when it was built (and its buffers are Arrow's layout here), else
+    None."""
+    return _speedups if _speedups is not None and sys.byteorder == "little" else None
 
 
 def decode_segment_chunks(path: str, log_partition: int, max_rows: int = 65536
@@ -173,7 +187,7 @@ def decode_segment_chunks(path: str, log_partition: int, max_rows: int = 65536
         if rows:
             yield rows
         return
-    buffers = _empty_buffers()
+    buffers = empty_buffers()
     commits = 0
     others: list[tuple[object, ...]] = []
     for item in _payloads(path, log_partition):
@@ -194,7 +208,7 @@ def decode_segment_chunks(path: str, log_partition: int, max_rows: int = 65536
                                        f"malformed records: {exc}"))
         if commits >= max_rows:
             yield CommitColumns(path, log_partition, commits, buffers)
-            buffers = _empty_buffers()
+            buffers = empty_buffers()
             commits = 0
         if len(others) >= max_rows:
             yield others
@@ -312,6 +326,37 @@ def _batch_rows_py(path: str, log_partition: int, position: int, base_offset: in
         key = data[key_at:key_at + key_len]
         value = data[value_at:value_at + value_len] if value_len >= 0 else None
         yield _record_row(path, log_partition, position, offset, timestamp, key, value)
+
+
+def record_row(path: str, log_partition: int, position: int, offset: int, timestamp: int,
+               key: bytes | None, value: bytes | None) -> tuple[object, ...]:
+    """One record given as its key and value (a live fetch): the commit records the broker
+    writes on every commit unpacked in place, every other one through `decode_record`."""
+    if key is None:
+        return (path, log_partition, position, offset, timestamp, "undecodable", None, None,
+                *_NOTHING, "a record without a key is not a group coordinator record")
+    key_len = len(key)
+    if (value is not None and key_len >= 10 and key[0] == 0 and key[1] <= 1
+            and len(value) >= 24 and value[0] == 0 and value[1] == 3):
+        (group_len,) = _I16.unpack_from(key, 2)
+        topic_at = 4 + group_len
+        topic_len = _I16.unpack_from(key, topic_at)[0] if topic_at + 2 <= key_len else -1
+        partition_at = topic_at + 2 + topic_len
+        committed, _epoch, metadata_len = _OC_V3.unpack_from(value, 2)
+        timestamp_at = 16 + metadata_len
+        if (group_len >= 0 and topic_len >= 0 and partition_at + 4 == key_len
+                and metadata_len >= 0 and timestamp_at + 8 == len(value)):
+            try:
+                group = key[4:topic_at].decode("utf-8")
+                topic = key[topic_at + 2:partition_at].decode("utf-8")
+            except UnicodeDecodeError:
+                pass  # the generic codec reports it
+            else:
+                return (path, log_partition, position, offset, timestamp, "offset_commit",
+                        key[1], 3, group, topic, _I32.unpack_from(key, partition_at)[0],
+                        committed, _I64.unpack_from(value, timestamp_at)[0], -1, False, None,
+                        None, None, None, None, None, None)
+    return _record_row(path, log_partition, position, offset, timestamp, key, value)
 
 
 def _record_row(path: str, log_partition: int, position: int, offset: int, timestamp: int,

@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 from forensics import summaries as S
 from forensics import transforms as T
 from forensics.journal_pass import OUTPUT, close_states
+from forensics.live import LiveSource
 from forensics.reader import (
     Problems,
     Summary,
@@ -26,7 +27,9 @@ from forensics.reader import (
     journal_dir,
     journal_files,
     journal_tables,
+    live_group_log_frame,
     modelled_records,
+    stored_group_log_frame,
     summarize_group_log,
 )
 from forensics.report import ReportData, ready, render_html, render_timeline
@@ -47,10 +50,14 @@ class Outcome:
     problems: Problems
 
 
-def run(spark: SparkSession, data_dir: Path, out_dir: Path, *, timelines: int = 10,
-        journal: Path | None = None) -> Outcome:
+def run(spark: SparkSession, data_dir: str | Path | None, out_dir: Path, *,
+        timelines: int = 10, journal: str | Path | None = None,
+        live: LiveSource | None = None, group_log_store: Path | None = None) -> Outcome:
     """Analyse `data_dir` (a rebalanced `log.dirs` or a Kafka log directory) into `out_dir`;
-    the journal is `journal`, else `data_dir`/events.
+    the journal is `journal`, else `data_dir`/events. With `live`, the group log is a live
+    cluster's offsets topic instead of `data_dir`'s segments (and `data_dir` may be None).
+    With `group_log_store`, the group log is the records `--follow` kept there (Parquet).
+    Inputs are local paths or URLs (`forensics.files`); `out_dir` is the driver's.
 
     Speed: each journal file is parsed in its own task and gathered there per group
     (`journal_chunks`), those rows are shuffled once by group, and each group's go through
@@ -68,19 +75,27 @@ def run(spark: SparkSession, data_dir: Path, out_dir: Path, *, timelines: int = 
     try:
         with ThreadPoolExecutor(max_workers=SPARK_THREADS,
                                 thread_name_prefix="forensics-job") as pool:
-            return _run(spark, data_dir, out_dir, timelines, journal or journal_dir(data_dir),
+            if journal is None and data_dir is not None:
+                journal = journal_dir(data_dir)
+            return _run(spark, data_dir, out_dir, timelines, journal, live, group_log_store,
                         problems, pool, renderer)
     finally:
         renderer.close()
 
 
-def _run(spark: SparkSession, data_dir: Path, out_dir: Path, timelines: int,
-         journal: Path, problems: Problems, pool: ThreadPoolExecutor,
-         renderer: _Renderer) -> Outcome:
+def _run(spark: SparkSession, data_dir: str | Path | None, out_dir: Path, timelines: int,
+         journal: str | Path | None, live: LiveSource | None,
+         group_log_store: Path | None, problems: Problems,
+         pool: ThreadPoolExecutor, renderer: _Renderer) -> Outcome:
     # The journal pass and the group log's first jobs run at once.
     analysed = (pool.submit(_collect, analyse_journal(spark, journal))
-                if journal_files(journal) else None)
-    all_records = group_log_frame(spark, data_dir)
+                if journal is not None and journal_files(journal) else None)
+    if group_log_store is not None:
+        all_records = stored_group_log_frame(spark, group_log_store)
+    elif live is not None:
+        all_records = live_group_log_frame(spark, live)
+    else:
+        all_records = group_log_frame(spark, data_dir) if data_dir is not None else None
     records = modelled_records(all_records) if all_records is not None else None
     log_summary_f = (pool.submit(summarize_group_log, all_records, problems)
                      if all_records is not None else _done(Summary()))
@@ -124,7 +139,8 @@ def _run(spark: SparkSession, data_dir: Path, out_dir: Path, timelines: int,
         "commits": summary.commits if has_journal else log_summary.commits,
     }
     data = ReportData(
-        data_dir=str(data_dir), has_journal=has_journal, has_group_log=records is not None,
+        data_dir=live.display if live is not None else str(data_dir),
+        has_journal=has_journal, has_group_log=records is not None,
         span=(span_start, span_end), counts=counts, rebalances=rb, worst_groups=worst,
         causes=S.top_causes(rb), culprits=S.top_culprits(rb),
         static_restarts=_static_restarts(listed), problems=problems,

@@ -15,6 +15,7 @@ of each file kept with their byte position.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,10 +23,12 @@ from typing import Any
 
 import pyarrow as pa
 
+from forensics.files import list_dir, name_of, read_bytes, size
 from forensics.journal_pass import COMMIT, CONTROL_TYPES, JOURNAL_VERSION
 
 ACTIVE_NAME = ".events-active.jsonl"  # docs/events.md §1
 ACTIVE_KEY = "~active"  # the active file's place in the order: after every closed file
+_CLOSED_NAME = re.compile(r"^events-\d{13}-(\d{6,})\.jsonl$")  # docs/events.md §1
 MALFORMED_EXAMPLES = 20  # per file
 
 _S, _I, _L, _B = pa.string(), pa.int32(), pa.int64(), pa.bool_()
@@ -38,21 +41,32 @@ CHUNK = pa.schema([("group_id", _S), ("commit_ts", pa.list_(_L)),
                    ("malformed", pa.list_(MALFORMED))])
 
 
-def journal_files(directory: Path, include_active: bool = True) -> list[Path]:
-    """Closed files in time order, then the active one (a batch run reads it too)."""
-    if not directory.is_dir():
-        return []
-    closed = sorted(p for p in directory.glob("events-*.jsonl") if p.is_file())
-    active = directory / ACTIVE_NAME
-    if include_active and active.is_file() and active.stat().st_size > 0:
-        closed.append(active)
+def journal_files(directory: str | Path, include_active: bool = True) -> list[str]:
+    """Closed files in the order the broker wrote them (`file_key`), then the active one (a
+    batch run reads it too); locations as `forensics.files` takes them (a local path or a
+    URL)."""
+    entries = list_dir(directory)
+    closed = sorted((p for p, is_directory in entries if not is_directory
+                     and _CLOSED.match(name_of(p))), key=file_key)
+    active = [p for p, is_directory in entries if not is_directory
+              and name_of(p) == ACTIVE_NAME]
+    if include_active and active and (size(active[0]) or 0) > 0:
+        closed.append(active[0])
     return closed
 
 
-def file_key(path: Path) -> str:
-    """Orders events of one millisecond across files: closed files by name (their names sort
-    in time order), the active file last."""
-    return ACTIVE_KEY if path.name == ACTIVE_NAME else path.name
+_CLOSED = re.compile(r"^events-.*\.jsonl$")
+
+
+def file_key(path: str | Path) -> str:
+    """Orders files, and events of one millisecond across files: closed files by the sequence
+    in their names (the order the broker wrote them, whatever its clock did), the active file
+    last. A name without a sequence sorts by itself, after those with one."""
+    name = name_of(path)
+    if name == ACTIVE_NAME:
+        return ACTIVE_KEY
+    match = _CLOSED_NAME.match(name)
+    return f"{int(match.group(1)):020d}" if match else name
 
 
 @dataclass
@@ -79,12 +93,12 @@ def read_files(paths: Sequence[str], numbers: Iterator[pa.RecordBatch]
     each as `CHUNK` rows."""
     for batch in numbers:
         for number in batch.column("id").to_pylist():
-            yield read_file(Path(paths[number]))
+            yield read_file(paths[number])
 
 
-def read_file(path: Path) -> pa.RecordBatch:
+def read_file(path: str | Path) -> pa.RecordBatch:
     """`path`'s lines as `CHUNK` rows, one per group (and one for lines without a group)."""
-    data = path.read_bytes()
+    data = read_bytes(path)
     lines = data.split(b"\n")
     key = file_key(path)
     fast = _chunk_rows_arrow(data, lines, key)

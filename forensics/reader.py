@@ -10,8 +10,9 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from forensics.datasource import FORMAT_NAME, register
-from forensics.grouplog import find_segments
+from forensics.datasource import FORMAT_NAME, LIVE_FORMAT_NAME, register, register_live
+from forensics.files import child
+from forensics.grouplog import GROUP_LOG_COLUMNS, find_segments
 from forensics.journal_chunks import CHUNK, journal_files, read_files
 from forensics.journal_pass import (
     COMMIT,
@@ -22,6 +23,7 @@ from forensics.journal_pass import (
     flat_table,
     spark_ddl,
 )
+from forensics.live import LiveSource
 from forensics.schema import KNOWN_EVENT_TYPES
 
 __all__ = ["journal_files"]
@@ -40,8 +42,8 @@ class Problems:
     unknown_record_types: dict[int, int] = field(default_factory=dict)
 
 
-def journal_dir(data_dir: Path) -> Path:
-    return data_dir / "events"
+def journal_dir(data_dir: str | Path) -> str:
+    return child(data_dir, "events")
 
 
 @dataclass
@@ -66,17 +68,18 @@ class Summary:
         self.groups.update(groups)
 
 
-def analyse_journal(spark: SparkSession, directory: Path) -> DataFrame:
+def analyse_journal(spark: SparkSession, directory: str | Path) -> DataFrame:
     """One row per group (`journal_pass.OUTPUT`): each journal file in `directory` read and
     gathered per group on its own (`journal_chunks.read_files`, the files shared out among
     the cores), those rows shuffled by group once, and each group's through
     `journal_pass.analyse_group_table`.
 
-    The files are listed here, on the driver, and read by the executors with plain `open()`:
-    on a cluster the journal must be on a filesystem every executor mounts at the same path.
+    The files are listed here, on the driver, and read by the executors through
+    `forensics.files`: a local path must be mounted at the same place on every executor, a
+    URL (`s3://`, `hdfs://`, ...) is read from wherever it is.
     A Spark range hands each task the numbers of its files: no Python process on the driver
     is needed to plan the read, as a Python data source would."""
-    paths = [str(p) for p in journal_files(directory)]
+    paths = journal_files(directory)
     # A task per core, not per file or per shuffle partition: a Python task's start costs
     # more than reading a file, and the groups' rows are few.
     cores = max(spark.sparkContext.defaultParallelism, 1)
@@ -120,7 +123,7 @@ def journal_tables(analysed: pa.Table, problems: Problems) -> JournalTables:
 _MODELLED_RECORDS = ("offset_commit", "group_metadata")
 
 
-def group_log_frame(spark: SparkSession, data_dir: Path) -> DataFrame | None:
+def group_log_frame(spark: SparkSession, data_dir: str | Path) -> DataFrame | None:
     """Every decoded group-log record (cached once read), or None when there is no
     `__consumer_offsets-N` here."""
     if not find_segments(data_dir):
@@ -131,6 +134,25 @@ def group_log_frame(spark: SparkSession, data_dir: Path) -> DataFrame | None:
     # cores, so that every later pass over them runs that many tasks rather than one per
     # (mostly tiny) `__consumer_offsets` partition.
     return (spark.read.format(FORMAT_NAME).load(str(data_dir))
+            .coalesce(spark.sparkContext.defaultParallelism).cache())
+
+
+def live_group_log_frame(spark: SparkSession, source: LiveSource) -> DataFrame | None:
+    """Every record of a live cluster's offsets topic in `source`'s ranges (cached once
+    read), or None when the ranges hold no record."""
+    if not source.records:
+        return None
+    register_live(spark)
+    return (spark.read.format(LIVE_FORMAT_NAME).options(**source.options()).load()
+            .coalesce(spark.sparkContext.defaultParallelism).cache())
+
+
+def stored_group_log_frame(spark: SparkSession, store: Path) -> DataFrame | None:
+    """The group-log records `--follow` kept (Parquet, a directory per micro-batch), or None
+    when there are none yet."""
+    if not any(store.glob("batch_id=*/*.parquet")):
+        return None
+    return (spark.read.parquet(str(store)).select(*GROUP_LOG_COLUMNS)
             .coalesce(spark.sparkContext.defaultParallelism).cache())
 
 

@@ -55,8 +55,23 @@ def get_session(master: str | None = None, app_name: str = "rebalanced-forensics
         builder = builder.master(master)
     builder = builder.config("spark.sql.session.timeZone", "UTC")
     spark = builder.getOrCreate()
+    if launched_by_spark_submit():
+        _cluster_defaults(spark)
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _cluster_defaults(spark: SparkSession) -> None:
+    """Under spark-submit, the SQL settings the job is tuned for, where the submitter gave
+    none: shuffles into as many partitions as the cluster has cores (Spark's default of 200
+    is 200 Python tasks for tables of a few thousand rows), and no adaptive re-planning (see
+    `get_session`)."""
+    given = spark.sparkContext.getConf()
+    cores = max(spark.sparkContext.defaultParallelism, 1)
+    for key, value in (("spark.sql.shuffle.partitions", str(2 * cores)),
+                       ("spark.sql.adaptive.enabled", "false")):
+        if not given.contains(key):
+            spark.conf.set(key, value)
 
 
 class ClassCache:

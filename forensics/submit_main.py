@@ -7,4 +7,7 @@
 
 from forensics.cli import main
 
-raise SystemExit(main())
+# Guarded: the timeline renderers are spawned interpreters that import this file as their
+# main module, and must not start the job (and a second SparkContext) again.
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -22,7 +22,7 @@ from kio.static.primitive import i16, i32
 
 from protocol.errors import MalformedRequest, UnsupportedApi
 from protocol.fast_requests import HAND_DECODERS
-from protocol.guard import Guard, compile_guard
+from protocol.guard import ELEMENT_LIMITS, Guard, compile_guard
 from protocol.legacy_versions import LEGACY_REQUESTS, legacy_request, legacy_response
 
 _FIXED_HEADER = struct.Struct(">hhi")
@@ -83,10 +83,11 @@ def _request_codec(api_key: int, api_version: int) -> _RequestCodec:
             # Hand-written readers bound their own counts; kio-read old versions get the
             # guard of the kio schema that reads them.
             codec = _RequestCodec(legacy_type, entity_reader(header_type), body_reader,
-                                  compile_guard(kio_schema) if kio_schema is not None else None)
+                                  compile_guard(kio_schema, ELEMENT_LIMITS.get(api_key))
+                                  if kio_schema is not None else None)
         else:
             codec = _RequestCodec(cls, entity_reader(cls.__header_schema__), entity_reader(cls),
-                                  compile_guard(cls))
+                                  compile_guard(cls, ELEMENT_LIMITS.get(api_key)))
         _request_codecs[(api_key, api_version)] = codec
     return codec
 

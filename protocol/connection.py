@@ -29,11 +29,17 @@ from protocol.codec import (
 )
 from protocol.errors import MalformedRequest, UnsupportedApi
 from protocol.framing import FrameDecoder, FrameError
+from protocol.guard import OverLimits
 from protocol.refusals import REFUSALS, client_id_of
 
 log = structlog.get_logger("rebalanced.connection")
 
 _connection_ids = itertools.count(1)
+
+# Frames one connection handles in one event-loop turn before letting the others run: a client
+# that pipelines 20,000 requests answered at once (JoinGroups for new group ids) must not hold
+# the loop for all of them. Its reading stays paused while the rest waits in its backlog.
+FRAMES_PER_TURN = 64
 
 # Codec loads running in their own thread, shared by the connections that wait for them. One
 # thread, started with the server (`start_codec_loader`): starting a thread waits until it
@@ -239,6 +245,9 @@ class Connection(asyncio.Protocol):
         try:
             while (handled < len(backlog) and not self.closed and not self.closing
                    and len(self._queue) < self._max_in_flight):
+                if handled == FRAMES_PER_TURN:
+                    asyncio.get_running_loop().call_soon(self._process_backlog)
+                    break
                 frame = backlog[handled]
                 if not self._receive(frame):
                     break
@@ -311,6 +320,10 @@ class Connection(asyncio.Protocol):
                                         api_version=api_version, connection=self.id,
                                         client_host=self.client_host)
                 self.close()
+            return True
+        except OverLimits as exc:
+            self._reject(str(exc), body, api_key, api_version, problem="request over limits",
+                         advice="send fewer elements in one request (README: Hostile input)")
             return True
         except MalformedRequest as exc:
             self._reject(f"{exc}; frame starts {body[:48].hex()}", body, api_key, api_version)
@@ -422,16 +435,18 @@ class Connection(asyncio.Protocol):
         self.close()
 
     def _reject(self, reason: str, frame: bytes | None = None, api_key: int | None = None,
-                api_version: int | None = None) -> None:
+                api_version: int | None = None, *, problem: str = "malformed frame",
+                advice: str | None = None) -> None:
         # Keyed by client id when the frame names one, else by host: a client reconnecting
         # and sending the same bad frame is logged once a minute, not once a connection.
         client_id = client_id_of(frame) if frame is not None else ""
         REFUSALS.refused(
             "connection closed on bad input", client_id=client_id or self.client_host,
-            api_key=api_key, api_version=api_version, problem="malformed frame",
-            advice=("check that the client's protocol setting (kafka-python api_version, "
-                    "librdkafka broker.version.fallback) matches the versions it sends"
-                    if api_key is not None else "send Kafka protocol frames to this port"),
+            api_key=api_key, api_version=api_version, problem=problem,
+            advice=advice or ("check that the client's protocol setting (kafka-python "
+                              "api_version, librdkafka broker.version.fallback) matches the "
+                              "versions it sends" if api_key is not None
+                              else "send Kafka protocol frames to this port"),
             connection=self.id, client_host=self.client_host, reason=reason)
         self.close()
 

@@ -12,11 +12,20 @@ as kio will read it and refuses
 * a null array where the schema does not allow null (kio returns None there, and handlers
   iterate the field).
 
+* a request whose decoded objects would take more than `DECODED_BYTES_PER_BYTE` times the
+  frame's size plus `DECODED_BYTES_ALLOWANCE`: an element of two bytes on the wire (an empty
+  topic name) becomes a Python object, a tuple slot and a string of over 100 bytes, so a 2 MB
+  Metadata request of a million empty names would need hundreds of megabytes. Each array adds
+  its count times an estimate of one element's objects (`_ELEMENT_OVERHEAD`, per field kind,
+  above what CPython really takes) before its elements are walked, so an oversized array is
+  refused in constant time.
+
 Strings and bytes need no length check: kio bounds those against the buffer itself, and refuses
-null for a non-nullable one. So only schemas that contain an array are walked at all; Heartbeat
-costs nothing. The walk of the others is Python source generated once per schema (straight-line
-code per struct, fixed-size runs folded into one addition) and stops after the last field that
-can hold an array, so its cost is a few field reads per array element.
+null for a non-nullable one (their content takes about as many bytes in memory as on the wire,
+which the budget leaves room for). So only schemas that contain an array are walked at all;
+Heartbeat costs nothing. The walk of the others is Python source generated once per schema
+(straight-line code per struct, fixed-size runs folded into one addition) and stops after the
+last field that can hold an array, so its cost is a few field reads per array element.
 """
 
 from __future__ import annotations
@@ -31,6 +40,9 @@ from protocol.errors import MalformedRequest
 
 # A guard: (buffer, offset of the body, end of the frame) -> None, or raises MalformedRequest.
 Guard = Callable[[Any, int, int], None]
+# A generated walk: (buffer, position, end, cost so far, cost limit, elements so far, element
+# limit) -> (position, cost, elements).
+_Walk = Callable[[Any, int, int, int, int, int, int], tuple[int, int, int]]
 
 _FIXED_SIZES = {
     "bool": 1, "int8": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4, "int64": 8,
@@ -38,6 +50,40 @@ _FIXED_SIZES = {
     "datetime_i64": 8, "error_code": 2,
 }
 _LENGTH_PREFIXED = {"string", "bytes", "records"}
+
+# The decoded-size budget: a request may decode to at most this many bytes per frame byte,
+# plus the allowance (which lets small requests of many tiny elements through).
+DECODED_BYTES_PER_BYTE = 16
+DECODED_BYTES_ALLOWANCE = 10 * 1024 * 1024
+
+# Estimated bytes of the Python objects of one decoded value, beyond the bytes it held on the
+# wire: an int above 256 is a 28-byte object, a str or bytes object has a ~40-byte head, a
+# uuid.UUID holds an int, kio's timedelta/datetime are objects of 48 bytes. bool and int8
+# values are cached objects.
+_VALUE_OVERHEAD = {
+    "bool": 0, "int8": 0, "int16": 32, "uint16": 32, "int32": 32, "uint32": 32, "int64": 32,
+    "uint64": 32, "float64": 32, "uuid": 112, "timedelta_i32": 48, "timedelta_i64": 48,
+    "datetime_i64": 48, "error_code": 32, "string": 64, "bytes": 64, "records": 64,
+}
+# Array elements one request of these APIs may hold, all its arrays together: each element
+# costs the handler work on the event loop (looking a group, an offset or a topic up, and
+# encoding its answer, 8-30 us each on a busy 2-core machine), so these keep one request to
+# tens of milliseconds. Above them the request is refused like an over-budget one. A request
+# that names nothing (Metadata of every topic, OffsetFetch of every partition of a group) holds
+# no element: its answer is bounded by what the broker holds.
+ELEMENT_LIMITS = {
+    2: 2_000,   # ListOffsets: topics and their partitions
+    3: 2_000,   # Metadata: topics
+    9: 2_000,   # OffsetFetch: groups, topics and partitions
+    15: 1_000,  # DescribeGroups: group ids
+    42: 1_000,  # DeleteGroups: group ids (each deletes the group's offsets too)
+    69: 1_000,  # ConsumerGroupDescribe: group ids
+}
+_NO_ELEMENT_LIMIT = 2**62
+
+_OBJECT_HEAD = 48  # a slotted dataclass instance: GC and object headers
+_SLOT = 8  # one field of a struct, or one element of an array's tuple
+_TUPLE_HEAD = 64
 
 _I16 = struct.Struct(">h").unpack_from
 _I32 = struct.Struct(">i").unpack_from
@@ -65,6 +111,24 @@ def _bad(name: str, what: str) -> MalformedRequest:
 
 def _null(name: str) -> MalformedRequest:
     return MalformedRequest(f"{name}: null, which the schema does not allow")
+
+
+class OverLimits(MalformedRequest):
+    """A well-formed request over a per-request limit (decoded size, elements)."""
+
+
+class TooManyElements(OverLimits):
+    """A request holding more array elements than its API allows in one request."""
+
+
+def _too_many_elements(name: str, elements: int, limit: int) -> MalformedRequest:
+    return TooManyElements(f"{name}: {elements} elements in one request, more than the {limit} "
+                           "this API allows")
+
+
+def _over_budget(name: str, cost: int, limit: int) -> MalformedRequest:
+    return OverLimits(f"{name}: decoding would take about {cost} bytes, more than the "
+                            f"{limit} this frame's size allows")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -115,6 +179,30 @@ def _holds_array(cls: type, seen: frozenset[type] = frozenset()) -> bool:
     return False
 
 
+def _struct_overhead(cls: type, seen: frozenset[type] = frozenset()) -> int:
+    """Estimated bytes of one decoded instance of `cls` and of its scalar and nested-struct
+    fields; arrays count their tuple's head here and their elements when walked."""
+    if cls in seen:
+        return 0
+    fields = _fields(cls)
+    total = _OBJECT_HEAD + _SLOT * len(fields)
+    for field in fields:
+        if field.is_array:
+            total += _TUPLE_HEAD
+        elif field.struct is not None:
+            total += _struct_overhead(field.struct, seen | {cls})
+        else:
+            total += _VALUE_OVERHEAD[field.kafka_type or ""]
+    return total
+
+
+def _element_overhead(field: _Field) -> int:
+    """Estimated bytes of one element of an array field: its tuple slot and its objects."""
+    if field.struct is not None:
+        return _SLOT + _struct_overhead(field.struct)
+    return _SLOT + _VALUE_OVERHEAD[field.kafka_type or ""]
+
+
 class _Compiler:
     """Generates the check of one request schema as Python source: one function whose body
     walks the top-level struct, with every nested struct's walk inlined where it occurs (a
@@ -123,14 +211,15 @@ class _Compiler:
     def __init__(self, flexible: bool) -> None:
         self.flexible = flexible
         self.sources: list[str] = []
-        self.tag_tables: dict[str, dict[int, Callable[[Any, int, int], int]]] = {}
+        self.tag_tables: dict[str, dict[int, _Walk]] = {}
 
     def function_for(self, cls: type, *, whole: bool = True) -> str:
         name = f"_check_{len(self.sources)}_{cls.__name__}"
         self.sources.append("")  # reserve the slot: tagged fields may add functions meanwhile
         slot = len(self.sources) - 1
-        lines = [f"def {name}(buf, pos, end):", *self._indent(self._struct_lines(cls, whole)),
-                 "    return pos"]
+        lines = [f"def {name}(buf, pos, end, cost, limit, elements, max_elements):",
+                 *self._indent(self._struct_lines(cls, whole)),
+                 "    return pos, cost, elements"]
         self.sources[slot] = "\n".join(lines)
         return name
 
@@ -173,18 +262,19 @@ class _Compiler:
                 "if buf[pos] == 0:",
                 "    pos += 1",
                 "else:",
-                f"    pos = _tags(buf, pos, end, {table})",
+                f"    pos, cost, elements = _tags(buf, pos, end, {table}, cost, limit, elements,"
+                " max_elements)",
             ]
         return lines
 
     def _needs_walk(self, field: _Field) -> bool:
         return field.is_array or (field.struct is not None and _holds_array(field.struct))
 
-    def _tagged_checker(self, field: _Field, owner: type) -> Callable[[Any, int, int], int]:
+    def _tagged_checker(self, field: _Field, owner: type) -> _Walk:
         inner = _Compiler(self.flexible)
-        lines = ["def _tagged(buf, pos, end):"]
+        lines = ["def _tagged(buf, pos, end, cost, limit, elements, max_elements):"]
         lines.extend("    " + line for line in inner._field_lines(field, owner))
-        lines.append("    return pos")
+        lines.append("    return pos, cost, elements")
         return inner.build_function("\n".join(lines), "_tagged")
 
     def _field_lines(self, field: _Field, owner: type) -> list[str]:
@@ -223,12 +313,22 @@ class _Compiler:
             f"        raise _bad({label!r}, 'negative count')",
             *([] if field.nullable else [f"    raise _null({label!r})"]),
         ]
+        # Counted before the elements are walked, so an oversized array costs no walk.
+        budget = [
+            f"    cost += count * {_element_overhead(field)}",
+            "    if cost > limit:",
+            f"        raise _over_budget({label!r}, cost, limit)",
+            "    elements += count",
+            "    if elements > max_elements:",
+            f"        raise _too_many_elements({label!r}, elements, max_elements)",
+        ]
         element_size = _FIXED_SIZES.get(kafka_type or "", 0)
         if element_size:
             lines += [
                 f"elif count * {element_size} > end - pos:",
                 f"    raise _too_many({label!r}, count, end - pos)",
                 "else:",
+                *budget,
                 f"    pos += count * {element_size}",
             ]
             return lines
@@ -236,6 +336,7 @@ class _Compiler:
             "elif count > end - pos:",
             f"    raise _too_many({label!r}, count, end - pos)",
             "else:",
+            *budget,
             "    for _ in range(count):",
         ]
         if field.struct is not None:
@@ -265,15 +366,17 @@ class _Compiler:
     def build_function(self, extra_source: str, name: str) -> Callable[..., Any]:
         namespace: dict[str, Any] = {
             "_I16": _I16, "_I32": _I32, "_uvarint": _uvarint, "_null": _null,
-            "_too_many": _too_many, "_bad": _bad, "_tags": _tags, **self.tag_tables,
+            "_too_many": _too_many, "_bad": _bad, "_tags": _tags, "_over_budget": _over_budget,
+            "_too_many_elements": _too_many_elements,
+            **self.tag_tables,
         }
         source = "\n\n".join([*self.sources, extra_source])
         exec(compile(source, f"<request guard {name}>", "exec"), namespace)
         return namespace[name]  # type: ignore[no-any-return]
 
 
-def _tags(buf: Any, pos: int, end: int,
-          known: dict[int, Callable[[Any, int, int], int]]) -> int:
+def _tags(buf: Any, pos: int, end: int, known: dict[int, _Walk], cost: int, limit: int,
+          elements: int, max_elements: int) -> tuple[int, int, int]:
     """A tagged-field section: each known tag that can hold an array is checked in its bounds."""
     count, pos = _uvarint(buf, pos)
     if count > end - pos:
@@ -286,19 +389,22 @@ def _tags(buf: Any, pos: int, end: int,
                                    f"{end - pos} left")
         check = known.get(tag)
         if check is not None:
-            check(buf, pos, pos + size)
+            _, cost, elements = check(buf, pos, pos + size, cost, limit, elements,
+                                      max_elements)
         pos += size
-    return pos
+    return pos, cost, elements
 
 
-def compile_guard(request_type: type) -> Guard | None:
-    """The guard for one request schema, or None when the schema holds no array at all."""
+def compile_guard(request_type: type, max_elements: int | None = None) -> Guard | None:
+    """The guard for one request schema, or None when the schema holds no array at all.
+    `max_elements` bounds the elements of all its arrays together (`ELEMENT_LIMITS`)."""
     if not _holds_array(request_type):
         return None
     compiler = _Compiler(bool(getattr(request_type, "__flexible__", False)))
     top = compiler.function_for(request_type, whole=False)
     check = compiler.build_function("", top)
-    return _wrapped(check, request_type)
+    return _wrapped(check, request_type, _NO_ELEMENT_LIMIT if max_elements is None
+                    else max_elements)
 
 
 def body_length(request_type: type) -> Callable[[Any, int, int], int]:
@@ -309,18 +415,26 @@ def body_length(request_type: type) -> Callable[[Any, int, int], int]:
 
     def length(buf: Any, pos: int, end: int) -> int:
         try:
-            return int(check(buf, pos, end)) - pos
+            return int(check(buf, pos, end, 0, decoded_size_limit(end - pos), 0,
+                             _NO_ELEMENT_LIMIT)[0]) - pos
         except (IndexError, struct.error) as exc:
             raise MalformedRequest(f"{request_type.__name__}: truncated ({exc})") from exc
 
     return length
 
 
-def _wrapped(check: Callable[[Any, int, int], int], request_type: type) -> Guard:
+def decoded_size_limit(body_bytes: int) -> int:
+    """The estimated object bytes a body of `body_bytes` may decode to: the budget less the
+    strings' content, which takes about one byte in memory per byte on the wire."""
+    return (DECODED_BYTES_PER_BYTE - 1) * body_bytes + DECODED_BYTES_ALLOWANCE
+
+
+def _wrapped(check: Callable[..., tuple[int, int, int]], request_type: type,
+             max_elements: int) -> Guard:
 
     def guard(buf: Any, pos: int, end: int) -> None:
         try:
-            check(buf, pos, end)
+            check(buf, pos, end, 0, decoded_size_limit(end - pos), 0, max_elements)
         except (IndexError, struct.error) as exc:
             raise MalformedRequest(f"{request_type.__name__}: truncated ({exc})") from exc
 

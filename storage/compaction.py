@@ -44,7 +44,6 @@ logged by `clean`, raised by `verify_sealed`), `OSError`; anything else is a bug
 from __future__ import annotations
 
 import contextlib
-import itertools
 import struct
 import threading
 import time
@@ -202,8 +201,7 @@ def verify_sealed(partition_log: PartitionLog, fs: FileSystem) -> None:
 
     Raises `CorruptLogError` naming the file and the byte position of the damage; `OSError`.
     """
-    bases = partition_log.segment_base_offsets()
-    for base, end in itertools.pairwise(bases):
+    for base, end in partition_log.sealed_ranges():
         for _ in iter_segment_batches(fs, _log_path(partition_log, base), base, end):
             pass
 

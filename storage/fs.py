@@ -6,6 +6,10 @@ fsync, truncate, open or rename fail (the idea of franz-go's `kfake/persist_fs.g
 `failNextSync`). The real implementation is a thin layer over `os`: file descriptors, `pread`,
 `ftruncate`, `fsync`, and directory fsyncs after anything that changes a directory.
 
+A broker process started with `REBALANCED_FAULT_PLAN` set (a test's doing; see
+`filesystem_from_env`) runs on a `FaultyFileSystem` built from that plan; otherwise the real
+one, with no cost on any path.
+
 What is left to the callers: deciding *when* to fsync (the log's policy) and what to do after a
 failure (the log rolls a failed append back with `truncate`).
 
@@ -22,11 +26,14 @@ from collections import deque
 from pathlib import Path
 
 __all__ = [
+    "FAULT_PLAN_ENV",
     "REAL_FS",
     "AppendHandle",
+    "FaultRule",
     "FaultyFileSystem",
     "FileSystem",
     "ReadHandle",
+    "filesystem_from_env",
 ]
 
 Buffer = bytes | bytearray | memoryview
@@ -116,10 +123,10 @@ class FileSystem:
         Writes `path.tmp`, fsyncs it, renames it over `path`, then fsyncs the directory.
         """
         tmp = path.with_name(path.name + ".tmp")
+        self.remove(tmp)  # a leftover of a failed attempt; a new file needs no truncate
         handle = self.open_append(tmp)
         try:
             try:
-                handle.truncate(0)
                 handle.write(data)
                 handle.fsync()
             finally:
@@ -130,6 +137,18 @@ class FileSystem:
                 self.remove(tmp)
             raise
         self.fsync_dir(path.parent)
+
+    def write_unsynced(self, path: Path, data: Buffer) -> None:
+        """`write_atomic` without the fsyncs: readers see the old or the new file, but a
+        crash of the machine may lose the new one. For a disk whose fsyncs fail."""
+        tmp = path.with_name(path.name + ".tmp")
+        self.remove(tmp)
+        handle = self.open_append(tmp)
+        try:
+            handle.write(data)
+        finally:
+            handle.close()
+        self.rename(tmp, path)
 
     def listdir(self, path: Path) -> list[str]:
         return sorted(os.listdir(path))
@@ -142,6 +161,15 @@ class FileSystem:
 
     def getsize(self, path: Path) -> int:
         return os.path.getsize(path)
+
+    def same_file(self, path: Path, handle: ReadHandle) -> bool:
+        """Does `path` still name the file `handle` has open (not deleted nor replaced)?"""
+        try:
+            named = os.stat(path)
+        except FileNotFoundError:
+            return False
+        opened = os.fstat(handle.fileno())
+        return (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino)
 
     def mtime_ms(self, path: Path) -> int:
         return os.stat(path).st_mtime_ns // 1_000_000
@@ -194,17 +222,52 @@ def _eio() -> OSError:
     return OSError(errno.EIO, "Input/output error (injected)")
 
 
+class FaultRule:
+    """A standing failure: every `op` on a file whose path contains `path` fails with `exc`,
+    `times` times (-1: for ever), once the file `armed_by` exists (if given) and after the
+    first `after` matching operations went through. A failing write writes its first
+    `partial` bytes first (a torn write)."""
+
+    def __init__(self, op: str, exc: OSError, *, path: str = "", times: int = -1,
+                 after: int = 0, armed_by: str = "", partial: int = 0) -> None:
+        self.op = op
+        self.partial = partial
+        self.exc = exc
+        self.path = path
+        self.times = times
+        self.after = after
+        self.armed_by = armed_by
+        self.fired = 0
+
+    def take(self, op: str, path: Path | None) -> OSError | None:
+        if op != self.op or self.times == 0:
+            return None
+        if self.path and (path is None or self.path not in str(path)):
+            return None
+        if self.armed_by and not os.path.exists(self.armed_by):
+            return None
+        if self.after > 0:
+            self.after -= 1
+            return None
+        if self.times > 0:
+            self.times -= 1
+        self.fired += 1
+        return self.exc
+
+
 class FaultyFileSystem(FileSystem):
-    """The real filesystem plus one-shot injected failures, for tests.
+    """The real filesystem plus injected failures, for tests.
 
     Each `fail_next_*` call queues one failure for the next matching operation on any file
     opened through this object. `fail_next_write(partial=n)` writes the first `n` bytes before
-    raising, to model a torn write. `ops` counts the operations seen, for assertions such as
-    "no fsync happened".
+    raising, to model a torn write. `fail_always` adds a standing `FaultRule` (a disk that
+    keeps failing). `ops` counts the operations seen, for assertions such as "no fsync
+    happened".
     """
 
-    def __init__(self) -> None:
+    def __init__(self, rules: list[FaultRule] | None = None) -> None:
         self._faults: dict[str, deque[tuple[OSError, int, str]]] = {}
+        self.rules: list[FaultRule] = list(rules or [])
         self.ops: dict[str, int] = {}
 
     def _queue(self, op: str, exc: OSError | None, partial: int = 0, suffix: str = "") -> None:
@@ -218,7 +281,19 @@ class FaultyFileSystem(FileSystem):
             if not suffix or (path is not None and path.name.endswith(suffix)):
                 queue.popleft()
                 return exc, partial
+        for rule in self.rules:
+            fired = rule.take(op, path)
+            if fired is not None:
+                return fired, rule.partial
         return None
+
+    def fail_always(self, op: str, exc: OSError | None = None, *, path: str = "",
+                    times: int = -1) -> FaultRule:
+        """Fail every `op` (on paths containing `path`) from now on, or the next `times`."""
+        rule = FaultRule(op, exc or (_enospc() if op == "write" else _eio()), path=path,
+                         times=times)
+        self.rules.append(rule)
+        return rule
 
     def fail_next_write(self, exc: OSError | None = None, *, partial: int = 0) -> None:
         self._queue("write", exc or _enospc(), partial)
@@ -253,8 +328,14 @@ class FaultyFileSystem(FileSystem):
             raise fault[0]
         return super().open_read(path)
 
+    def fsync_dir(self, path: Path) -> None:
+        fault = self._take("fsync_dir", path)
+        if fault is not None:
+            raise fault[0]
+        super().fsync_dir(path)
+
     def rename(self, src: Path, dst: Path) -> None:
-        fault = self._take("rename")
+        fault = self._take("rename", src)
         if fault is not None:
             raise fault[0]
         super().rename(src, dst)
@@ -268,7 +349,7 @@ class _FaultyAppendHandle(AppendHandle):
         self._fs = fs
 
     def write(self, data: Buffer) -> None:
-        fault = self._fs._take("write")
+        fault = self._fs._take("write", self.path)
         if fault is not None:
             exc, partial = fault
             if partial > 0:
@@ -277,13 +358,49 @@ class _FaultyAppendHandle(AppendHandle):
         super().write(data)
 
     def fsync(self) -> None:
-        fault = self._fs._take("fsync")
+        fault = self._fs._take("fsync", self.path)
         if fault is not None:
             raise fault[0]
         super().fsync()
 
     def truncate(self, size: int) -> None:
-        fault = self._fs._take("truncate")
+        fault = self._fs._take("truncate", self.path)
         if fault is not None:
             raise fault[0]
         super().truncate(size)
+
+
+# --------------------------------------------------------------------------------------------
+# A fault plan for a whole broker process (tests start the real broker with one)
+# --------------------------------------------------------------------------------------------
+
+FAULT_PLAN_ENV = "REBALANCED_FAULT_PLAN"
+_FAULT_OPS = ("write", "fsync", "fsync_dir", "truncate", "open", "rename")
+
+
+def filesystem_from_env(environ: dict[str, str] | None = None) -> FaultyFileSystem | None:
+    """The `FaultyFileSystem` the `REBALANCED_FAULT_PLAN` variable describes, else None.
+
+    The plan is a JSON list of rules, each `{"op": "fsync", "path": "__consumer_offsets",
+    "times": 1, "after": 0, "armed_by": "/some/file", "errno": "EIO"}` (see `FaultRule`; only
+    `op` is required; `times` -1 fails for ever; a write rule may have `partial`). Raises
+    `ValueError` on a malformed plan.
+    """
+    text = (os.environ if environ is None else environ).get(FAULT_PLAN_ENV, "")
+    if not text:
+        return None
+    import json
+
+    rules: list[FaultRule] = []
+    for entry in json.loads(text):
+        op = entry["op"]
+        if op not in _FAULT_OPS:
+            raise ValueError(f"{FAULT_PLAN_ENV}: unknown op {op!r}")
+        code = getattr(errno, str(entry.get("errno", "EIO")))
+        exc = OSError(code, f"{os.strerror(code)} (injected)")
+        rules.append(FaultRule(op, exc, path=str(entry.get("path", "")),
+                               times=int(entry.get("times", -1)),
+                               after=int(entry.get("after", 0)),
+                               armed_by=str(entry.get("armed_by", "")),
+                               partial=int(entry.get("partial", 0))))
+    return FaultyFileSystem(rules)

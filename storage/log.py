@@ -26,9 +26,16 @@ Theory of operation
   flushed, since a flush completes the seal first).
 * **Recovery** (`open`): the last segment is CRC-checked batch by batch. Damage at its end with
   no valid batch after it is a torn write and is cut off. Damage anywhere else (valid batches
-  follow it, it is in a sealed segment, or offsets are not contiguous across files) raises
-  `CorruptLogError(path, position)` unless `repair=True`, which cuts the log at the damage and
-  drops the segments after it.
+  follow it, or it is in a sealed segment) raises `CorruptLogError(path, position)` unless
+  `repair=True`, which keeps every intact batch: the damaged stretch is cut out, the valid
+  batches after it move to a new segment named by their first offset, later segments stay,
+  and each loss is logged (file, bytes, offsets). A gap between segments (a segment file lost)
+  is tolerated as Kafka does: a warning names the missing offsets, reads skip the gap. A
+  recovery point left by `discard_after` cuts the log back to it.
+* **Disk errors**: a failed write is rolled back and the rollback verified; a failed fsync, or a
+  rollback that fails, takes the log offline (`LogOfflineError`, never retried). A segment
+  file deleted while the log is open is noticed by the next flush (the active one: offline),
+  read or roll (a sealed one: reported).
 * **Durability**: `append` does not fsync unless `fsync_each_append`; `flush()` fsyncs the active
   segment (after completing pending seals). `flush()` and the seal of a rolled segment may run on
   a worker thread while the owning thread appends: they hold a lock that rolls, truncation,
@@ -41,7 +48,8 @@ is a bug.
 
 from __future__ import annotations
 
-import itertools
+import contextlib
+import errno
 import threading
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
@@ -68,6 +76,7 @@ from storage.segment import (
     MAX_SEGMENT_POSITION,
     TIME_INDEX_SUFFIX,
     CorruptLogError,
+    LogOfflineError,
     Segment,
     parse_segment_name,
 )
@@ -79,6 +88,7 @@ __all__ = [
     "InvalidConfigError",
     "LogClosedError",
     "LogConfig",
+    "LogOfflineError",
     "OffsetOutOfRange",
     "PartitionLog",
 ]
@@ -92,6 +102,11 @@ _SEALER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="segment-seal")
 CREATE_TIME = "CreateTime"
 LOG_APPEND_TIME = "LogAppendTime"
 _WEEK_MS = 7 * 24 * 3600 * 1000
+
+
+# Written by `discard_after` when an offline log's tail could not be cut: the offset the next
+# `open` cuts the log back to.
+RECOVERY_POINT = "recovery-point"
 
 
 class InvalidConfigError(ValueError):
@@ -204,6 +219,9 @@ class PartitionLog:
         # Rolled segments not sealed yet, oldest first (see `_roll`); guarded by `_lock`.
         self._unsealed: list[Segment] = []
         self._seal_lock = threading.Lock()
+        # Set once for good when the files can no longer be trusted (see `LogOfflineError`).
+        self.offline: LogOfflineError | None = None
+        self._reported_missing: set[int] = set()
 
     # ---------------------------------------------------------------- open and recovery
 
@@ -237,47 +255,115 @@ class PartitionLog:
         if not bases:
             return cls(directory, config, fs, [Segment.create(fs, directory, 0, interval)])
 
+        recovery_point = _read_recovery_point(fs, directory) if RECOVERY_POINT in names else None
         segments: list[Segment] = []
         try:
-            for i, base in enumerate(bases):
-                last = i == len(bases) - 1
-                if segments and base != segments[-1].next_offset:
-                    prev = segments[-1]
-                    reason = (
-                        f"the segment ends at offset {prev.next_offset} but the next segment "
-                        f"file starts at offset {base}"
-                    )
-                    if not repair:
-                        raise CorruptLogError(prev.path, prev.size, reason)
-                    _remove_segment_files(fs, directory, bases[i:])
-                    break
-                # A rolled segment without index files: its seal (fsync, then index files) did
-                # not finish before a crash, so its tail may be torn like the active one's.
-                interrupted_seal = not last and not fs.exists(
-                    directory / f"{base:020d}{INDEX_SUFFIX}"
-                )
-                seg, damage = Segment.open_existing(
-                    fs, directory, base, interval, active=last, full_scan=repair
-                )
-                if damage is not None:
-                    if not repair and not ((last or interrupted_seal) and damage.torn):
-                        seg.close_files()
-                        raise CorruptLogError(seg.path, damage.position, damage.reason)
-                    if not last and not repair:
-                        log.warning("cut a rolled segment whose seal a crash interrupted",
-                                    path=str(seg.path), position=damage.position,
-                                    segments_dropped=len(bases) - i - 1)
-                    seg.cut(damage.position)
-                    segments.append(seg)
-                    _remove_segment_files(fs, directory, bases[i + 1 :])
-                    break
-                segments.append(seg)
+            cls._recover(fs, directory, interval, bases, segments, repair)
+            for seg in segments[:-1]:
+                if seg.is_active:  # cut by a repair that kept segments after it
+                    seg.seal()
             segments[-1].reactivate()
         except BaseException:
             for seg in segments:
                 seg.close_files()
             raise
-        return cls(directory, config, fs, segments)
+        opened = cls(directory, config, fs, segments)
+        if recovery_point is not None:
+            opened._cut_to_recovery_point(recovery_point)
+        return opened
+
+    @staticmethod
+    def _recover(fs: FileSystem, directory: Path, interval: int, bases: list[int],
+                 segments: list[Segment], repair: bool) -> None:
+        """Open the segments named by `bases` into `segments` (see the module docstring).
+
+        A repair keeps every intact batch: a damaged stretch is cut out of its segment and
+        the valid batches after it (found by their CRC) move to a new segment named by their
+        first offset, so only the damaged bytes are lost; each loss is logged with its file,
+        byte range and offsets.
+        """
+        pending = list(bases)
+        i = 0
+        while i < len(pending):
+            base = pending[i]
+            last = i == len(pending) - 1
+            prev = segments[-1] if segments else None
+            if prev is not None and base < prev.next_offset:
+                path = directory / f"{base:020d}{LOG_SUFFIX}"
+                reason = (f"the segment file starts at offset {base}, inside the previous "
+                          f"segment, which ends at offset {prev.next_offset}")
+                if not repair:
+                    raise CorruptLogError(path, 0, reason)
+                log.warning("repair dropped a segment", path=str(path), reason=reason,
+                            bytes_dropped=fs.getsize(path))
+                _remove_segment_files(fs, directory, [base])
+                del pending[i]
+                continue
+            if prev is not None and base > prev.next_offset:
+                # Kafka tolerates offset gaps: what the lost segment held is gone, the
+                # segments after it are kept (and reads skip the gap).
+                log.warning("log has a gap", directory=str(directory),
+                            missing_offsets=f"[{prev.next_offset}, {base})",
+                            reason="a segment file is missing, or a repair cut damage out")
+            # A rolled segment without index files: its seal (fsync, then index files) did
+            # not finish before a crash, so its tail may be torn like the active one's.
+            interrupted_seal = not last and not fs.exists(
+                directory / f"{base:020d}{INDEX_SUFFIX}"
+            )
+            seg, damage = Segment.open_existing(
+                fs, directory, base, interval, active=last, full_scan=repair
+            )
+            if damage is None:
+                segments.append(seg)
+                i += 1
+                continue
+            if damage.torn and (last or (interrupted_seal and not repair)):
+                # A crash's torn tail. After an interrupted seal nothing later was flushed.
+                if not last:
+                    log.warning("cut a rolled segment whose seal a crash interrupted",
+                                path=str(seg.path), position=damage.position,
+                                segments_dropped=len(pending) - i - 1)
+                seg.cut(damage.position)
+                segments.append(seg)
+                _remove_segment_files(fs, directory, pending[i + 1 :])
+                return
+            if not repair:
+                seg.close_files()
+                raise CorruptLogError(seg.path, damage.position, damage.reason)
+            next_base = None if last else pending[i + 1]
+            salvage = seg.next_valid_batch(damage.position, seg.next_offset)
+            if salvage is not None and (salvage[1] <= base
+                                        or (next_base is not None and salvage[1] >= next_base)):
+                # It would overlap this segment's name or the next segment (kept instead).
+                salvage = None
+            if salvage is not None:
+                position, salvaged_base = salvage
+                seg.copy_tail(position, directory / f"{salvaged_base:020d}{LOG_SUFFIX}")
+                pending.insert(i + 1, salvaged_base)
+                lost_to: int | None = salvaged_base
+            else:
+                position, lost_to = seg.size, next_base
+            log.warning("repair dropped damaged bytes", path=str(seg.path),
+                        bytes=f"[{damage.position}, {position})",
+                        offsets=f"[{seg.next_offset}, {lost_to if lost_to is not None else ''})",
+                        reason=damage.reason,
+                        kept_after="the batches after the damage" if salvage is not None
+                        else "the segments after this one" if next_base is not None
+                        else "nothing: this was the end of the log")
+            seg.cut(damage.position)
+            segments.append(seg)
+            i += 1
+
+    def _cut_to_recovery_point(self, offset: int) -> None:
+        end = self.log_end_offset
+        if offset < end:
+            self.truncate_to(max(offset, self.log_start_offset))
+            log.warning("log cut back to its recovery point", directory=str(self.directory),
+                        offset=self.log_end_offset, records_dropped=end - self.log_end_offset,
+                        reason="an earlier run stopped on a disk error before it could cut "
+                        "records that were answered with an error")
+        self.fs.remove(self.directory / RECOVERY_POINT)
+        self.fs.fsync_dir(self.directory)
 
     # ---------------------------------------------------------------- offsets
 
@@ -308,8 +394,7 @@ class PartitionLog:
         `OSError` if the write (or the configured fsync) fails, leaving the log unchanged;
         `LogClosedError`.
         """
-        if self._closed:
-            raise LogClosedError(f"{self.directory}: log is closed")
+        self._check_usable()
         batches, _, error = scan_batches(records)
         if error is not None:
             raise error
@@ -343,7 +428,7 @@ class PartitionLog:
         segment = self._segments[-1]
         if self._should_roll(segment, len(buf), next_offset, now_ms):
             segment = self._roll()
-        segment.append(buf, entries, next_offset, now_ms, fsync=self.config.fsync_each_append)
+        self._append(segment, buf, entries, next_offset, now_ms)
         return AppendInfo(first, next_offset - 1, now_ms if log_append_time else -1)
 
     def append_records(self, records: Sequence[tuple[bytes, bytes | None]],
@@ -357,8 +442,7 @@ class PartitionLog:
         Raises `InvalidRecordError` (no records), `MessageTooLargeError`, `OSError` (the log is
         left unchanged), `LogClosedError`.
         """
-        if self._closed:
-            raise LogClosedError(f"{self.directory}: log is closed")
+        self._check_usable()
         if not records:
             raise InvalidRecordError("a batch needs at least one record", position=0)
         first = self.log_end_offset
@@ -373,9 +457,39 @@ class PartitionLog:
         segment = self._segments[-1]
         if self._should_roll(segment, len(batch), next_offset, timestamp_ms):
             segment = self._roll()
-        segment.append(batch, [(0, len(batch), next_offset - 1, timestamp_ms)], next_offset,
-                       timestamp_ms, fsync=self.config.fsync_each_append)
+        self._append(segment, batch, [(0, len(batch), next_offset - 1, timestamp_ms)],
+                     next_offset, timestamp_ms)
         return AppendInfo(first, next_offset - 1, -1)
+
+    def _append(self, segment: Segment, data: bytes | bytearray,
+                entries: list[tuple[int, int, int, int]], next_offset: int, now_ms: int) -> None:
+        try:
+            segment.append(data, entries, next_offset, now_ms,
+                           fsync=self.config.fsync_each_append)
+        except LogOfflineError as exc:
+            raise self._go_offline(exc) from exc.cause
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"{self.directory}: log is closed")
+        if self.offline is not None:
+            raise self.offline
+
+    def _go_offline(self, exc: LogOfflineError) -> LogOfflineError:
+        """Take the log offline for good (the first failure is the one reported); one error
+        line names the file and the error."""
+        with self._lock:
+            first = self.offline is None
+            if first:
+                self.offline = exc
+        if first:
+            log.error("log offline", path=str(exc.path), error=str(exc.cause), failed=exc.what)
+        return self.offline or exc
+
+    def _offline_from(self, exc: OSError, path: Path, what: str) -> LogOfflineError:
+        if isinstance(exc, LogOfflineError):
+            return self._go_offline(exc)
+        return self._go_offline(LogOfflineError(path, exc, what))
 
     def _should_roll(self, seg: Segment, size: int, next_offset: int, now_ms: int) -> bool:
         if seg.empty:
@@ -392,42 +506,45 @@ class PartitionLog:
         """Start a new segment at the log end offset; the old one is sealed by `_SEALER`
         (unless it is about to be deleted).
 
-        If creating the new segment fails, the old one stays active and nothing changed.
+        If creating the new segment fails, the old one stays active and nothing changed;
+        if the directory fsync fails, the log goes offline.
         """
-        with self._lock:
-            old = self._segments[-1]
-            new = Segment.create(
-                self.fs, self.directory, old.next_offset, self.config.index_interval_bytes
-            )
-            self._segments.append(new)
-            self._bases.append(new.base_offset)
-            if seal:
-                self._unsealed.append(old)
+        try:
+            with self._lock:
+                old = self._segments[-1]
+                new = Segment.create(
+                    self.fs, self.directory, old.next_offset, self.config.index_interval_bytes
+                )
+                self._segments.append(new)
+                self._bases.append(new.base_offset)
+                if seal:
+                    self._unsealed.append(old)
+        except LogOfflineError as exc:
+            raise self._go_offline(exc) from exc.cause
         if seal:
             _SEALER.submit(self._seal_in_background)
         return new
 
     def _seal_in_background(self) -> None:
-        try:
+        # A failure takes the log offline (logged there); the next append or flush raises it.
+        with contextlib.suppress(OSError):
             self._seal_unsealed()
-        except OSError as exc:
-            # Left pending: the next `flush()` (or `close()`) tries again and reports it.
-            log.error("segment seal failed", directory=str(self.directory), error=str(exc))
 
     def sealed_ranges(self) -> list[tuple[int, int]]:
         """(base offset, end offset) of every sealed segment, oldest first: all but the active
-        one and those whose seal is still pending (always the newest rolled ones)."""
+        one and those whose seal is still pending (always the newest rolled ones). The end is
+        the next segment's base offset unless a gap follows."""
         with self._lock:
-            pending = len(self._unsealed)
-            bases = self._bases
-            ranges = list(itertools.pairwise(bases))
-            return ranges[: len(ranges) - pending]
+            sealed = self._segments[: len(self._segments) - 1 - len(self._unsealed)]
+            return [(seg.base_offset, seg.next_offset) for seg in sealed]
 
     def complete_seals(self) -> None:
         """Seal every rolled segment still waiting (on the caller's thread). Raises `OSError`.
 
         For readers that must see only finished segments (the group log's cleaner rewrites
-        sealed segments and their index files)."""
+        sealed segments and their index files). Raises `LogOfflineError` on an offline log."""
+        if self.offline is not None:
+            raise self.offline
         self._seal_unsealed()
 
     def _seal_unsealed(self) -> None:
@@ -441,8 +558,16 @@ class PartitionLog:
                 with self._lock:
                     if self._closed or not self._unsealed:
                         return
+                    if self.offline is not None:
+                        raise self.offline
                     seg = self._unsealed[0]
-                seg.seal()
+                try:
+                    seg.seal()
+                except OSError as exc:
+                    # Its fsync is never tried again (see `LogOfflineError`).
+                    raise self._offline_from(exc, seg.path, "seal (fsync) of a rolled "
+                                             "segment failed") from exc
+                self._check_segments_present()
                 with self._lock:
                     if self._unsealed and self._unsealed[0] is seg:
                         del self._unsealed[0]
@@ -455,14 +580,28 @@ class PartitionLog:
 
         Raises `OffsetOutOfRange` outside `[log_start_offset, log_end_offset]`; `OSError`.
         """
+        if self.offline is not None:
+            raise self.offline
         segments = self._segments
         end = segments[-1].next_offset
         if offset == end:
             return b""
         if offset < segments[0].base_offset or offset > end:
             raise OffsetOutOfRange(offset, segments[0].base_offset, end)
-        seg = segments[bisect_right(self._bases, offset) - 1]
-        return seg.read(offset, max_bytes)
+        i = bisect_right(self._bases, offset) - 1
+        seg = segments[i]
+        while offset >= seg.next_offset and i + 1 < len(segments):
+            # In a gap (a segment lost, or damage a repair cut out): go on after it.
+            i += 1
+            seg = segments[i]
+            offset = seg.base_offset
+        if offset >= seg.next_offset:
+            return b""
+        try:
+            return seg.read(offset, max_bytes)
+        except FileNotFoundError:
+            self._report_missing(seg)
+            raise
 
     def position_of(self, offset: int) -> tuple[Path, int]:
         """The segment file holding `offset` and the byte position of its batch there (0 when
@@ -505,7 +644,37 @@ class PartitionLog:
         with self._lock:
             if self._closed:
                 return
-            self._segments[-1].flush()
+            if self.offline is not None:
+                raise self.offline
+            seg = self._segments[-1]
+            try:
+                seg.flush()
+            except OSError as exc:
+                failure = LogOfflineError(seg.path, exc, "fsync failed")
+            else:
+                if seg.still_named():
+                    return
+                failure = LogOfflineError(seg.path, FileNotFoundError(
+                    errno.ENOENT, "the active segment file was deleted or replaced while "
+                    "open"), "segment file missing")
+        raise self._go_offline(failure) from failure.cause
+
+    # ---------------------------------------------------------------- missing segments
+
+    def _check_segments_present(self) -> None:
+        """After a roll: report (once each) sealed segment files that disappeared while the
+        log was open. Their records are gone; the log keeps serving the rest."""
+        for seg in list(self._segments[:-1]):
+            if seg.base_offset not in self._reported_missing and not self.fs.exists(seg.path):
+                self._report_missing(seg)
+
+    def _report_missing(self, seg: Segment) -> None:
+        if seg.base_offset in self._reported_missing:
+            return
+        self._reported_missing.add(seg.base_offset)
+        log.error("log segment missing", path=str(seg.path), first_offset=seg.base_offset,
+                  end_offset=seg.next_offset,
+                  advice="its records are lost; a restart keeps the segments around it")
 
     # ---------------------------------------------------------------- retention, truncation
 
@@ -516,7 +685,7 @@ class PartitionLog:
         one is rolled first (Kafka does the same), so the log ends up empty with its start and
         end offsets at the old end. Returns the number of segments deleted.
         """
-        if self._closed:
+        if self._closed or self.offline is not None:
             return 0
         removed = 0
         config = self.config
@@ -563,37 +732,99 @@ class PartitionLog:
         The new log end offset is that batch's base offset (<= `offset`): batches are never
         split. Raises `OffsetOutOfRange` if `offset < log_start_offset`; `OSError`.
         """
-        if self._closed:
-            raise LogClosedError(f"{self.directory}: log is closed")
+        self._check_usable()
         if offset >= self.log_end_offset:
             return
         if offset < self.log_start_offset:
             raise OffsetOutOfRange(offset, self.log_start_offset, self.log_end_offset)
         # Truncation may reopen a rolled segment: let its seal finish first (a rare path).
         self._seal_unsealed()
+        try:
+            self._cut_back(offset)
+        except OSError as exc:
+            raise self._offline_from(exc, self._segments[-1].path, "truncation failed") from exc
+
+    def _cut_back(self, offset: int) -> None:
         with self._lock:
             i = bisect_right(self._bases, offset) - 1
             seg = self._segments[i]
             located = seg.locate(offset)
-            assert located is not None, f"offset {offset} not in {seg.path}"
             doomed = self._segments[i + 1 :]
             del self._segments[i + 1 :]
             del self._bases[i + 1 :]
             for other in doomed:
                 other.delete()
+            if located is None:  # `offset` is in a gap after `seg`: it stays whole
+                assert offset >= seg.next_offset, f"offset {offset} not in {seg.path}"
+                seg.reactivate()
+                return
             seg.truncate(located.position)
+
+    def discard_after(self, offset: int) -> bool:
+        """The last act on an offline log whose owner stops: make sure a restart recovers
+        nothing at or after `offset` (records that were answered with an error). Cuts the
+        files there, verified; when that fails too, writes a recovery point (`open` cuts the
+        log to it), fsynced if the disk lets it, else only into the page cache (which a restart
+        of the process still sees). False, with an error line, when neither could be made.
+        """
+        if offset >= self.log_end_offset:
+            return True
+        try:
+            with self._seal_lock:
+                with self._lock:
+                    # Rolled after the last flush, so at or after `offset`: never to be sealed.
+                    self._unsealed.clear()
+                self._cut_back(offset)
+            return True
+        except OSError as exc:
+            cut_error = exc
+        path, point = self.directory / RECOVERY_POINT, f"{offset}\n".encode()
+        try:
+            self.fs.write_atomic(path, point)
+        except OSError as exc:
+            sync_error = exc
+        else:
+            log.warning("log tail left for the restart to cut", directory=str(self.directory),
+                        offset=offset, cut_error=str(cut_error))
+            return True
+        try:
+            # Not durable, but the page cache outlives the process: the supervisor's restart
+            # of this process still finds it (a crash of the machine may lose it, and with it
+            # most likely the tail it is about, which was not durable either).
+            self.fs.write_unsynced(path, point)
+        except OSError as exc:
+            log.error("log tail not discarded", directory=str(self.directory), offset=offset,
+                      cut_error=str(cut_error), error=str(exc),
+                      advice="a restart may recover records after this offset that were "
+                      "answered with an error")
+            return False
+        log.warning("log tail left for the restart to cut, not durably",
+                    directory=str(self.directory), offset=offset, cut_error=str(cut_error),
+                    fsync_error=str(sync_error))
+        return True
 
     # ---------------------------------------------------------------- lifetime
 
     def close(self) -> None:
         """fsync and write the active segment's indexes, then close every file.
 
-        Raises `OSError` if the final fsync fails (the files are closed anyway).
+        Raises `OSError` if the final fsync fails (the files are closed anyway). An offline log
+        is closed without writing anything: its fsyncs are not to be retried.
         """
+        if self.offline is not None:
+            with self._seal_lock:
+                self._close_files()
+            return
         try:
             self._seal_unsealed()
         finally:
             self._close()
+
+    def _close_files(self) -> None:
+        with self._lock:
+            self._closed = True
+            for seg in self._segments:
+                seg.close_files()
 
     def _close(self) -> None:
         with self._lock:
@@ -619,6 +850,15 @@ class PartitionLog:
     @property
     def closed(self) -> bool:
         return self._closed
+
+
+def _read_recovery_point(fs: FileSystem, directory: Path) -> int | None:
+    try:
+        return int(fs.read_bytes(directory / RECOVERY_POINT).decode().strip())
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        log.warning("recovery point unreadable, ignored", directory=str(directory),
+                    error=str(exc))
+        return None
 
 
 def _remove_segment_files(fs: FileSystem, directory: Path, bases: list[int]) -> None:

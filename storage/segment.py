@@ -34,6 +34,8 @@ anything else is a bug.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import itertools
 import struct
 import sys
@@ -63,6 +65,7 @@ __all__ = [
     "TIME_INDEX_SUFFIX",
     "CorruptLogError",
     "Damage",
+    "LogOfflineError",
     "Segment",
     "parse_segment_name",
     "segment_name",
@@ -118,6 +121,23 @@ class CorruptLogError(Exception):
         self.reason = reason
 
 
+class LogOfflineError(OSError):
+    """The log can no longer be trusted to match its files: an fsync failed (the kernel may
+    have dropped the pages it could not write, and a later fsync would report success), or a
+    failed write could not be rolled back and verified. Never retried: the owner takes the log
+    offline (a topic partition answers KAFKA_STORAGE_ERROR; the group log stops the broker)
+    and a restart recovers the durable prefix.
+
+    `path` is the file and `cause` the `OSError` that took the log offline.
+    """
+
+    def __init__(self, path: Path, cause: OSError, what: str) -> None:
+        super().__init__(cause.errno, f"{path}: {what}: {cause.strerror or cause}")
+        self.path = path
+        self.cause = cause
+        self.what = what
+
+
 @dataclass(frozen=True, slots=True)
 class Damage:
     """Where a scan stopped. `torn` is true when no valid batch follows (a torn write)."""
@@ -148,7 +168,6 @@ class Segment:
         "_time_offsets",
         "_time_stamps",
         "_writer",
-        "_writer_dirty",
         "base_offset",
         "fs",
         "index_path",
@@ -184,8 +203,6 @@ class Segment:
         self._time_offsets = array("q")
         self._handle: ReadHandle | None = None
         self._writer: AppendHandle | None = None
-        # True when bytes past `size` may sit in the file (a failed write whose rollback failed).
-        self._writer_dirty = False
 
     # ---------------------------------------------------------------- creation and recovery
 
@@ -193,7 +210,9 @@ class Segment:
     def create(
         cls, fs: FileSystem, directory: Path, base_offset: int, index_interval_bytes: int
     ) -> Segment:
-        """A new, empty, active segment. The file and its directory entry are made durable."""
+        """A new, empty, active segment. The file and its directory entry are made durable.
+
+        Raises `OSError` (nothing changed), `LogOfflineError` when the directory fsync fails."""
         seg = cls(fs, directory, base_offset, index_interval_bytes)
         fs.remove(seg.index_path)
         fs.remove(seg.time_index_path)
@@ -202,7 +221,10 @@ class Segment:
             if handle.size() != 0:
                 # Left behind by an earlier roll that failed halfway; it holds no live data.
                 handle.truncate(0)
-            fs.fsync_dir(directory)
+            try:
+                fs.fsync_dir(directory)
+            except OSError as exc:  # never retried, like a file's fsync
+                raise LogOfflineError(seg.path, exc, "directory fsync failed") from exc
         except BaseException:
             handle.close()
             raise
@@ -296,8 +318,14 @@ class Segment:
         """Is there a CRC-valid batch, with a plausible offset, anywhere after `position`?
 
         Tells damage in the middle of the active segment (valid batches follow) from a torn
-        tail (only garbage follows). Candidates are found by their magic byte.
+        tail (only garbage follows).
         """
+        return self.next_valid_batch(position, expected_base) is not None
+
+    def next_valid_batch(self, position: int, expected_base: int) -> tuple[int, int] | None:
+        """(byte position, base offset) of the first CRC-valid batch after `position` whose
+        base offset is at or after `expected_base`, else None. Candidates are found by their
+        magic byte."""
         reader = self._reader()
         size = self.size
         pos = position + 1
@@ -320,12 +348,36 @@ class Segment:
                     )
                     crc = _HEADER.unpack_from(batch, 0)[4]
                     if crc32c(memoryview(batch)[21:]) == crc:
-                        return True
+                        return pos + q, base
                 i = buf.find(b"\x02", i + 1)
             if len(buf) <= HEADER_SIZE:
                 break
             pos += len(buf) - 16
-        return False
+        return None
+
+    def copy_tail(self, position: int, path: Path) -> None:
+        """Copy the bytes from `position` to the end of the file into a new file `path`
+        (written to a temporary name, fsynced, renamed, directory fsynced)."""
+        reader = self._reader()
+        tmp = path.with_name(path.name + ".tmp")
+        self.fs.remove(tmp)
+        out = self.fs.open_append(tmp)
+        try:
+            pos = position
+            while pos < self.size:
+                chunk = reader.pread(min(SCAN_CHUNK, self.size - pos), pos)
+                if not chunk:
+                    break
+                out.write(chunk)
+                pos += len(chunk)
+            out.fsync()
+        except BaseException:
+            out.close()
+            self.fs.remove(tmp)
+            raise
+        out.close()
+        self.fs.rename(tmp, path)
+        self.fs.fsync_dir(path.parent)
 
     def _check_tail(self) -> bool:
         """Verify the batches after the last offset index entry; learn `next_offset`."""
@@ -462,22 +514,27 @@ class Segment:
     ) -> None:
         """Write `data` (whole batches, offsets assigned) with one write call.
 
-        `batches` holds `(start in data, size, last offset, max timestamp)` per batch. On an
-        `OSError` the file is cut back to where it was, nothing is indexed, and the error is
-        raised: a failed append leaves no trace a reader (or a restart) could see.
+        `batches` holds `(start in data, size, last offset, max timestamp)` per batch. A
+        failed write is cut back to where it was and the cut verified (the file's size is
+        `size` again), nothing is indexed, and the `OSError` is raised: a failed append leaves
+        no trace a reader (or a restart) could see. Raises `LogOfflineError` when the fsync
+        fails or the cut cannot be made or verified (the segment's tail is then unknown).
         """
         writer = self._writer
         assert writer is not None, "append to a sealed segment"
-        if self._writer_dirty:
-            writer.truncate(self.size)
-            self._writer_dirty = False
         try:
             writer.write(data)
-            if fsync:
-                writer.fsync()
-        except OSError:
-            self._rollback(writer)
+        except OSError as exc:
+            self._rollback(writer, exc)
             raise
+        if fsync:
+            try:
+                writer.fsync()
+            except OSError as exc:
+                # Cut what did not become durable, so a restart does not bring it back.
+                with contextlib.suppress(OSError):
+                    self._rollback(writer, exc)
+                raise LogOfflineError(self.path, exc, "fsync failed") from exc
         position = self.size
         for start, size, last_offset, max_timestamp in batches:
             self._on_batch(position + start, size, last_offset, max_timestamp)
@@ -486,24 +543,35 @@ class Segment:
         if self.rolling_base_ms is None:
             self.rolling_base_ms = now_ms
 
-    def _rollback(self, writer: AppendHandle) -> None:
+    def _rollback(self, writer: AppendHandle, cause: OSError) -> None:
+        """Cut the file back to `size` after a failed write and check that it is."""
         try:
             writer.truncate(self.size)
-        except OSError:
-            self._writer_dirty = True
+            actual = writer.size()
+        except OSError as exc:
+            raise LogOfflineError(self.path, exc, f"rollback of a failed write ({cause}) "
+                                  "failed") from exc
+        if actual != self.size:
+            raise LogOfflineError(self.path, cause, f"rollback of a failed write left "
+                                  f"{actual} bytes, expected {self.size}")
 
     def flush(self) -> None:
         """fsync the segment file (raises OSError)."""
         if self._writer is not None:
             self._writer.fsync()
 
+    def still_named(self) -> bool:
+        """Does the segment's path still name the open file? False when it was deleted or
+        replaced behind the log's back (appends would go to a file no restart can see)."""
+        handle = self._handle
+        if handle is None:
+            return self.fs.exists(self.path)
+        return self.fs.same_file(self.path, handle)
+
     def seal(self) -> None:
         """Make this segment read-only: fsync it and write its index files."""
         writer = self._writer
         assert writer is not None, "seal of a sealed segment"
-        if self._writer_dirty:
-            writer.truncate(self.size)
-            self._writer_dirty = False
         writer.fsync()
         self._maybe_append_time_entry()
         self.write_indexes()
@@ -528,7 +596,9 @@ class Segment:
         assert writer is not None
         writer.truncate(position)
         writer.fsync()
-        self._writer_dirty = False
+        actual = writer.size()
+        if actual != position:
+            raise OSError(errno.EIO, f"{self.path}: cut to {position} bytes left {actual}")
         self.size = position
 
     def truncate(self, position: int) -> None:
@@ -694,8 +764,6 @@ class Segment:
         """fsync and write the indexes if active, then close the descriptor."""
         try:
             if self._writer is not None:
-                if self._writer_dirty:
-                    self._writer.truncate(self.size)
                 self._writer.fsync()
                 self._maybe_append_time_entry()
                 self.write_indexes()

@@ -10,8 +10,16 @@ code), plus one metadata file per topic, `<data_dir>/<topic>.topic.json` (format
 * delete: remove the metadata file, then the directories.
 
 So a crash in the middle leaves partition directories that no metadata file claims; `open`
-removes them. Kafka-side rules (names, counts) are checked here; request mapping and error codes
-are the data plane's.
+removes them.
+
+Creating a topic or adding partitions is three steps, so that the disk work can run on a worker
+thread while the caller's thread keeps serving: `reserve` / `reserve_partitions` check the
+request and hold the name (a second create of it, or of a name that folds to it, is refused
+meanwhile); `build` / `build_partitions` make the directories, logs and metadata file and touch
+nothing shared; `commit` / `commit_partitions` make the result visible, or `release` drops the
+reservation after a failed build. `create` and `add_partitions` do all three in one call. The
+checks cost the same whatever the number of topics. Kafka-side rules (names, counts) are
+checked here; request mapping and error codes are the data plane's.
 
 Raises: `InvalidTopicError`, `TopicExistsError`, `UnknownTopicError`, `InvalidPartitionsError`,
 `InvalidConfigError` for bad requests; `CorruptLogError` (open) and `OSError` from disk;
@@ -22,8 +30,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
 import re
 import uuid
+from collections.abc import Container
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,6 +80,17 @@ def valid_topic_name(name: str) -> bool:
     return _LEGAL_NAME.fullmatch(name) is not None and name not in (".", "..")
 
 
+@dataclass(frozen=True, slots=True)
+class PendingTopic:
+    """A topic name reserved by `reserve`, not yet built."""
+
+    name: str
+    topic_id: uuid.UUID
+    num_partitions: int
+    configs: dict[str, str]
+    log_config: LogConfig
+
+
 @dataclass
 class Topic:
     name: str
@@ -95,6 +116,15 @@ class TopicStore:
         self.exclude_prefix = exclude_prefix
         self._topics: dict[str, Topic] = {}
         self._by_id: dict[uuid.UUID, Topic] = {}
+        # Every name in use or reserved, by its folded form ('.' and '_' alike), and the
+        # reservations of topics being built (name -> partitions), of ids, and of topics
+        # growing.
+        self._folded: dict[str, str] = {}
+        self._reserved: dict[str, int] = {}
+        self._reserved_ids: set[uuid.UUID] = set()
+        self._growing: dict[str, int] = {}
+        # Partitions of all topics, reserved ones included (`partition_count`).
+        self._partitions_held = 0
 
     # ---------------------------------------------------------------- open
 
@@ -167,6 +197,7 @@ class TopicStore:
         except BaseException:
             store._close_quietly()
             raise
+        store._partitions_held = sum(len(t.partitions) for t in store._topics.values())
         return store
 
     # ---------------------------------------------------------------- queries
@@ -180,6 +211,14 @@ class TopicStore:
     def topics(self) -> list[Topic]:
         return list(self._topics.values())
 
+    def is_reserved(self, name: str) -> bool:
+        """Whether `name` is being created (reserved, not yet committed)."""
+        return name in self._reserved
+
+    def partition_count(self) -> int:
+        """Partitions of every topic, those being created or added included."""
+        return self._partitions_held
+
     # ---------------------------------------------------------------- changes
 
     def create(
@@ -191,6 +230,19 @@ class TopicStore:
         name once `.` and `_` are treated alike, as Kafka does), `TopicExistsError`,
         `InvalidPartitionsError` (count < 1), `InvalidConfigError`, `OSError`.
         """
+        pending = self.reserve(name, num_partitions, configs)
+        try:
+            topic = self.build(pending)
+        except BaseException:
+            self.release(pending)
+            raise
+        self.commit(topic)
+        return topic
+
+    def reserve(self, name: str, num_partitions: int,
+                configs: dict[str, str] | None = None) -> PendingTopic:
+        """Check a create and hold the name until `commit` or `release`. Raises what `create`
+        raises, except `OSError`."""
         if not valid_topic_name(name):
             raise InvalidTopicError(
                 f"topic name {name!r} is not 1..{MAX_TOPIC_NAME_LENGTH} characters of "
@@ -201,31 +253,58 @@ class TopicStore:
                 f"topic name {name!r}: names starting with {self.exclude_prefix!r} are "
                 "reserved for internal topics"
             )
-        if name in self._topics:
+        if name in self._topics or name in self._reserved:
             raise TopicExistsError(f"topic {name!r} already exists")
         folded = _fold(name)
-        for existing in self._topics:
-            if _fold(existing) == folded:
-                raise InvalidTopicError(
-                    f"topic {name!r} collides with existing topic {existing!r} "
-                    "('.' and '_' are treated alike)"
-                )
+        existing = self._folded.get(folded)
+        if existing is not None:
+            raise InvalidTopicError(
+                f"topic {name!r} collides with existing topic {existing!r} "
+                "('.' and '_' are treated alike)"
+            )
         if num_partitions < 1:
             raise InvalidPartitionsError(f"number of partitions must be at least 1, got "
                                          f"{num_partitions}")
         topic_configs = dict(configs or {})
-        log_config = self.config.with_overrides(topic_configs)
-        topic = Topic(name, _new_topic_id(set(self._by_id)), [], topic_configs, log_config)
+        log_config = self.config.with_overrides(topic_configs) if topic_configs else self.config
+        topic_id = _new_topic_id(self._by_id, self._reserved_ids)
+        self._folded[folded] = name
+        self._reserved[name] = num_partitions
+        self._reserved_ids.add(topic_id)
+        self._partitions_held += num_partitions
+        return PendingTopic(name, topic_id, num_partitions, topic_configs, log_config)
+
+    def build(self, pending: PendingTopic) -> Topic:
+        """The disk work of a reserved create: safe on another thread (it touches nothing
+        shared). Raises `OSError`, having removed what it made."""
+        topic = Topic(pending.name, pending.topic_id, [], pending.configs, pending.log_config)
         try:
-            for p in range(num_partitions):
-                topic.partitions.append(self._fresh_partition(name, p, log_config))
-            self._write_metadata(topic, num_partitions)
+            for p in range(pending.num_partitions):
+                topic.partitions.append(
+                    self._fresh_partition(pending.name, p, pending.log_config))
+            self._write_metadata(topic, pending.num_partitions)
         except BaseException:
             for log in topic.partitions:
                 _delete_quietly(log)
+            # The partition whose open failed may have left its directory.
+            with contextlib.suppress(OSError):
+                self.fs.rmtree(self._partition_dir(pending.name, len(topic.partitions)))
             raise
-        self._register(topic)
         return topic
+
+    def commit(self, topic: Topic) -> None:
+        """Make a built topic visible."""
+        self._reserved.pop(topic.name, None)
+        self._reserved_ids.discard(topic.topic_id)
+        self._register(topic)
+
+    def release(self, pending: PendingTopic) -> None:
+        """Drop the reservation of a create whose build failed."""
+        if self._reserved.pop(pending.name, None) is not None:
+            self._partitions_held -= pending.num_partitions
+        self._reserved_ids.discard(pending.topic_id)
+        if self._folded.get(_fold(pending.name)) == pending.name:
+            del self._folded[_fold(pending.name)]
 
     def delete(self, name: str) -> None:
         """Delete a topic and its data. Raises `UnknownTopicError`, `OSError`."""
@@ -236,6 +315,8 @@ class TopicStore:
         self.fs.fsync_dir(self.data_dir)
         del self._topics[name]
         del self._by_id[topic.topic_id]
+        self._folded.pop(_fold(name), None)
+        self._partitions_held -= len(topic.partitions)
         for log in topic.partitions:
             log.delete()
 
@@ -244,31 +325,64 @@ class TopicStore:
 
         Raises `UnknownTopicError`, `InvalidPartitionsError` (not more than now), `OSError`.
         """
+        topic = self.reserve_partitions(name, total)
+        try:
+            added = self.build_partitions(topic, total)
+        except BaseException:
+            self.release_partitions(name)
+            raise
+        self.commit_partitions(topic, added)
+
+    def reserve_partitions(self, name: str, total: int) -> Topic:
+        """Check an add_partitions and hold the topic until `commit_partitions` (or
+        `release_partitions`). Raises what `add_partitions` raises, except `OSError`."""
         topic = self._topics.get(name)
         if topic is None:
             raise UnknownTopicError(f"unknown topic {name!r}")
         current = len(topic.partitions)
+        if name in self._growing:
+            raise InvalidPartitionsError(f"topic {name!r} is already getting partitions")
         if total <= current:
             raise InvalidPartitionsError(
                 f"topic {name!r} has {current} partitions; the new count must be higher, "
                 f"got {total}"
             )
+        self._growing[name] = total - current
+        self._partitions_held += total - current
+        return topic
+
+    def build_partitions(self, topic: Topic, total: int) -> list[PartitionLog]:
+        """The disk work of a reserved add_partitions: safe on another thread. Raises
+        `OSError`, having removed what it made."""
         added: list[PartitionLog] = []
+        current = len(topic.partitions)
         try:
             for p in range(current, total):
-                added.append(self._fresh_partition(name, p, topic.log_config))
+                added.append(self._fresh_partition(topic.name, p, topic.log_config))
             self._write_metadata(topic, total)
         except BaseException:
             for log in added:
                 _delete_quietly(log)
+            with contextlib.suppress(OSError):
+                self.fs.rmtree(self._partition_dir(topic.name, current + len(added)))
             raise
+        return added
+
+    def commit_partitions(self, topic: Topic, added: list[PartitionLog]) -> None:
+        self._growing.pop(topic.name, None)
         topic.partitions.extend(added)
 
+    def release_partitions(self, name: str) -> None:
+        self._partitions_held -= self._growing.pop(name, 0)
+
     def flush_all(self) -> None:
-        """fsync every partition; raises the first `OSError` after trying them all."""
+        """fsync every partition that is not offline; raises the first `OSError` after
+        trying them all (a failing one goes offline)."""
         first: OSError | None = None
         for topic in list(self._topics.values()):
             for log in topic.partitions:
+                if log.offline is not None:
+                    continue  # reported when it went offline; never fsynced again
                 try:
                     log.flush()
                 except OSError as exc:
@@ -302,6 +416,7 @@ class TopicStore:
             )
         self._topics[topic.name] = topic
         self._by_id[topic.topic_id] = topic
+        self._folded[_fold(topic.name)] = topic.name
 
     def _partition_dir(self, name: str, partition: int) -> Path:
         return self.data_dir / f"{name}-{partition}"
@@ -336,10 +451,11 @@ def _fold(name: str) -> str:
     return name.replace(".", "_")
 
 
-def _new_topic_id(taken: set[uuid.UUID]) -> uuid.UUID:
+def _new_topic_id(*taken: Container[uuid.UUID]) -> uuid.UUID:
     while True:
-        topic_id = uuid.uuid4()
-        if topic_id not in taken:
+        # A random (version 4) id without a system call each: ids must be unique, not secret.
+        topic_id = uuid.UUID(int=random.getrandbits(128), version=4)
+        if not any(topic_id in ids for ids in taken):
             return topic_id
 
 

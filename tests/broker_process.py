@@ -30,6 +30,7 @@ class BrokerProcess:
         self.port = port or free_port()
         self.settings = {"group.initial.rebalance.delay.ms": "0", **(settings or {})}
         self.flags: list[str] = []  # extra command-line flags, e.g. ["--repair"]
+        self.env: dict[str, str] = {}  # extra environment variables of the broker process
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"broker-{self.port}.log"
 
@@ -49,7 +50,8 @@ class BrokerProcess:
         # An installed broker runs outside the source tree, so that only the wheel's modules
         # can be imported.
         cwd = self.data_dir if self.command else Path(__file__).resolve().parent.parent
-        self.proc = subprocess.Popen(args, stdout=log_file, stderr=log_file, cwd=cwd)
+        env = {**os.environ, **self.env} if self.env else None
+        self.proc = subprocess.Popen(args, stdout=log_file, stderr=log_file, cwd=cwd, env=env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -20,7 +20,7 @@ import sys
 from typing import Any
 
 from coordinator.api.context import ApiVersionRange
-from coordinator.group.commands import JoinGroup, Protocol
+from coordinator.group.commands import JoinGroup, Protocol, client_reason
 from coordinator.group.outcomes import JoinGroupOutcome
 from coordinator.group.result import RequestRef
 from protocol import fastpath as fp
@@ -54,7 +54,7 @@ def to_command(
             Protocol(name=sys.intern(p.name), metadata=bytes(p.metadata))
             for p in request.protocols
         ),
-        reason=getattr(request, "reason", None),
+        reason=client_reason(getattr(request, "reason", None)),
         client_id=sys.intern(client_id),
         client_host=client_host,
     )

@@ -15,7 +15,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from coordinator.api.context import ApiVersionRange
-from coordinator.group.commands import LeaveGroup, LeaveMember
+from coordinator.group.commands import LeaveGroup, LeaveMember, client_reason
 from coordinator.group.outcomes import LeaveGroupOutcome
 from coordinator.group.result import RequestRef
 from protocol.build import build
@@ -37,7 +37,7 @@ def to_command(
             LeaveMember(
                 member_id=m.member_id,
                 group_instance_id=m.group_instance_id,
-                reason=getattr(m, "reason", None),
+                reason=client_reason(getattr(m, "reason", None)),
             )
             for m in request.members
         )

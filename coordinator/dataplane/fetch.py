@@ -127,6 +127,11 @@ def _read(broker: FetchHost, ctx: ClientRequest, request: Any) -> tuple[list[dic
                 entry["error_code"] = ErrorCode.corrupt_message
                 errored = True
                 data = b""
+            except OSError:
+                # Offline after a disk error, or a segment file gone (logged by the log).
+                entry["error_code"] = ErrorCode.kafka_storage_error
+                errored = True
+                data = b""
             entry["records"] = data
             total += len(data)
             remaining = max(remaining - len(data), 0)

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from coordinator.grouplog.log import TOPIC as OFFSETS_TOPIC
 from coordinator.grouplog.log import GroupLog
-from storage.log import OffsetOutOfRange, PartitionLog
+from storage.log import LogOfflineError, OffsetOutOfRange, PartitionLog
 from storage.topics import TopicStore
 
 __all__ = ["OFFSETS_TOPIC", "InternalTopic", "TopicDirectory", "topic_by_id", "topic_by_name"]
@@ -51,6 +51,10 @@ class ReadOnlyPartition:
     @property
     def log_start_offset(self) -> int:
         return self._log.log_start_offset
+
+    @property
+    def offline(self) -> LogOfflineError | None:
+        return self._log.offline
 
     @property
     def log_end_offset(self) -> int:

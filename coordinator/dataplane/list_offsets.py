@@ -57,22 +57,28 @@ def handle(broker: ListOffsetsHost, ctx: ClientRequest, request: Any) -> None:
             partition_log = topic.partitions[wanted.partition_index]
             ts = wanted.timestamp
             entry["leader_epoch"] = 0
-            if ts == LATEST:
-                entry["offset"] = partition_log.log_end_offset
-            elif ts in (EARLIEST, EARLIEST_LOCAL):
-                entry["offset"] = partition_log.log_start_offset
-            elif ts == MAX_TIMESTAMP:
-                found = partition_log.max_timestamp_offset()
-                if found is not None:
-                    entry["offset"], entry["timestamp"] = found
-            elif ts in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
-                pass  # no tiered storage: Kafka answers -1 / -1
-            elif ts < 0:
-                entry["error_code"] = ErrorCode.invalid_request
-            else:
-                found = partition_log.offset_for_timestamp(ts)
-                if found is not None:
-                    entry["offset"], entry["timestamp"] = found
+            try:
+                if partition_log.offline is not None:
+                    raise partition_log.offline
+                if ts == LATEST:
+                    entry["offset"] = partition_log.log_end_offset
+                elif ts in (EARLIEST, EARLIEST_LOCAL):
+                    entry["offset"] = partition_log.log_start_offset
+                elif ts == MAX_TIMESTAMP:
+                    found = partition_log.max_timestamp_offset()
+                    if found is not None:
+                        entry["offset"], entry["timestamp"] = found
+                elif ts in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
+                    pass  # no tiered storage: Kafka answers -1 / -1
+                elif ts < 0:
+                    entry["error_code"] = ErrorCode.invalid_request
+                else:
+                    found = partition_log.offset_for_timestamp(ts)
+                    if found is not None:
+                        entry["offset"], entry["timestamp"] = found
+            except OSError:
+                # Offline after a disk error, or a segment file gone (logged by the log).
+                entry.update(error_code=ErrorCode.kafka_storage_error, offset=-1, timestamp=-1)
             partitions_out.append(entry)
         topics_out.append({"name": wanted_topic.name, "partitions": partitions_out})
     ctx.respond(build(response_type(LIST_OFFSETS, ctx.version), throttle_time=0,

@@ -18,6 +18,7 @@ from protocol.codec import response_type
 from storage.batch import CorruptRecordError, InvalidRecordError, MessageTooLargeError
 from storage.legacy import UnsupportedCompressionError
 from storage.legacy_convert import up_convert
+from storage.log import LogOfflineError
 
 if TYPE_CHECKING:
     from coordinator.dataplane.producers import ProducerTable  # it imports this module
@@ -104,8 +105,9 @@ def handle(broker: ProduceHost, ctx: ClientRequest, request: Any) -> None:
                 entry["error_code"] = exc.code
                 entry["error_message"] = str(exc)
             except OSError as exc:
-                log.error("produce append failed", topic=topic.name, partition=data.index,
-                          error=str(exc))
+                if not isinstance(exc, LogOfflineError):  # offline: logged once by the log
+                    log.error("produce append failed", topic=topic.name, partition=data.index,
+                              error=str(exc))
                 entry["error_code"] = ErrorCode.kafka_storage_error
                 entry["error_message"] = str(exc)
             partitions_out.append(entry)

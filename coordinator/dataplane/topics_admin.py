@@ -1,13 +1,22 @@
 """Metadata, CreateTopics, DeleteTopics and CreatePartitions over the topic store.
 
+Creating a topic or partitions takes directories, files and fsyncs: that work runs on the
+broker's topic-admin thread (`Broker.begin_create_topic`), never on the event loop. A Metadata
+request that auto-creates answers LEADER_NOT_AVAILABLE for the topic at once, as Kafka does
+while the controller creates it (clients ask again); CreateTopics and CreatePartitions are
+answered when their topics are built. Beyond `max.broker.partitions` they get
+POLICY_VIOLATION (auto-create: UNKNOWN_TOPIC_OR_PARTITION, as with auto-create off), and a
+client over its KIP-599 `controller.mutation.rate` quota THROTTLING_QUOTA_EXCEEDED.
+
 DeleteTopics deletes a topic's committed offsets from every group too (the broker writes their
 tombstones first): it is answered once those are durable.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, get_args, get_type_hints
 
 from kio.schema.errors import ErrorCode
 
@@ -21,16 +30,27 @@ from coordinator.dataplane.internal_topic import (
     topic_by_id,
     topic_by_name,
 )
+from coordinator.dataplane.mutation_quota import MutationQuota
 from protocol.build import build
 from protocol.codec import response_type
 from storage.log import InvalidConfigError, LogConfig
-from storage.topics import InvalidTopicError, Topic, TopicExistsError, valid_topic_name
+from storage.topics import (
+    InvalidPartitionsError,
+    InvalidTopicError,
+    Topic,
+    TopicExistsError,
+    valid_topic_name,
+)
 
 METADATA, CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 3, 19, 20, 37
 METADATA_VERSIONS = ApiVersionRange(METADATA, 0, 13)
 CREATE_TOPICS_VERSIONS = ApiVersionRange(CREATE_TOPICS, 0, 7)
 DELETE_TOPICS_VERSIONS = ApiVersionRange(DELETE_TOPICS, 0, 6)
 CREATE_PARTITIONS_VERSIONS = ApiVersionRange(CREATE_PARTITIONS, 0, 3)
+
+
+class PartitionLimitError(Exception):
+    """A create or add would take the broker past `max.broker.partitions`."""
 
 
 class Settings(Protocol):
@@ -60,6 +80,14 @@ class TopicsHost(TopicDirectory, Protocol):
         """Delete topics, and every group's committed offsets of them first; `done` gets each
         topic's error code once that is durable (or failed)."""
         ...
+
+    def begin_create_topic(self, name: str, partitions: int, configs: dict[str, str], *,
+                           reason: str) -> asyncio.Future[Topic]: ...
+
+    def begin_add_partitions(self, name: str, total: int) -> asyncio.Future[None]: ...
+
+    @property
+    def mutation_quota(self) -> MutationQuota: ...
 
     def add_partitions(self, name: str, total: int) -> None: ...
 
@@ -96,12 +124,12 @@ def metadata(broker: TopicsHost, ctx: ClientRequest, request: Any) -> None:
     # v0 has no null: an empty list meant "all topics" until v1 made null mean that.
     all_topics = requested is None or (version == 0 and not requested)
     allow_create = getattr(request, "allow_auto_topic_creation", True)
-    entries: list[dict[str, Any]] = []
+    entries: list[Any] = []
     if all_topics:
-        entries = [_topic_entry(broker, t) for t in broker.topics.topics()]
         internal = offsets_topic(broker)
-        if internal is not None:
-            entries.append(_topic_entry(broker, internal))
+        _all_topics_in_slices(broker, ctx, [*broker.topics.topics(),
+                                            *([internal] if internal is not None else [])])
+        return
     else:
         for wanted in requested:
             name = wanted.name
@@ -120,29 +148,83 @@ def metadata(broker: TopicsHost, ctx: ClientRequest, request: Any) -> None:
                     entries.append({"error_code": ErrorCode.invalid_topic_exception,
                                     "name": name, "partitions": ()})
                     continue
-                if allow_create and broker.settings["auto.create.topics.enable"]:
-                    topic = broker.create_topic(name, broker.settings["num.partitions"], {},
-                                                reason="auto-create on Metadata")
+                if broker.topics.is_reserved(name):
+                    error = ErrorCode.leader_not_available  # being created
+                elif allow_create and broker.settings["auto.create.topics.enable"]:
+                    error = _auto_create(broker, name)
                 else:
-                    entries.append({"error_code": ErrorCode.unknown_topic_or_partition,
-                                    "name": name, "partitions": ()})
-                    continue
+                    error = ErrorCode.unknown_topic_or_partition
+                entries.append({"error_code": error, "name": name, "partitions": ()})
+                continue
             entries.append(_topic_entry(broker, topic))
+    _respond_metadata(broker, ctx, entries)
+
+
+def _respond_metadata(broker: TopicsHost, ctx: ClientRequest, topics: list[Any]) -> None:
     host, port = broker.advertised_to(ctx.connection.listener)
     ctx.respond(build(
-        response_type(METADATA, version),
+        response_type(METADATA, ctx.version),
         throttle_time=0,
         brokers=[{"node_id": broker.node_id, "host": host, "port": port, "rack": None}],
         cluster_id=broker.cluster_id,
         controller_id=broker.node_id,
-        topics=entries,
+        topics=topics,
         error_code=ErrorCode.none,
     ))
+
+
+# Partitions an all-topics Metadata answer describes per event-loop turn (~10 us each).
+PARTITIONS_PER_TURN = 2_000
+_topic_types: dict[type, type] = {}
+
+
+def _all_topics_in_slices(broker: TopicsHost, ctx: ClientRequest,
+                          topics: list[Topic | InternalTopic]) -> None:
+    """Answer a Metadata request for every topic, describing `PARTITIONS_PER_TURN` partitions
+    per loop turn: with thousands of topics one answer must not hold every group up. A small
+    cluster is answered at once, as before."""
+    response = response_type(METADATA, ctx.version)
+    topic_type = _topic_types.get(response)
+    if topic_type is None:
+        topic_type = _topic_types[response] = get_args(get_type_hints(response)["topics"])[0]
+    described: list[Any] = []
+
+    def step(start: int) -> None:
+        end, partitions = start, 0
+        while end < len(topics) and partitions < PARTITIONS_PER_TURN:
+            partitions += len(topics[end].partitions) + 1
+            described.append(build(topic_type, _topic_entry(broker, topics[end])))
+            end += 1
+        if end < len(topics):
+            asyncio.get_running_loop().call_soon(step, end)
+        else:
+            _respond_metadata(broker, ctx, described)
+
+    step(0)
+
+
+def _auto_create(broker: TopicsHost, name: str) -> ErrorCode:
+    """Start creating `name` for a Metadata request: LEADER_NOT_AVAILABLE while it is built."""
+    try:
+        created = broker.begin_create_topic(name, broker.settings["num.partitions"], {},
+                                            reason="auto-create on Metadata")
+    except TopicExistsError:
+        pass
+    except InvalidTopicError:
+        return ErrorCode.invalid_topic_exception
+    except (InvalidPartitionsError, PartitionLimitError):
+        return ErrorCode.unknown_topic_or_partition
+    # Nobody waits for it: a failed build is logged by the broker, and the next Metadata
+    # request tries again.
+    created.add_done_callback(lambda done: done.cancelled() or done.exception())
+    return ErrorCode.leader_not_available
 
 
 def create_topics(broker: TopicsHost, ctx: ClientRequest, request: Any) -> None:
     results = []
     seen: set[str] = set()
+    building: list[tuple[dict[str, Any], asyncio.Future[Topic]]] = []
+    throttle_ms = broker.mutation_quota.throttle_ms(ctx.client_id or "")
     for creatable in request.topics:
         name = creatable.name
         result: dict[str, Any] = {"name": name, "error_code": ErrorCode.none,
@@ -170,15 +252,18 @@ def create_topics(broker: TopicsHost, ctx: ClientRequest, request: Any) -> None:
             result.update(error_code=ErrorCode.invalid_replication_factor,
                           error_message=f"Replication factor: {replication} larger than "
                                         "available brokers: 1.")
+        elif throttle_ms and ctx.version >= 6 and not request.validate_only:
+            result.update(error_code=ErrorCode.throttling_quota_exceeded,
+                          error_message="The throttling quota has been exceeded.")
         else:
             configs = {c.name: c.value for c in creatable.configs if c.value is not None}
             result.update(num_partitions=partitions, replication_factor=1, configs=())
             try:
                 LogConfig().with_overrides(configs)
                 if not request.validate_only:
-                    topic = broker.create_topic(name, partitions, configs,
-                                                reason="CreateTopics")
-                    result["topic_id"] = topic.topic_id
+                    building.append((result, broker.begin_create_topic(
+                        name, partitions, configs, reason="CreateTopics")))
+                    broker.mutation_quota.record(ctx.client_id or "", partitions)
             except InvalidConfigError as exc:
                 result.update(error_code=ErrorCode.invalid_config, error_message=str(exc))
             except InvalidTopicError as exc:
@@ -186,10 +271,44 @@ def create_topics(broker: TopicsHost, ctx: ClientRequest, request: Any) -> None:
                               error_message=str(exc))
             except TopicExistsError as exc:
                 result.update(error_code=ErrorCode.topic_already_exists, error_message=str(exc))
+            except PartitionLimitError as exc:
+                result.update(error_code=ErrorCode.policy_violation, error_message=str(exc))
         seen.add(name)
         results.append(result)
-    ctx.respond(build(response_type(CREATE_TOPICS, ctx.version), throttle_time=0,
-                      topics=results))
+
+    answered = False
+
+    def respond() -> None:
+        nonlocal answered
+        if answered:
+            return
+        answered = True
+        for result, future in building:
+            if not future.done():
+                # Kafka answers REQUEST_TIMED_OUT for a topic not created within the request's
+                # timeout; its creation carries on.
+                result.update(error_code=ErrorCode.request_timed_out,
+                              error_message="the topic is still being created")
+            elif future.exception() is None:
+                result["topic_id"] = future.result().topic_id
+            else:
+                # The disk refused (EMFILE, ENOSPC): nothing of the topic is left behind.
+                result.update(error_code=ErrorCode.unknown_server_error,
+                              error_message=f"could not create the topic: {future.exception()}",
+                              num_partitions=-1, replication_factor=-1)
+        ctx.respond(build(response_type(CREATE_TOPICS, ctx.version), throttle_time=throttle_ms,
+                          topics=results))
+
+    if not building:
+        respond()
+        return
+    asyncio.gather(*(f for _, f in building), return_exceptions=True).add_done_callback(
+        lambda _: respond())
+    timeout_field: Any = getattr(request, "timeout", 0)
+    timeout = (timeout_field.total_seconds() if hasattr(timeout_field, "total_seconds")
+               else (timeout_field or 0) / 1000)
+    if timeout > 0:
+        asyncio.get_running_loop().call_later(timeout, respond)
 
 
 def delete_topics(broker: TopicsHost, ctx: ClientRequest, request: Any) -> None:
@@ -247,6 +366,8 @@ _DELETE_FAILED = {
 
 def create_partitions(broker: TopicsHost, ctx: ClientRequest, request: Any) -> None:
     results = []
+    building: list[tuple[dict[str, Any], asyncio.Future[None]]] = []
+    throttle_ms = broker.mutation_quota.throttle_ms(ctx.client_id or "")
     for wanted in request.topics:
         topic = broker.topics.get(wanted.name)
         entry: dict[str, Any] = {"name": wanted.name, "error_code": ErrorCode.none,
@@ -258,8 +379,34 @@ def create_partitions(broker: TopicsHost, ctx: ClientRequest, request: Any) -> N
             entry.update(error_code=ErrorCode.invalid_partitions,
                          error_message=f"Topic currently has {len(topic.partitions)} partitions, "
                                        f"which is higher than the requested {wanted.count}.")
+        elif throttle_ms and ctx.version >= 3 and not request.validate_only:
+            entry.update(error_code=ErrorCode.throttling_quota_exceeded,
+                         error_message="The throttling quota has been exceeded.")
         elif not request.validate_only:
-            broker.add_partitions(wanted.name, wanted.count)
+            try:
+                building.append((entry, broker.begin_add_partitions(wanted.name, wanted.count)))
+                broker.mutation_quota.record(ctx.client_id or "",
+                                             wanted.count - len(topic.partitions))
+            except PartitionLimitError as exc:
+                entry.update(error_code=ErrorCode.policy_violation, error_message=str(exc))
+            except InvalidPartitionsError as exc:
+                entry.update(error_code=ErrorCode.invalid_partitions, error_message=str(exc))
         results.append(entry)
-    ctx.respond(build(response_type(CREATE_PARTITIONS, ctx.version), throttle_time=0,
-                      results=results))
+
+    def respond() -> None:
+        ctx.respond(build(response_type(CREATE_PARTITIONS, ctx.version),
+                          throttle_time=throttle_ms, results=results))
+
+    if not building:
+        respond()
+        return
+
+    def built(_: asyncio.Future[list[BaseException | None]]) -> None:
+        for entry, future in building:
+            error = future.exception()
+            if error is not None:
+                entry.update(error_code=ErrorCode.unknown_server_error,
+                             error_message=f"could not add the partitions: {error}")
+        respond()
+
+    asyncio.gather(*(f for _, f in building), return_exceptions=True).add_done_callback(built)

@@ -38,6 +38,19 @@ class Protocol:
     metadata: bytes
 
 
+# A client's free-text reason (JoinGroup, LeaveGroup; KIP-800) is cut to this many characters
+# before it goes into a rebalance reason, the journal and the logs, as Kafka's
+# `JoinGroupRequest.maybeTruncateReason` does: it is repeated on every rebalance it causes.
+MAX_REASON_CHARS = 255
+
+
+def client_reason(reason: str | None) -> str | None:
+    """`reason` cut to `MAX_REASON_CHARS`."""
+    if reason is not None and len(reason) > MAX_REASON_CHARS:
+        return reason[:MAX_REASON_CHARS]
+    return reason
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JoinGroup:
     ref: RequestRef

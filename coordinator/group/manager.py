@@ -69,7 +69,7 @@ from coordinator.group.outcomes import (
     ListGroupsOutcome,
     SyncGroupOutcome,
 )
-from coordinator.group.result import Reply, RequestRef, Result, TimerKey
+from coordinator.group.result import APPEND_FAILED, Reply, RequestRef, Result, TimerKey
 from coordinator.grouplog.records import (
     MAX_STORED_STRING_BYTES,
     GroupMetadataKey,
@@ -541,6 +541,20 @@ class GroupCoordinator:
                     raise AssertionError(f"not a group coordinator timer key: {key!r}")
         return self._finish(env, None)
 
+    def forget_if_never_written(self, group_id: str) -> bool:
+        """Drop a group that holds nothing and that the log never held: Empty, without members
+        or pending members, no record of it written. A JoinGroup that only got
+        MEMBER_ID_REQUIRED leaves such a group when its pending member expires; without offsets
+        (the caller checks) it is Dead at once, and since nothing of it was written there is
+        no tombstone to write. Kafka keeps it until the next `cleanupGroupMetadata` pass,
+        which is what made a burst of them cost one long pass later. True if dropped."""
+        group = self._groups.get(group_id)
+        if (group is None or group.members or group.pending_members
+                or not group.is_state(GroupState.EMPTY) or group_id in self._durable):
+            return False
+        del self._groups[group_id]
+        return True
+
     def connection_closed(self, connection_id: int, now_ms: int) -> Result:
         """Forget requests parked by a closed connection: they will never be answered.
 
@@ -741,8 +755,10 @@ class GroupCoordinator:
             finish(env, self._groups, write)
         return self._finish(env, None)
 
-    def records_failed(self, written: Result, now_ms: int) -> Result:
-        """`written.records` could not be made durable: undo, answer, rebalance (module doc)."""
+    def records_failed(self, written: Result, now_ms: int,
+                       error: ErrorCode = APPEND_FAILED) -> Result:
+        """`written.records` could not be made durable: undo, answer with `error`, rebalance
+        (module doc)."""
         env = self._env(now_ms)
         undone: set[str] = set()
         for write in written.writes:
@@ -750,7 +766,7 @@ class GroupCoordinator:
                 self._undo_conversion(env, write)
                 undone.add(write.group_id)
                 continue
-            undo(env, self._groups, write)
+            undo(env, self._groups, write, error)
             undone.add(write.group.group_id if isinstance(write, GroupDeletionWrite)
                        else write.group_id)
         groups = {r.key.group for r in written.records if isinstance(r, GroupMetadataRecord)}

@@ -187,11 +187,23 @@ class GroupOffsets:
         changes until they are durable (the runtime applies them then)."""
         return Result(records=list(self.offsets.delete_topics(topics)))
 
-    def expire(self, now_ms: int) -> ExpiryDecision:
+    def expiry_candidates(self) -> list[str]:
+        """Every group an expiry pass looks at: classic, consumer, or only offsets."""
+        return list(set(self.groups.groups) | set(self.groups.consumer.groups)
+                    | self.offsets.groups_with_offsets())
+
+    def expire(self, now_ms: int, group_ids: Sequence[str] | None = None) -> ExpiryDecision:
         """Offset expiry (Kafka `cleanupGroupMetadata`): tombstones for expired offsets, and
-        Empty groups left without offsets deleted (brought back if the write fails)."""
+        Empty groups left without offsets deleted (brought back if the write fails). With
+        `group_ids`, only those groups (one slice of a pass; see `expiry_candidates`)."""
         view: dict[str, GroupExpiryView] = {}
-        for group_id, group in self.groups.groups.items():
+        classic_groups = self.groups.groups
+        consumer_groups = self.groups.consumer.groups
+        if group_ids is not None:
+            classic_groups = {g: classic_groups[g] for g in group_ids if g in classic_groups}
+            consumer_groups = {g: consumer_groups[g] for g in group_ids
+                               if g in consumer_groups}
+        for group_id, group in classic_groups.items():
             view[group_id] = GroupExpiryView(
                 state_is_empty=group.state is GroupState.EMPTY,
                 current_state_timestamp=group.state_timestamp_ms,
@@ -199,7 +211,7 @@ class GroupOffsets:
                 protocol_type=group.protocol_type or "",
                 state_is_stable=group.state is GroupState.STABLE,
             )
-        for group_id, consumer_group in self.groups.consumer.groups.items():
+        for group_id, consumer_group in consumer_groups.items():
             view[group_id] = GroupExpiryView(
                 state_is_empty=not consumer_group.members,
                 current_state_timestamp=None,
@@ -207,7 +219,7 @@ class GroupOffsets:
                 protocol_type="consumer",
                 state_is_stable=consumer_group.state.value == "Stable",
             )
-        expired = self.offsets.expire(now_ms, view)
+        expired = self.offsets.expire(now_ms, view, group_ids)
         removed = Result(records=list(expired.tombstones))
         for group_id in expired.groups_without_offsets:
             error, result = self.groups.delete_group(group_id, now_ms)
@@ -216,6 +228,13 @@ class GroupOffsets:
         return ExpiryDecision(
             removed, len(expired.tombstones), len(expired.groups_without_offsets)
         )
+
+    def forget_if_unused(self, group_id: str) -> bool:
+        """Drop a memberless group the log never held, if it has no offsets either
+        (`GroupCoordinator.forget_if_never_written`); True if dropped."""
+        if self.offsets.has_offsets(group_id) or self.offsets.has_pending(group_id):
+            return False
+        return self.groups.forget_if_never_written(group_id)
 
     def subscriptions(self, group_id: str) -> set[str] | None:
         """The topics a live consumer group's members subscribe to; None when unknown (no

@@ -273,12 +273,14 @@ class OffsetStore:
         return [offset_commit_tombstone(group_id, topic, partition)
                 for group_id, topic, partition in sorted(doomed)]
 
-    def expire(self, now_ms: int, groups_view: Mapping[str, GroupExpiryView]) -> ExpiryResult:
+    def expire(self, now_ms: int, groups_view: Mapping[str, GroupExpiryView],
+               group_ids: Iterable[str] | None = None) -> ExpiryResult:
         """Tombstones for expired offsets, and the Empty groups left without offsets.
 
         Groups in `groups_view` without any offset count as "no offsets left" when Empty (Kafka
         deletes such groups in the same cleanup pass). A group that has offsets but no view is
-        treated as a standalone consumer (no protocol type, Empty).
+        treated as a standalone consumer (no protocol type, Empty). `group_ids`, when given,
+        limits the pass to those groups (a slice of a pass made in bounded steps).
         """
         retention_ms = self.offsets_retention_ms
         tombstones: list[OffsetCommitRecord] = []
@@ -287,7 +289,9 @@ class OffsetStore:
             state_is_empty=True, current_state_timestamp=None, subscribed_topics=None,
             protocol_type="",
         )
-        for group_id in sorted(set(groups_view) | set(self._offsets)):
+        if group_ids is None:
+            group_ids = sorted(set(groups_view) | set(self._offsets))
+        for group_id in group_ids:
             view = groups_view.get(group_id, standalone)
             pending = self._pending.get(group_id, {})
             base = _base_timestamp(view)

@@ -30,6 +30,13 @@ TimerKey = tuple[Hashable, ...]
 # one log has no finer cause to report. Retriable: the client finds the coordinator again.
 APPEND_FAILED = ErrorCode.coordinator_not_available
 
+# What a request is answered when a record it writes is larger than the group log takes in one
+# message (`offsets.topic.max.message.bytes`): Kafka's runtime refuses such a batch with
+# RecordTooLargeException, which its group coordinator maps to UNKNOWN_SERVER_ERROR for group
+# metadata (`appendGroupMetadataErrorToResponseError`) and for offsets
+# (`handleOperationException`). Not retriable: the same request would not fit next time.
+RECORD_TOO_LARGE = ErrorCode.unknown_server_error
+
 Refusal = Callable[[str], ErrorCode | None]
 """The runtime's answer for a group whose log partition it does not serve now (still loading,
 or failed to load), None when it serves it."""

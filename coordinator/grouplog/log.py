@@ -10,7 +10,12 @@ that completes when they are durable. With `offsets.commit.fsync=always` every a
 the same event-loop turn, and every append arriving while an fsync runs, shares the next fsync
 (group commit); the fsync runs in a worker thread so the event loop keeps serving. With an
 interval policy the future completes after the write and a timer fsyncs every interval.
-A failed write or fsync fails the futures of everything not yet durable: nothing is acknowledged.
+A failed write whose rollback is verified (disk full before any byte of the batch was durable)
+fails only its own future, and the log carries on. A failed fsync, or a rollback that fails or
+cannot be verified, is never retried nor carried on from (PostgreSQL's PANIC, Kafka's offline
+log directory): every future not yet durable fails, the unacknowledged tails are cut (or left
+for the restart to cut, see `PartitionLog.discard_after`), every later append fails, and
+`on_failure` stops the broker, whose restart recovers exactly the durable prefix.
 
 Replies that read state another append is still writing wait by log offset: `acknowledged(p)`
 returns None when everything written to partition `p` is acknowledged, else a future that
@@ -26,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import structlog
@@ -37,7 +42,7 @@ from coordinator.grouplog.records import CoordinatorRecord
 from storage.batch import scan_batches
 from storage.compaction import CleanStats, GroupLogCleaner, verify_sealed
 from storage.fs import REAL_FS, FileSystem
-from storage.log import LogConfig, PartitionLog
+from storage.log import LogConfig, LogOfflineError, PartitionLog
 from storage.record_batch import iter_records
 
 log = structlog.get_logger("rebalanced.group_log")
@@ -77,6 +82,10 @@ class GroupLog:
         self._interval_task: asyncio.Task[None] | None = None
         self.appends = 0
         self.fsyncs = 0
+        # Set for good by a failed fsync or an unverifiable rollback (see the module docstring);
+        # `on_failure` is told once (the broker stops).
+        self.failure: OSError | None = None
+        self.on_failure: Callable[[BaseException], None] | None = None
 
     @classmethod
     def open(cls, data_dir: Path, num_partitions: int, config: LogConfig, fsync_policy: str,
@@ -171,6 +180,9 @@ class GroupLog:
         that group's (an OffsetCommit's are), which saves looking at each."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
+        if self.failure is not None:
+            future.set_exception(self.failure)
+            return future
         timestamp = int(time.time() * 1000) if now_ms is None else now_ms
         grouped: Mapping[int, Sequence[CoordinatorRecord]]
         if group_id is not None:
@@ -196,11 +208,17 @@ class GroupLog:
                 written.append((partition, end_before))
                 self._dirty.add(partition)
         except OSError as exc:
+            future.set_exception(exc)
+            if isinstance(exc, LogOfflineError):
+                self._fail_stop(exc)
+                return future
             log.error("group log write failed", error=str(exc))
             # A multi-partition append is all or nothing: take back what did get written.
-            for partition, end_before in written:
-                self._truncate(partition, end_before)
-            future.set_exception(exc)
+            try:
+                for partition, end_before in written:
+                    self.logs[partition].truncate_to(end_before)
+            except OSError as cut_failed:
+                self._fail_stop(cut_failed)
             return future
         self.appends += 1
         if not self.fsync_always:
@@ -237,39 +255,50 @@ class GroupLog:
         self.fsyncs += 1
         errors = [r for r in done.result() if isinstance(r, BaseException)]
         exc: BaseException | None = errors[0] if errors else None
-        if exc is None:
-            for partition, end in ends.items():
-                self._durable_end[partition] = max(self._durable_end[partition], end)
-        else:
-            failed_partitions = set(ends) | self._dirty
-            log.error("group log fsync failed", error=str(exc), waiting=len(waiting))
-            # After a failed fsync the kernel may have dropped those pages while later fsyncs
-            # report success; so nothing written since the last good fsync may stay in the
-            # log to be replayed after a restart. Cut every dirty partition back to it and fail
-            # the appends waiting for the next round too: their bytes are gone.
-            for partition in set(ends) | self._dirty:
-                self._truncate(partition, self._durable_end[partition])
-            self._dirty.clear()
-            waiting = waiting + self._waiting
-            self._waiting = []
+        if self.failure is not None:  # stopped while this fsync ran: its appends failed too
+            for future in waiting:
+                if not future.done():
+                    future.set_exception(self.failure)
+            return
+        if exc is not None:
+            self._fail_stop(exc, waiting)
+            return
+        for partition, end in ends.items():
+            self._durable_end[partition] = max(self._durable_end[partition], end)
         for future in waiting:
-            if future.done():
-                continue
-            if exc is None:
+            if not future.done():
                 future.set_result(None)
-            else:
-                future.set_exception(exc)
         # After the appends' own futures, so that their replies go out first.
-        if exc is None:
-            for partition in ends:
-                self._acknowledge(partition, self._durable_end[partition])
-        else:
-            for partition in failed_partitions:
-                self._fail_offset_waiters(partition, exc)
+        for partition in ends:
+            self._acknowledge(partition, self._durable_end[partition])
         if self._waiting:
             self._start_flush()
         else:
             self._flushing = False
+
+    def _fail_stop(self, exc: BaseException,
+                   waiting: Sequence[asyncio.Future[None]] = ()) -> None:
+        """Stop on a failure that leaves the files unknown: fail everything not durable, cut
+        the unacknowledged tails, refuse every later append and tell `on_failure`. With an
+        interval fsync policy what was written is already acknowledged: it stays."""
+        if self.failure is not None:
+            return
+        self.failure = exc if isinstance(exc, OSError) else OSError(str(exc))
+        for future in [*waiting, *self._waiting]:
+            if not future.done():
+                future.set_exception(self.failure)
+        self._waiting = []
+        self._dirty.clear()
+        for partition in list(self._offset_waiters):
+            self._fail_offset_waiters(partition, self.failure)
+        if self.fsync_always:
+            for partition, partition_log in enumerate(self.logs):
+                if partition_log.log_end_offset > self._durable_end[partition]:
+                    partition_log.discard_after(self._durable_end[partition])
+        if self._interval_task is not None:
+            self._interval_task.cancel()
+        if self.on_failure is not None:
+            self.on_failure(self.failure)
 
     def acknowledged(self, partition: int) -> asyncio.Future[None] | None:
         """None if every append to `partition` so far is acknowledged; else a future done
@@ -278,6 +307,9 @@ class GroupLog:
         if self._acked_end[partition] >= end:
             return None
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.failure is not None:  # what is not acknowledged now never will be
+            future.set_exception(self.failure)
+            return future
         self._offset_waiters.setdefault(partition, deque()).append((end, future))
         return future
 
@@ -300,16 +332,6 @@ class GroupLog:
             if not future.done():
                 future.set_exception(exc)
 
-    def _truncate(self, partition: int, offset: int) -> None:
-        partition_log = self.logs[partition]
-        if partition_log.log_end_offset <= offset:
-            return
-        try:
-            partition_log.truncate_to(offset)
-        except OSError as exc:
-            log.error("group log truncate failed", partition=partition, offset=offset,
-                      error=str(exc))
-
     def _ensure_interval_flusher(self) -> None:
         if self._interval_task is None:
             self._interval_task = asyncio.get_running_loop().create_task(self._interval_flush())
@@ -324,9 +346,13 @@ class GroupLog:
                     await loop.run_in_executor(None, self._fsync, dirty)
                     self.fsyncs += 1
                 except OSError as exc:
-                    log.error("group log fsync failed", error=str(exc))
+                    self._fail_stop(exc)
+                    return
 
     def flush(self) -> None:
+        """fsync what is written (on the caller's thread). Nothing after a failure."""
+        if self.failure is not None:
+            return
         dirty, self._dirty = self._dirty, set()
         self._fsync(dirty)
 
@@ -341,5 +367,19 @@ class GroupLog:
         if self._interval_task is not None:
             self._interval_task.cancel()
         self.flush()
-        for partition_log in self.logs:
-            partition_log.close()
+        if self.failure is None:
+            for partition_log in self.logs:
+                partition_log.close()
+            return
+        # The broker stops on the failure already reported: close what can be, in one line.
+        unclean: list[int] = []
+        first: OSError | None = None
+        for partition, partition_log in enumerate(self.logs):
+            try:
+                partition_log.close()
+            except OSError as exc:
+                unclean.append(partition)
+                first = first or exc
+        if unclean:
+            log.warning("group log partitions not closed cleanly", partitions=unclean,
+                        error=str(first))

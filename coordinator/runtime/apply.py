@@ -8,6 +8,10 @@ gets COORDINATOR_NOT_AVAILABLE, the offsets stay unacknowledged, the core undoes
 the write (`coordinator/group/classic/writes.py`) and other affected groups rebalance; the
 journal gets a `group_write_failed` line.
 
+A group record larger than the group log takes in one message (`offsets.topic.max.message.bytes`,
+Kafka's `message.max.bytes` of `__consumer_offsets`) is not written at all: the Result fails as
+above, but with Kafka's UNKNOWN_SERVER_ERROR, and one warning names the group and the sizes.
+
 Which request a reply answers is kept here (`park`), by `RequestRef`: the core never sees a
 connection.
 """
@@ -15,12 +19,13 @@ connection.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
+from kio.schema.errors import ErrorCode
 
 from coordinator.api.context import ClientRequest
 from coordinator.group.consumer.heartbeat import GROUP_TYPE as CONSUMER_GROUP_TYPE
@@ -28,10 +33,12 @@ from coordinator.group.events import RebalanceStarted
 from coordinator.group.manager import GroupCoordinator
 from coordinator.group.offsets import OffsetStore
 from coordinator.group.outcomes import error_outcome
-from coordinator.group.result import APPEND_FAILED, RequestRef, Result
+from coordinator.group.result import APPEND_FAILED, RECORD_TOO_LARGE, RequestRef, Result
+from coordinator.grouplog.codec import encode_record
 from coordinator.grouplog.log import GroupLog
 from coordinator.grouplog.records import (
     ConsumerGroupRecord,
+    CoordinatorRecord,
     GroupMetadataRecord,
     OffsetCommitRecord,
 )
@@ -78,7 +85,7 @@ def _error_of(done: asyncio.Future[None]) -> str:
 class ResultApplier:
     def __init__(self, manager: GroupCoordinator, offsets: OffsetStore, clock: Clock,
                  timers: Timers, journal: EventJournal, fetches: ParkedFetches,
-                 metrics: BrokerMetrics | None) -> None:
+                 metrics: BrokerMetrics | None, *, max_record_bytes: int = 1_048_588) -> None:
         self.manager = manager
         self.offsets = offsets
         self.clock = clock
@@ -87,6 +94,8 @@ class ResultApplier:
         self.fetches = fetches
         self.metrics = metrics
         self.group_log: GroupLog  # set when the group log is opened
+        # The largest group record the group log takes (offsets.topic.max.message.bytes).
+        self.max_record_bytes = max_record_bytes
         self._pending: dict[RequestRef, _Pending] = {}
         # Refs of `_pending` by connection, so that a closed connection finds its own without
         # scanning everyone's (thousands of connections may close at once). Answered refs are
@@ -144,8 +153,11 @@ class ResultApplier:
         them), apply its offset records, hand the Result back to the core to finish or undo
         what waited for the write, then call `then(durable)`."""
         records = result.records
-        groups = [r.key.group for r in records
-                  if type(r) is GroupMetadataRecord or type(r) is ConsumerGroupRecord]
+        group_records = [r for r in records
+                         if type(r) is GroupMetadataRecord or type(r) is ConsumerGroupRecord]
+        if group_records and self._refuse_oversized(result, group_records, then):
+            return
+        groups = [r.key.group for r in group_records]
         for group_id in groups:
             self.group_writes[group_id] = self.group_writes.get(group_id, 0) + 1
         try:
@@ -182,10 +194,40 @@ class ResultApplier:
 
         durable.add_done_callback(persisted)
 
+    def _refuse_oversized(self, result: Result, group_records: Sequence[CoordinatorRecord],
+                          then: Callable[[bool], None] | None) -> bool:
+        """Fail `result` without writing it if one of its group records is larger than the
+        group log takes; True if it did. Offset records are bounded by
+        `offset.metadata.max.bytes` and are not looked at (this runs on rebalances only)."""
+        limit = self.max_record_bytes
+        for record in group_records:
+            key, value = encode_record(record)
+            size = len(key) + (len(value) if value is not None else 0)
+            if size > limit:
+                break
+        else:
+            return False
+        group_id = record.key.group
+        log.warning("group record larger than the group log takes: not written",
+                    group_id=group_id[:256], record_bytes=size,
+                    offsets_topic_max_message_bytes=limit, error=RECORD_TOO_LARGE.name)
+        self.journal.event({"event": "group_write_failed", "group_ids": [group_id],
+                            "records": len(result.records),
+                            "error": f"record of {size} bytes exceeds {limit}"}, quiet=True)
+        self.fail(result, RECORD_TOO_LARGE)
+        self._reload_consumer_groups({r.key.group for r in group_records
+                                      if isinstance(r, ConsumerGroupRecord)})
+        self.apply(self.manager.records_failed(result, self.clock.now_ms(), RECORD_TOO_LARGE))
+        if then is not None:
+            then(False)
+        return True
+
     def _reload_consumer_groups(self, group_ids: set[str]) -> None:
         """A consumer group's records did not become durable: its in-memory state ran ahead of
         the log, so it is rebuilt from the log (cut back to its last durable point). Members
         whose changes were lost get FENCED_MEMBER_EPOCH or UNKNOWN_MEMBER_ID and rejoin."""
+        if self.group_log.failure is not None:
+            return  # the broker stops on a disk failure; its restart rebuilds the groups
         consumer = self.manager.consumer
         now = self.clock.now_ms()
         for partition in sorted({self.group_log.partition_of(g) for g in group_ids}):
@@ -203,13 +245,13 @@ class ResultApplier:
             self.apply_timers(consumer.finish_replay(now))
             log.warning("consumer groups reloaded after a failed write", groups=sorted(wanted))
 
-    def fail(self, result: Result) -> None:
+    def fail(self, result: Result, error: ErrorCode = APPEND_FAILED) -> None:
         """Answer every reply of `result` with the error of a failed group-log write."""
         for reply in result.replies:
             pending = self._pending.pop(reply.ref, None)
             if pending is not None:
                 pending.ctx.respond(pending.module.to_response(
-                    error_outcome(pending.command, APPEND_FAILED),
+                    error_outcome(pending.command, error),
                     pending.ctx.version))
 
     def apply_timers(self, result: Result) -> None:

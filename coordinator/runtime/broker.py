@@ -8,7 +8,10 @@ returns a `Result` that is applied here in order: timers, records (made durable)
 from __future__ import annotations
 
 import asyncio
+import collections
+import concurrent.futures
 import fcntl
+import resource
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -26,7 +29,9 @@ from coordinator.dataplane import (
     producers,
     topics_admin,
 )
+from coordinator.dataplane.mutation_quota import MutationQuota
 from coordinator.dataplane.producers import ProducerTable
+from coordinator.dataplane.topics_admin import PartitionLimitError
 from coordinator.group.timer import TimerWheel
 from coordinator.grouplog.log import GroupLog
 from coordinator.ops.metrics import BrokerMetrics
@@ -36,11 +41,47 @@ from coordinator.settings import BrokerSettings
 from protocol.codec import RequestHeader
 from protocol.connection import Connection, ResponseSlot
 from protocol.refusals import REFUSALS
-from storage.fs import REAL_FS, FileSystem
+from storage.fs import REAL_FS, FileSystem, filesystem_from_env
 from storage.log import LogConfig
 from storage.topics import Topic, TopicStore
 
 log = structlog.get_logger("rebalanced.broker")
+
+# Due timers handled per event-loop turn (each costs tens of microseconds).
+_TIMERS_PER_TURN = 500
+
+
+# File descriptors kept for everything but topic partitions and Kafka connections: the
+# listening sockets, the journal, the ops port, worker threads' files, a roll's new segment.
+_RESERVED_DESCRIPTORS = 64
+
+
+def descriptor_share(group_log_partitions: int, soft_limit: int | None = None) -> int:
+    """The file descriptors topic partitions may take, and as many Kafka connections may:
+    half each of the open-file limit, once the group log (two per partition: its active
+    segment, and the next one while it rolls) and `_RESERVED_DESCRIPTORS` are set aside, so
+    that neither topics nor a connection flood can make a group-log roll fail with EMFILE."""
+    if soft_limit is None:
+        soft_limit, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft_limit == resource.RLIM_INFINITY or soft_limit > 2**31:
+        return 1_000_000
+    reserved = 2 * group_log_partitions + _RESERVED_DESCRIPTORS
+    return max((soft_limit - reserved) // 2, 0)
+
+
+def partition_limit(configured: int, group_log_partitions: int,
+                    soft_limit: int | None = None) -> int:
+    """`max.broker.partitions`, or with -1 the partitions' share of the open-file limit (an
+    open partition holds a descriptor, its active segment)."""
+    if configured >= 0:
+        return configured
+    return descriptor_share(group_log_partitions, soft_limit)
+
+
+def connection_limit(configured: int, group_log_partitions: int,
+                     soft_limit: int | None = None) -> int:
+    """`max.connections`, but no more than the connections' share of the open-file limit."""
+    return min(configured, max(descriptor_share(group_log_partitions, soft_limit), 1))
 
 Handler = Callable[[ClientRequest, Any], None]
 
@@ -60,6 +101,18 @@ class Broker:
         self.producers = ProducerTable()
         self.wheel = TimerWheel(tick_ms=5, wheel_size=4096, start_ms=self.clock.now_ms())
         self.fetches = fetch.FetchPurgatory(self)
+        # Topic creation's disk work (directories, logs, fsyncs) runs on its own thread, one
+        # topic after another, not on the loop and not in the group log's fsync pool.
+        self._topic_admin: concurrent.futures.ThreadPoolExecutor | None = None
+        self._builds: collections.deque[tuple[Callable[[], Any],
+                                              Callable[[Any, BaseException | None], None]]]
+        self._builds = collections.deque()
+        self._draining = False
+        self._stopping = False
+        self._topics_changed_pending = False
+        self.max_partitions = partition_limit(settings["max.broker.partitions"],
+                                              settings["offsets.topic.num.partitions"])
+        self.mutation_quota = MutationQuota(settings["controller.mutation.rate"])
         self._loop: asyncio.AbstractEventLoop | None = None
         self._armed: asyncio.TimerHandle | None = None
         self._armed_at: int | None = None
@@ -92,6 +145,10 @@ class Broker:
             else None)
         self.groups = GroupRuntime(self)
         self.groups.register()
+        planned = filesystem_from_env()  # a test's fault plan; None in production
+        if planned is not None:
+            log.warning("disk fault plan active", rules=len(planned.rules))
+            self.topics_fs = self.groups.fs = planned
         # Set to stop the broker: by a signal, or by `fail` with `failure` saying why.
         self.stop_requested = asyncio.Event()
         self.failure: BaseException | None = None
@@ -120,12 +177,14 @@ class Broker:
         self.cluster_id = _cluster_id(self.data_dir)
         self.topics = TopicStore.open(self.data_dir, self.log_config(), self.topics_fs,
                                       repair=self.repair)
+        self._topic_admin = concurrent.futures.ThreadPoolExecutor(1, "topic-admin")
         self.groups.open(self.data_dir, self.repair)
         self._retention_task = self._loop.create_task(self._retention_loop())
 
     def fail(self, error: BaseException) -> None:
         """Something the broker cannot serve without (a group-log partition that does not
-        load): stop, and let the process exit non-zero with `error`."""
+        load, a group-log fsync that failed): stop, and let the process exit non-zero with
+        `error` (a supervisor restarts it; recovery keeps the durable prefix)."""
         if self.failure is None:
             self.failure = error
         self.stop_requested.set()
@@ -137,8 +196,18 @@ class Broker:
         task = getattr(self, "_retention_task", None)
         if task is not None:
             task.cancel()
-        self.topics.flush_all()
-        self.topics.close()
+        if self._topic_admin is not None:
+            # The creation under way finishes (its metadata file is the commit point on disk);
+            # those still queued are not started.
+            self._stopping = True
+            self._topic_admin.shutdown(wait=True, cancel_futures=True)
+        try:
+            self.topics.flush_all()
+            self.topics.close()
+        except OSError as exc:
+            if self.failure is None:
+                raise
+            log.warning("topic logs not closed cleanly", error=str(exc))
         self.groups.close()
         self._lock.close()  # releases the data-directory lock
 
@@ -187,8 +256,16 @@ class Broker:
     def _fire(self) -> None:
         self._armed = None
         self._armed_at = None
+        self._run_due(self.wheel.poll(self.wall_ms()))
+
+    def _run_due(self, due: list[tuple[Any, ...]]) -> None:
+        """Handle due timers, at most `_TIMERS_PER_TURN` per event-loop turn: a burst (100,000
+        pending members of one client expiring together) must not hold every other group's
+        requests. A key rescheduled while it waits here fires again later; the handlers
+        ignore stale wake-ups."""
         now = self.wall_ms()
-        for key in self.wheel.poll(now):
+        batch, rest = due[:_TIMERS_PER_TURN], due[_TIMERS_PER_TURN:]
+        for key in batch:
             handler = self._timer_handlers.get(str(key[0]))
             try:
                 if handler is not None:
@@ -197,6 +274,8 @@ class Broker:
                     self.on_timer(key, now)
             except Exception:
                 log.exception("timer handler failed", key=repr(key))
+        if rest and self._loop is not None:
+            self._loop.call_soon(self._run_due, rest)
         self._arm()
 
     def on_timer(self, key: tuple[Any, ...], now_ms: int) -> None:
@@ -212,6 +291,107 @@ class Broker:
         log.info("topic created", topic=name, partitions=partitions, topic_id=str(topic.topic_id),
                  reason=reason)
         return topic
+
+    def begin_create_topic(self, name: str, partitions: int, configs: dict[str, str], *,
+                           reason: str) -> asyncio.Future[Topic]:
+        """Create a topic off the loop: checked and its name held now (raises what
+        `TopicStore.reserve` raises, or `PartitionLimitError`), built on the topic-admin
+        thread, visible once the returned future is done (it fails with the build's
+        `OSError`, the topic then not created)."""
+        if self.topics.partition_count() + partitions > self.max_partitions:
+            raise PartitionLimitError(
+                f"creating {partitions} partitions would exceed the broker's limit of "
+                f"{self.max_partitions} (max.broker.partitions)")
+        pending = self.topics.reserve(name, partitions, configs)
+        created: asyncio.Future[Topic] = asyncio.get_running_loop().create_future()
+
+        def done(topic: Any, error: BaseException | None) -> None:
+            if error is not None:
+                self.topics.release(pending)
+                log.error("topic not created", topic=name, partitions=partitions,
+                          error=str(error), reason=reason)
+                created.set_exception(error)
+                return
+            self.topics.commit(topic)
+            self._topics_changed_soon()
+            log.info("topic created", topic=name, partitions=partitions,
+                     topic_id=str(topic.topic_id), reason=reason)
+            created.set_result(topic)
+
+        self._queue_build(lambda: self.topics.build(pending), done)
+        return created
+
+    def begin_add_partitions(self, name: str, total: int) -> asyncio.Future[None]:
+        """Add partitions off the loop (as `begin_create_topic`); raises what
+        `TopicStore.reserve_partitions` raises, or `PartitionLimitError`."""
+        topic = self.topics.get(name)
+        if topic is not None and (self.topics.partition_count() + total - len(topic.partitions)
+                                  > self.max_partitions):
+            raise PartitionLimitError(
+                f"growing {name} to {total} partitions would exceed the broker's limit of "
+                f"{self.max_partitions} (max.broker.partitions)")
+        topic = self.topics.reserve_partitions(name, total)
+        added: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def done(logs: Any, error: BaseException | None) -> None:
+            if error is not None:
+                self.topics.release_partitions(name)
+                log.error("partitions not added", topic=name, partitions=total,
+                          error=str(error))
+                added.set_exception(error)
+                return
+            self.topics.commit_partitions(topic, logs)
+            self._topics_changed_soon()
+            log.info("partitions added", topic=name, partitions=total)
+            added.set_result(None)
+
+        self._queue_build(lambda: self.topics.build_partitions(topic, total), done)
+        return added
+
+    def _queue_build(self, build: Callable[[], Any],
+                     done: Callable[[Any, BaseException | None], None]) -> None:
+        """Run `build` on the topic-admin thread after those queued before it; `done(result,
+        error)` then runs on the loop. One job drains the queue, so that a burst of thousands
+        of creations costs the loop an append each, not an executor submission each."""
+        self._builds.append((build, done))
+        if not self._draining and self._topic_admin is not None:
+            self._draining = True
+            self._topic_admin.submit(self._drain_builds, asyncio.get_running_loop())
+
+    def _drain_builds(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the topic-admin thread: build what is queued, handing each outcome back."""
+        try:
+            while not self._stopping:
+                try:
+                    build, done = self._builds.popleft()
+                except IndexError:
+                    return
+                try:
+                    result, error = build(), None
+                except Exception as exc:
+                    result, error = None, exc
+                loop.call_soon_threadsafe(done, result, error)
+        finally:
+            loop.call_soon_threadsafe(self._drained_builds)
+
+    def _drained_builds(self) -> None:
+        self._draining = False
+        if self._builds and self._topic_admin is not None and not self._stopping:
+            self._draining = True
+            self._topic_admin.submit(self._drain_builds, asyncio.get_running_loop())
+
+    def _topics_changed_soon(self) -> None:
+        """Tell the groups about new topics once per loop turn: creations finishing together
+        (a burst of auto-creates) rebuild the consumer groups' topic image once."""
+        if self._topics_changed_pending or self._loop is None:
+            return
+        self._topics_changed_pending = True
+
+        def changed() -> None:
+            self._topics_changed_pending = False
+            self.groups.topics_changed()
+
+        self._loop.call_soon(changed)
 
     def delete_topics(self, names: Sequence[str],
                       done: Callable[[dict[str, ErrorCode]], None]) -> None:

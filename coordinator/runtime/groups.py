@@ -133,8 +133,9 @@ class GroupRuntime:
         self.core = GroupOffsets(self.manager, self.offsets)  # the offset APIs' decisions
         self.group_log: GroupLog
         self.journal = EventJournal(self.clock.wall_ms)
-        self.applier = ResultApplier(self.manager, self.offsets, self.clock, host, self.journal,
-                                     host.fetches, host.metrics)
+        self.applier = ResultApplier(
+            self.manager, self.offsets, self.clock, host, self.journal, host.fetches,
+            host.metrics, max_record_bytes=settings["offsets.topic.max.message.bytes"])
         self.loader = GroupLogLoader(self.manager, self.offsets, self.applier, self.clock,
                                      self.config.offsets_topic_num_partitions, host.fail)
         self.maintenance = GroupLogMaintenance(
@@ -162,12 +163,15 @@ class GroupRuntime:
 
     def open(self, data_dir: Path, repair: bool) -> None:
         settings = self.host.settings
-        # A group-metadata record holds every member's subscription and assignment: no cap.
+        # New group records are capped by the applier (offsets.topic.max.message.bytes); the
+        # storage takes any size, so that a log written before the cap (or with a larger one)
+        # still loads.
         config = LogConfig(segment_bytes=settings["offsets.topic.segment.bytes"],
                            retention_ms=-1, retention_bytes=-1, max_message_bytes=2**31 - 1)
         self.group_log = GroupLog.open(data_dir, self.config.offsets_topic_num_partitions,
                                        config, settings["offsets.commit.fsync"], self.fs,
                                        repair=repair)
+        self.group_log.on_failure = self.host.fail  # fail-stop on a failed fsync
         for part in (self.applier, self.loader, self.maintenance):
             part.group_log = self.group_log
         self.topics_changed()
@@ -373,6 +377,9 @@ class GroupRuntime:
 
     def on_timer(self, key: tuple[Any, ...], now_ms: int) -> None:
         self.applier.apply(self.manager.expire(key, self.clock.now_ms()))
+        if key[0] == "heartbeat":
+            # A pending member that never came back may leave a group with nothing in it.
+            self.core.forget_if_unused(str(key[1]))
 
     def connection_closed(self, connection_id: int) -> None:
         self.applier.forget_connection(connection_id)
@@ -381,12 +388,20 @@ class GroupRuntime:
     # topics -----------------------------------------------------------------------------------
 
     def topics_changed(self) -> None:
-        """Hand the consumer groups a new image of the topics (they check it on heartbeats)."""
+        """Hand the consumer groups a new image of the topics (they check it on heartbeats).
+        The entries of unchanged topics are reused: making one is what costs, and with
+        thousands of topics a new image per creation must not hold the loop."""
         self._topic_image_version += 1
+        previous = self.manager.consumer.image.by_name
+        by_name: dict[str, TopicInfo] = {}
+        for topic in self.host.topics.topics():
+            info = previous.get(topic.name)
+            if (info is None or info.topic_id != topic.topic_id
+                    or info.partitions != len(topic.partitions)):
+                info = TopicInfo(topic.topic_id, topic.name, len(topic.partitions))
+            by_name[topic.name] = info
         self.manager.consumer.set_topic_image(TopicImage(
-            version=self._topic_image_version,
-            by_name={t.name: TopicInfo(t.topic_id, t.name, len(t.partitions))
-                     for t in self.host.topics.topics()}))
+            version=self._topic_image_version, by_name=by_name))
 
     # registration -----------------------------------------------------------------------------
 

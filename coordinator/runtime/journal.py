@@ -1,5 +1,9 @@
 """The event journal: a directory of JSON-lines files, rotated and capped (docs/events.md §1).
 
+Closed files are named `events-<ts of the first line>-<sequence>.jsonl` and ordered by the
+sequence, never by the timestamp: after the wall clock steps back, the newest file may carry
+the smallest timestamp, and retention must still delete the oldest files, not the newest.
+
 Appending only buffers the line: the runtime calls `flush()` every 100 ms, which writes the
 buffer with one `os.write`, rotates the active file when it is big or old enough, and applies
 the retention cap. A failed write drops the buffered lines and counts them instead of raising:
@@ -16,13 +20,20 @@ from pathlib import Path
 
 import structlog
 
-__all__ = ["ACTIVE_NAME", "CLOSED_PATTERN", "Journal"]
+__all__ = ["ACTIVE_NAME", "CLOSED_PATTERN", "Journal", "closed_sequence"]
 
 log = structlog.get_logger("rebalanced.journal")
 
 # Hidden, so directory listers (Spark's file source among them) never read a half-written file.
 ACTIVE_NAME = ".events-active.jsonl"
-CLOSED_PATTERN = re.compile(r"^events-(\d{13})-(\d{6})\.jsonl$")
+# The sequence has 6 digits, more once it passes 999,999 (it never wraps).
+CLOSED_PATTERN = re.compile(r"^events-(\d{13})-(\d{6,})\.jsonl$")
+
+
+def closed_sequence(name: str) -> int | None:
+    """The sequence number of a closed journal file's name, else None."""
+    match = CLOSED_PATTERN.match(name)
+    return int(match.group(2)) if match else None
 
 
 class Journal:
@@ -71,8 +82,12 @@ class Journal:
             lines = self._buffer
             self._buffer = []
             self._write(lines)
-        if self._size and (self._size >= self.segment_bytes
-                           or self._wall_ms() - self._opened_ms >= self.segment_ms):
+        if not self._size:
+            return
+        age_ms = self._wall_ms() - self._opened_ms
+        # A negative age is a backwards clock step: close the file now rather than keep it
+        # open until the clock is back where it was.
+        if self._size >= self.segment_bytes or age_ms >= self.segment_ms or age_ms < 0:
             self.rotate()
 
     def _write(self, lines: list[str]) -> None:
@@ -140,26 +155,23 @@ class Journal:
 
     def _close_file(self, path: Path, first_ts: int) -> None:
         self._sequence += 1
-        final = self.directory / f"events-{first_ts:013d}-{self._sequence % 1_000_000:06d}.jsonl"
+        final = self.directory / f"events-{max(first_ts, 0):013d}-{self._sequence:06d}.jsonl"
         try:
             os.replace(path, final)  # atomic: readers see the whole file or nothing
         except OSError as exc:
             log.warning("journal rotation failed", error=str(exc), path=str(path))
 
     def closed_files(self) -> list[Path]:
+        """The closed files, oldest first: in the order of their sequence numbers."""
         found = []
         for entry in os.scandir(self.directory):
-            if CLOSED_PATTERN.match(entry.name):
-                found.append(Path(entry.path))
-        return sorted(found)
+            sequence = closed_sequence(entry.name)
+            if sequence is not None:
+                found.append((sequence, entry.name, Path(entry.path)))
+        return [path for _, _, path in sorted(found)]
 
     def _last_sequence(self) -> int:
-        last = 0
-        for path in self.closed_files():
-            match = CLOSED_PATTERN.match(path.name)
-            if match:
-                last = max(last, int(match.group(2)))
-        return last
+        return max((closed_sequence(p.name) or 0 for p in self.closed_files()), default=0)
 
     def _apply_retention(self) -> None:
         if self.retention_bytes < 0:

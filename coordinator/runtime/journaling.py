@@ -28,6 +28,24 @@ _OFFSETS_COMMITTED_LINE = ('{"v": ' + str(JOURNAL_SCHEMA_VERSION) + ', "event_ty
                            '"generation": %d, "partitions": %d}\n')
 _json_string = encode_basestring_ascii
 
+# Free text in an event (a reason, a group or member id chosen by a client) is cut to this many
+# characters in the journal and the logs: a client must not make every line of its group's
+# history megabytes long.
+MAX_TEXT_CHARS = 1024
+
+
+def _bounded(payload: dict[str, Any]) -> dict[str, Any]:
+    """`payload`, with any string value longer than `MAX_TEXT_CHARS` cut and marked."""
+    long = [key for key, value in payload.items()
+            if type(value) is str and len(value) > MAX_TEXT_CHARS]
+    if not long:
+        return payload
+    bounded = dict(payload)
+    for key in long:
+        text = bounded[key]
+        bounded[key] = f"{text[:MAX_TEXT_CHARS]}...({len(text) - MAX_TEXT_CHARS} more chars)"
+    return bounded
+
 
 class EventJournal:
     def __init__(self, wall_ms: Callable[[], int]) -> None:
@@ -43,6 +61,7 @@ class EventJournal:
             self.journal.close()
 
     def event(self, payload: dict[str, Any], quiet: bool = False) -> None:
+        payload = _bounded(payload)
         if not quiet:
             events_log.info(payload.get("event", "group event"),
                             **{k: v for k, v in payload.items() if k != "event"})

@@ -1,9 +1,10 @@
 """Background upkeep of the group log: offset expiry and compaction, each on its own interval.
 
-Expiry asks the core which offsets and groups are due (`GroupOffsets.expire`) and writes the
-tombstones through the same path as any Result (`ResultApplier.write`): they are applied, and
-deleted groups stay gone, only once durable. Compaction rewrites sealed segments on a worker
-thread (SPEC §11). Neither runs while the group log is still loading.
+Expiry asks the core which offsets and groups are due (`GroupOffsets.expire`), a slice of the
+groups at a time, and writes the tombstones through the same path as any Result
+(`ResultApplier.write`): they are applied, and deleted groups stay gone, only once durable.
+Compaction rewrites sealed segments on a worker thread (SPEC §11). Neither runs while the group
+log is still loading.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
     from coordinator.ops.metrics import BrokerMetrics
 
 log = structlog.get_logger("rebalanced.coordinator")
+
+# Groups looked at per step of an offset-expiry pass (a step takes a few milliseconds).
+EXPIRY_GROUPS_PER_STEP = 1000
 
 
 class GroupLogMaintenance:
@@ -54,23 +58,37 @@ class GroupLogMaintenance:
                 log.exception("offset expiry failed")
 
     async def expire_offsets(self) -> None:
+        """One expiry pass, `EXPIRY_GROUPS_PER_STEP` groups at a time, each step written (and
+        durable) before the next, with the event loop free in between: a pass over 100,000
+        groups is many short steps, not one long stall."""
         if self.loader.loading:
             return
-        expired = self.core.expire(self.clock.now_ms())
-        removed = expired.result
-        if not removed.records:
-            return
-        self.applier.apply_timers(removed)
-        written: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        # Tombstones are applied and deleted groups stay gone only once durable (`write`).
-        self.applier.write(removed, written.set_result)
-        if not await written:
-            raise OSError("the group log did not take the expired offsets")
-        self.applier.emit(removed)
-        if self.metrics is not None:
-            self.metrics.offset_expirations += expired.expired_offsets
-        self.journal.event({"event": "offsets_expired", "partitions": expired.expired_offsets,
-                            "groups_deleted": expired.groups_deleted})
+        candidates = self.core.expiry_candidates()
+        expired_offsets = groups_deleted = 0
+        for start in range(0, len(candidates), EXPIRY_GROUPS_PER_STEP):
+            if start:
+                await asyncio.sleep(0)
+                if self.loader.loading:
+                    break
+            expired = self.core.expire(self.clock.now_ms(),
+                                       candidates[start:start + EXPIRY_GROUPS_PER_STEP])
+            removed = expired.result
+            if not removed.records:
+                continue
+            self.applier.apply_timers(removed)
+            written: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+            # Tombstones are applied and deleted groups stay gone only once durable (`write`).
+            self.applier.write(removed, written.set_result)
+            if not await written:
+                raise OSError("the group log did not take the expired offsets")
+            self.applier.emit(removed)
+            if self.metrics is not None:
+                self.metrics.offset_expirations += expired.expired_offsets
+            expired_offsets += expired.expired_offsets
+            groups_deleted += expired.groups_deleted
+        if expired_offsets or groups_deleted:
+            self.journal.event({"event": "offsets_expired", "partitions": expired_offsets,
+                                "groups_deleted": groups_deleted})
 
     # compaction -------------------------------------------------------------------------------
 

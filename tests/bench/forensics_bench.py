@@ -12,8 +12,20 @@ decode rate on 1,000,000 records.
    on one core, the data source's reader alone (Arrow batches, no Spark), and
    `spark.read.format("consumer_offsets")` on local[2].
 
+3. Live source: N OffsetCommit records committed to the real broker (100 partitions per
+   request, by stock librdkafka clients), then read back over the Kafka protocol: the
+   data source's reader alone on one core (librdkafka's fetch and the C loop's column
+   buffers, no Spark), and
+   `spark.read.format("kafka_consumer_offsets")` on local[2] (the broker serving it is
+   another process, not counted in the CPU rate).
+4. Follow: `--follow --bootstrap-server` (10 s trigger, the default) on the broker while a group
+   runs; a second member joins and the time until the report's `rebalances` table has the
+   new rebalance is measured (the target: within two trigger intervals).
+5. Cluster: the report of section 1 again, submitted with `spark-submit` to a standalone
+   master and two one-core workers started from the installed pyspark on loopback.
+
 Usage: python -m tests.bench.forensics_bench [--events N] [--records N] [--keep DIR]
-                                             [--group-log-only]
+           [--only journal,cluster,group-log,live,follow] [--group-log-only]
 """
 
 from __future__ import annotations
@@ -161,13 +173,17 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, default=None)
     parser.add_argument("--group-log-only", action="store_true",
                         help="skip the journal report; measure only the group-log decode")
+    parser.add_argument("--only", default="journal,cluster,group-log,live,follow",
+                        help="the sections to run, comma-separated")
     args = parser.parse_args()
+    sections = {"group-log"} if args.group_log_only else set(args.only.split(","))
     work = args.keep or Path(tempfile.mkdtemp(prefix="forensics-bench-"))
     results: dict[str, object] = {}
     try:
-        if not args.group_log_only:
-            journal_data = work / "journal-data"
+        journal_data = work / "journal-data"
+        if sections & {"journal", "cluster"}:
             results["journal_events"] = write_journal(journal_data / "events", args.events)
+        if "journal" in sections:
             # A first run on an empty directory, untimed: where the driver JVM's class-data
             # archive does not exist yet (a new machine or install), this run writes it, as
             # any user's first run does; the timed run is a later one.
@@ -185,6 +201,15 @@ def main() -> int:
                 raise SystemExit(f"the forensics job failed with status {job.returncode}")
             results["report_wall_s"] = round(time.perf_counter() - started, 1)
             results["report_cpu_s"] = split
+        if "cluster" in sections:
+            results.update(_report_on_cluster(journal_data, work))
+        if "live" in sections:
+            results.update(_live_source(work, args.records))
+        if "follow" in sections:
+            results.update(_follow_latency(work))
+        if "group-log" not in sections:
+            print(json.dumps(results, indent=1))
+            return 0
 
         log_data = work / "log-data"
         records = write_group_log(log_data, args.records)
@@ -206,6 +231,139 @@ def main() -> int:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def _report_on_cluster(journal_data: Path, work: Path) -> dict[str, object]:
+    """The journal report submitted to a standalone master with two one-core workers, as
+    README shows it; wall time from spark-submit's start to its exit."""
+    from forensics.package import build
+    from tests.forensics.spark_cluster import StandaloneCluster
+
+    zip_path = build(work / "dist" / "forensics.zip")
+    cluster = StandaloneCluster(work / "spark-cluster").start()
+    try:
+        started = time.perf_counter()
+        done = cluster.submit(["--data", str(journal_data), "--out", str(work / "cluster-out"),
+                               "--timelines", "5"], zip_path)
+        wall = time.perf_counter() - started
+        if done.returncode != 0:
+            raise SystemExit(f"spark-submit failed: {done.stderr[-3000:]}")
+    finally:
+        cluster.stop()
+    return {"cluster_report_wall_s": round(wall, 1), "cluster": "standalone, 2 workers x 1 core"}
+
+
+def _follow_latency(work: Path, interval_s: float = 10.0) -> dict[str, object]:
+    """Seconds from a second member's join (its assignment) to the report's `rebalances`
+    table showing the rebalance, with `--follow` at its default 10 s interval on the live
+    broker."""
+    import pyarrow.parquet as pq
+
+    from tests.broker_process import BrokerProcess
+    from tests.forensics.test_live import _Member, _until
+    from tests.integration.group_workers import create_topic, produce
+
+    broker = BrokerProcess(work / "follow-broker" / "data").start()
+    out = work / "follow-out"
+    members: list[Any] = []
+    job = None
+    try:
+        create_topic(broker, "orders", 4)
+        produce(broker, "orders", (f"o-{n}" for n in range(40)), 4)
+        members.append(_Member(broker.bootstrap, "billing", "first"))
+        members[0].start()
+        _until(lambda: members[0].committed >= 10, 60, "the first member's commits")
+        job = subprocess.Popen(
+            [sys.executable, "-m", "forensics", "--bootstrap-server", broker.bootstrap,
+             "--out", str(out), "--timelines", "0", "--follow", "--interval", str(interval_s)],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        assert job.stdout is not None
+        job.stdout.readline()  # the first micro-batch's report
+        # One more micro-batch (new commits) first: the measured one is a warm refresh, as
+        # every refresh after a follower's first minute is.
+        produce(broker, "orders", (f"w-{n}" for n in range(8)), 4)
+        job.stdout.readline()
+        known = pq.read_table(out / "rebalances").num_rows
+        members.append(_Member(broker.bootstrap, "billing", "second"))
+        members[1].start()
+        _until(lambda: members[1].assigned, 60, "the second member's assignment")
+        joined = time.perf_counter()  # the rebalance's GroupMetadata record is written
+        deadline = joined + 20 * interval_s
+        while time.perf_counter() < deadline:
+            try:
+                if pq.read_table(out / "rebalances").num_rows > known:
+                    break
+            except OSError:
+                pass  # the directory is being replaced
+            time.sleep(0.1)
+        latency = time.perf_counter() - joined
+    finally:
+        if job is not None:
+            job.terminate()
+            job.wait(60)
+        for member in members:
+            member.finish()
+        broker.stop()
+    return {"follow_interval_s": interval_s, "follow_new_rebalance_in_report_s": round(latency, 1)}
+
+
+def _live_source(work: Path, records: int) -> dict[str, object]:
+    """Records per CPU second of the live reader on one core, and per second of wall and
+    of Spark's CPU on local[2], reading `records` commits back from the real broker."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from forensics.datasource import LIVE_FORMAT_NAME, register_live
+    from forensics.grouplog import CommitColumns
+    from forensics.live import OFFSETS_TOPIC, LiveSource, plan, read_range_chunks
+    from forensics.session import get_session
+    from tests.broker_process import BrokerProcess
+    from tests.integration.group_workers import create_topic
+
+    broker = BrokerProcess(work / "live-broker" / "data").start()
+    try:
+        create_topic(broker, "orders", 100)
+        consumers = [Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"group-{g}",
+                               "enable.auto.commit": False}) for g in range(8)]
+        committed = 0
+        while committed < records:
+            for consumer in consumers:
+                consumer.commit(offsets=[TopicPartition("orders", p, committed + 1)
+                                         for p in range(100)], asynchronous=False)
+                committed += 100
+        for consumer in consumers:
+            consumer.close()
+        ranges = plan(broker.bootstrap, OFFSETS_TOPIC, {})
+        total = sum(r.records for r in ranges)
+        cpu_started = time.process_time()
+        read = sum(chunk.rows if isinstance(chunk, CommitColumns) else len(chunk)
+                   for r in ranges
+                   for chunk in read_range_chunks(broker.bootstrap, OFFSETS_TOPIC, {}, r))
+        one_core = read / (time.process_time() - cpu_started)
+
+        spark = get_session("local[2]")
+        register_live(spark)
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None
+        jvm_pid = jvm.java.lang.ProcessHandle.current().pid()
+        source = LiveSource(broker.bootstrap, OFFSETS_TOPIC, {}, tuple(ranges))
+        frame = spark.read.format(LIVE_FORMAT_NAME).options(**source.options()).load()
+        frame.select("offset").limit(1).collect()  # start the Python workers
+        best = (0.0, 0.0)
+        for _ in range(3):
+            cpu_started_s = _process_tree_cpu_s(jvm_pid)
+            started = time.perf_counter()
+            count = frame.select("offset", "group_id", "commit_timestamp").count()
+            elapsed = time.perf_counter() - started
+            cpu = _process_tree_cpu_s(jvm_pid) - cpu_started_s
+            assert count == total, (count, total)
+            best = max(best, (count / elapsed, count / cpu if cpu > 0 else 0.0))
+        spark.stop()
+    finally:
+        broker.stop()
+    return {"live_records": total, "live_read_records_per_cpu_s_one_core": round(one_core),
+            "live_spark_records_per_s_local2": round(best[0]),
+            "live_spark_records_per_s_per_core": round(best[0] / 2),
+            "live_spark_records_per_cpu_s": round(best[1])}
 
 
 def _decode_one_core(data_dir: Path) -> tuple[float, float]:

@@ -205,8 +205,18 @@ def test_the_arrow_path_and_the_python_loop_agree(tmp_path: Path) -> None:
     fast = read_file(path)
     slow = chunk_rows(path.read_bytes().split(b"\n"), file_key(path), str(path))
     assert _normal(fast) == _normal(slow)
-    assert journal_files(tmp_path) == [path]
+    assert journal_files(tmp_path) == [str(path)]
     assert {e["file"] for r in fast.to_pylist() for e in r["events"]} == {"~active"}
+
+
+def test_journal_files_are_read_in_the_order_of_their_sequence(tmp_path: Path) -> None:
+    """After a backwards clock step the newer file has the smaller timestamp in its name."""
+    names = ["events-1700000000000-000009.jsonl", "events-1600000000000-000010.jsonl",
+             "events-1500000000000-1000000.jsonl"]
+    for name in names:
+        (tmp_path / name).write_text(line({"event_type": "x", "ts": 1}) + "\n")
+    assert [Path(p).name for p in journal_files(tmp_path)] == names
+    assert sorted(names, key=lambda n: file_key(tmp_path / n)) == names
 
 
 def _normal(batch: pa.RecordBatch) -> dict[Any, Any]:

@@ -94,7 +94,7 @@ async def test_a_failed_write_leaves_no_state_behind(
         faulty_disk_broker: tuple[Broker, FaultyFileSystem]) -> None:
     b, fs = faulty_disk_broker
     await send(b, 68, 1, joining("m1"))
-    fs.fail_next_fsync()
+    fs.fail_next_write()
     failed = await send(b, 68, 1, joining("m2"))
     assert failed.error_code is ErrorCode.coordinator_not_available
     group = b.groups.manager.consumer.group("g")

@@ -16,8 +16,10 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.runtime.broker import Broker
 from coordinator.settings import defaults
+from storage.fs import FaultyFileSystem
 from tests.fakes import FakeContext
-from tests.integration.in_process import send
+from tests.integration.in_process import send, started_broker
+from tests.unit._batches import make_batch
 
 
 @pytest.fixture
@@ -82,3 +84,45 @@ async def test_produce_without_a_record_batch_is_invalid_record(broker: Broker) 
         "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": None}]}]})
     response = ctx.answer
     assert response.responses[0].partition_responses[0].error_code == ErrorCode.invalid_record
+
+
+async def test_a_topic_partition_whose_fsync_fails_goes_offline_alone(tmp_path: Path) -> None:
+    """Kafka's rule for a partition on a failing disk: it answers KAFKA_STORAGE_ERROR from then
+    on (Produce, Fetch, ListOffsets), the other partitions and the broker carry on."""
+    fs = FaultyFileSystem()
+    b = await started_broker(tmp_path / "data", topics_fs=fs, partitions=None)
+    b.create_topic("t", 2, {"flush.messages": "1"}, reason="test")
+    try:
+        def produce(partition: int) -> ErrorCode:
+            ctx = send(b, 0, 9, {
+                "transactional_id": None, "acks": -1, "timeout": datetime.timedelta(seconds=1),
+                "topic_data": [{"name": "t", "partition_data": [
+                    {"index": partition, "records": make_batch([b"v"])}]}]})
+            return ErrorCode(ctx.answer.responses[0].partition_responses[0].error_code)
+
+        def fetch(partition: int) -> ErrorCode:
+            ctx = send(b, 1, 12, fetch_body(0, 0, [{"topic": "t", "partitions": [{
+                "partition": partition, "current_leader_epoch": -1, "fetch_offset": 0,
+                "last_fetched_epoch": -1, "log_start_offset": -1,
+                "partition_max_bytes": 1 << 20}]}]))
+            return ErrorCode(ctx.answer.responses[0].partitions[0].error_code)
+
+        def list_offsets(partition: int) -> ErrorCode:
+            ctx = send(b, 2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+                {"name": "t", "partitions": [{"partition_index": partition,
+                                              "current_leader_epoch": -1, "timestamp": -1}]}]})
+            return ErrorCode(ctx.answer.topics[0].partitions[0].error_code)
+
+        assert produce(0) == produce(1) == ErrorCode.none
+        fs.fail_next_fsync()
+        assert produce(0) == ErrorCode.kafka_storage_error
+        fsyncs = fs.ops["fsync"]
+        assert produce(0) == ErrorCode.kafka_storage_error  # no fsync is tried again
+        assert fs.ops["fsync"] == fsyncs
+        assert fetch(0) == ErrorCode.kafka_storage_error
+        assert list_offsets(0) == ErrorCode.kafka_storage_error
+        assert produce(1) == ErrorCode.none and fetch(1) == ErrorCode.none
+        assert list_offsets(1) == ErrorCode.none
+        assert not b.stop_requested.is_set()
+    finally:
+        await b.stop()

@@ -58,7 +58,7 @@ async def test_a_failed_upgrade_leaves_the_classic_group(
         broker: tuple[Broker, FaultyFileSystem]) -> None:
     b, fs = broker
     member, generation = await classic_member(b)
-    fs.fail_next_fsync()
+    fs.fail_next_write()
     failed = await send(b, 68, 1, joining("n1"))
     assert failed.error_code is ErrorCode.coordinator_not_available
     classic, consumer = types(b)
@@ -79,7 +79,7 @@ async def test_a_failed_downgrade_leaves_the_consumer_group(
     member, _ = await classic_member(b)
     assert (await send(b, 68, 1, joining("n1"))).error_code is ErrorCode.none
     epoch = b.groups.manager.consumer.group("g").members["n1"].member_epoch  # type: ignore[union-attr]
-    fs.fail_next_fsync()
+    fs.fail_next_write()
     leaving = {"group_id": "g", "member_id": "n1", "member_epoch": -1}
     assert (await send(b, 68, 1, leaving)).error_code is ErrorCode.coordinator_not_available
     classic, consumer = types(b)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
@@ -18,6 +17,7 @@ from coordinator.runtime.broker import Broker
 from coordinator.settings import defaults
 from protocol.build import build
 from storage.fs import FaultyFileSystem
+from storage.log import LogOfflineError
 from tests.fakes import FakeConnection, FakeContext, FakeHeader
 from tests.integration.in_process import until
 
@@ -72,16 +72,17 @@ async def test_a_commit_is_answered_after_its_fsync(
     assert committed(b, "g", 0) == 10
 
 
-@pytest.mark.parametrize("fault", ["write", "fsync"])
-async def test_a_failed_write_or_fsync_answers_coordinator_not_available(
-    faulty_disk_broker: tuple[Broker, FaultyFileSystem], fault: str,
+async def test_a_failed_write_answers_coordinator_not_available_and_carries_on(
+    faulty_disk_broker: tuple[Broker, FaultyFileSystem],
 ) -> None:
+    """A write that fails before anything of it is durable (disk full), rolled back and the
+    rollback verified: the commit is refused, the broker keeps serving."""
     b, fs = faulty_disk_broker
     ok = commit(b, "g", {0: 10, 1: 11})
     await answered(ok)
     assert errors(ok) == [ErrorCode.none, ErrorCode.none]
 
-    getattr(fs, f"fail_next_{fault}")()
+    fs.fail_next_write()
     failed = commit(b, "g", {0: 20, 1: 21})
     await answered(failed)
     assert fs.pending() == 0
@@ -93,6 +94,28 @@ async def test_a_failed_write_or_fsync_answers_coordinator_not_available(
     await answered(retried)
     assert errors(retried) == [ErrorCode.none, ErrorCode.none]
     assert (committed(b, "g", 0), committed(b, "g", 1)) == (30, 31)
+    assert not b.stop_requested.is_set()
+
+
+async def test_a_failed_fsync_stops_the_broker(
+    faulty_disk_broker: tuple[Broker, FaultyFileSystem],
+) -> None:
+    """Never retried nor carried on from: the commit is refused, every later one too, and
+    the broker stops with the error (the process exits non-zero)."""
+    b, fs = faulty_disk_broker
+    ok = commit(b, "g", {0: 10, 1: 11})
+    await answered(ok)
+    fs.fail_next_fsync()
+    failed = commit(b, "g", {0: 20, 1: 21})
+    await answered(failed)
+    assert errors(failed) == [ErrorCode.coordinator_not_available] * 2
+    assert b.stop_requested.is_set() and isinstance(b.failure, LogOfflineError)
+    fsyncs = fs.ops["fsync"]
+    later = commit(b, "g", {0: 30, 1: 31})
+    await answered(later)
+    assert errors(later) == [ErrorCode.coordinator_not_available] * 2
+    assert (committed(b, "g", 0), committed(b, "g", 1)) == (10, 11)
+    assert fs.ops["fsync"] == fsyncs
 
 
 async def test_commits_arriving_together_share_one_fsync(

@@ -154,7 +154,7 @@ async def test_a_failed_delete_groups_write_keeps_the_group_and_its_offsets(
     broker, fs = gated
     committed = commit(broker, "standalone", offset=42)
     await until(lambda: committed.responses, "commit answer")
-    fs.fail_next_fsync()
+    fs.fail_next_write()
     deleted = send(broker, 42, 2, {"groups_names": ["standalone"]})
     await until(lambda: deleted.responses, "delete answer")
     assert [r.error_code for r in deleted.answer.results] == [NOT_AVAILABLE]
@@ -179,7 +179,7 @@ async def test_a_failed_offset_expiry_write_keeps_the_group_and_its_offsets(
     committed = commit(broker, "standalone", version=2, retention_ms=1)
     await until(lambda: committed.responses, "commit answer")
     await until(lambda: broker.groups.clock.now_ms() > committed_at + 1, "expiry time")
-    fs.fail_next_fsync()
+    fs.fail_next_write()
     with pytest.raises(OSError):
         await broker.groups.expire_offsets()
     assert broker.groups.manager.group("standalone") is not None
@@ -235,7 +235,9 @@ async def test_a_failed_delete_topics_write_keeps_the_topic_and_its_offsets(
     broker, fs = gated
     committed = commit(broker, "standalone", offset=5)
     await until(lambda: committed.responses, "commit answer")
-    fs.fail_next_fsync()
+    # A disk full when the tombstones are written: nothing of them is durable, the write is
+    # rolled back and the broker carries on (a failed fsync would stop it: fail-stop).
+    fs.fail_next_write()
     deleted = delete_topic(broker)
     await until(lambda: deleted.responses, "delete answer")
     assert [r.error_code for r in deleted.answer.responses] == [ErrorCode.kafka_storage_error]

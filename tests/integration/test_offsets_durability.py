@@ -12,7 +12,8 @@
   nothing; that the fsync comes first is checked in
   `tests/integration/test_group_runtime_durability.py`.)
 * A flipped byte in a group-log segment stops the start-up with the file and byte position;
-  `--repair` cuts the log there and starts.
+  `--repair` cuts out the damaged batch, keeps the batches after it, says what it dropped, and
+  starts.
 """
 
 from __future__ import annotations
@@ -344,7 +345,7 @@ def group_log_dir(broker: BrokerProcess, group: str) -> Path:
 
 
 @pytest.mark.parametrize("where", ["active", "sealed"])
-def test_a_damaged_group_log_stops_the_start_and_repair_cuts_it(
+def test_a_damaged_group_log_stops_the_start_and_repair_cuts_out_only_the_damage(
     tmp_path: Path, where: str,
 ) -> None:
     settings = {"offsets.topic.segment.bytes": "16384"} if where == "sealed" else {}
@@ -365,7 +366,8 @@ def test_a_damaged_group_log_stops_the_start_and_repair_cuts_it(
     broker.start()
     try:
         recovered = committed_offsets(broker, "damaged", 1)[0]
-        assert 0 < recovered < 400  # cut at the damaged batch: what came before it is kept
+        assert recovered == 400  # only the damaged batch is lost: the later commits are kept
+        assert "repair dropped damaged bytes" in broker.log_text()
         commit_many(broker, "damaged", 3)  # and the broker serves commits again
     finally:
         broker.stop()

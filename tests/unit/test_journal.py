@@ -17,7 +17,7 @@ from coordinator.group.events import (
     journal_record,
     rebalance_cause,
 )
-from coordinator.runtime.journal import ACTIVE_NAME, CLOSED_PATTERN, Journal
+from coordinator.runtime.journal import ACTIVE_NAME, CLOSED_PATTERN, Journal, closed_sequence
 
 
 class Wall:
@@ -94,6 +94,54 @@ def test_retention_deletes_the_oldest_closed_files(tmp_path: Path) -> None:
     assert sum(p.stat().st_size for p in closed) <= 4096
     kept = [record["n"] for record in all_lines(journal)]
     assert kept == list(range(kept[0], 400)) and kept[0] > 0
+
+
+def test_a_backwards_clock_step_does_not_make_retention_delete_the_newest_files(
+    tmp_path: Path,
+) -> None:
+    """Files are ordered by their sequence: after the clock stepped back a day, the new files
+    carry smaller timestamps than the old ones, and still outlive them."""
+    wall = Wall()
+    journal = open_journal(tmp_path, wall, segment_bytes=1024, retention_bytes=4096)
+    for n in range(200):
+        journal.append(line(wall.now, n))
+        journal.flush()
+        wall.now += 10
+        if n == 99:
+            wall.now -= 86_400_000
+    kept = [record["n"] for record in all_lines(journal)]
+    assert kept == list(range(kept[0], 200)) and kept[0] > 100
+    stamps = [int(CLOSED_PATTERN.match(p.name).group(1))  # type: ignore[union-attr]
+              for p in journal.closed_files()]
+    assert stamps == sorted(stamps)  # all after the step: the old ones went first
+
+    reopened = open_journal(tmp_path, wall, segment_bytes=1024, retention_bytes=4096)
+    assert reopened._sequence == closed_sequence(journal.closed_files()[-1].name)
+
+
+def test_a_backwards_clock_step_closes_the_active_file(tmp_path: Path) -> None:
+    wall = Wall()
+    journal = open_journal(tmp_path, wall)
+    journal.append(line(wall.now))
+    journal.flush()
+    wall.now -= 3_600_000
+    journal.flush()
+    assert len(journal.closed_files()) == 1
+
+
+def test_the_sequence_does_not_wrap(tmp_path: Path) -> None:
+    directory = tmp_path / "events"
+    directory.mkdir()
+    (directory / "events-1700000000000-999999.jsonl").write_text(line(1))
+    wall = Wall()
+    wall.now = 1_600_000_000_000  # and the clock is behind the old file's name
+    journal = open_journal(tmp_path, wall)
+    journal.append(line(wall.now))
+    journal.flush()
+    journal.rotate()
+    names = [p.name for p in journal.closed_files()]
+    assert names == ["events-1700000000000-999999.jsonl", "events-1600000000000-1000000.jsonl"]
+    assert all(CLOSED_PATTERN.match(name) for name in names)
 
 
 def test_a_file_left_active_by_an_earlier_run_is_closed_on_open(tmp_path: Path) -> None:

@@ -13,13 +13,14 @@ import struct
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import pytest
 from kio.index import KioIndexError, load_request_schema
-from kio.serial import entity_writer
+from kio.serial import entity_reader, entity_writer
 
-from protocol import fast_requests
+from protocol import fast_requests, guard
 from protocol.build import build
 from protocol.codec import decode_request
 from protocol.errors import MalformedRequest
@@ -128,3 +129,107 @@ def test_walk_ends_where_kio_ends_for_a_real_commit() -> None:
     with mock.patch.dict(fast_requests.HAND_DECODERS, {}, clear=True):  # kio behind the guard
         _, decoded = decode_request(header(8, 8, True) + body)
     assert decoded == request
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _empty_topic_names(version: int, count: int) -> bytes:
+    """The body of a Metadata request naming `count` topics of the empty name (2 bytes, or 1;
+    v10+ adds a 16-byte topic id)."""
+    if version >= 9:  # flexible: topic id, compact name, tags
+        topic = b"\x00" * 16 + b"\x01" + b"\x00" if version >= 10 else b"\x01\x00"
+        flags = b"\x01\x00\x00" if version <= 10 else b"\x01\x00"  # v8-v10: cluster operations
+        return _uvarint(count + 1) + topic * count + flags + b"\x00"
+    return struct.pack(">i", count) + b"\x00\x00" * count + b"\x01"
+
+
+def _decode_body(api_key: int, version: int, body: bytes) -> Any:
+    """Guard and kio reader of one schema, without the API's element limit (the budget
+    alone is under test)."""
+    cls = load_request_schema(api_key, version)
+    check = compile_guard(cls)
+    assert check is not None
+    check(body, 0, len(body))
+    return entity_reader(cls)(body, 0)[0]
+
+
+def _decoded_peak(api_key: int, version: int, body: bytes) -> int:
+    """Peak bytes allocated while decoding `body`."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        _decode_body(api_key, version, body)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("version", [4, 9])
+def test_a_frame_of_a_million_empty_names_is_refused_before_decoding(version: int) -> None:
+    body = _empty_topic_names(version, 1_000_000)
+    with pytest.raises(MalformedRequest, match="decoding would take about"):
+        _decode_body(3, version, body)
+
+
+@pytest.mark.parametrize("version", [4, 9, 12])
+def test_what_the_budget_lets_through_decodes_within_it(version: int) -> None:
+    # The largest count the budget allows for this element shape (found by halving), decoded:
+    # its memory stays under the promised 16x the frame + 10 MB.
+    low, high = 1, 300_000
+    while low < high:
+        middle = (low + high + 1) // 2
+        try:
+            _decode_body(3, version, _empty_topic_names(version, middle))
+            low = middle
+        except MalformedRequest:
+            high = middle - 1
+    body = _empty_topic_names(version, low)
+    assert low > 10_000
+    assert _decoded_peak(3, version, body) <= guard.DECODED_BYTES_PER_BYTE * len(body) + (
+        guard.DECODED_BYTES_ALLOWANCE)
+
+
+def test_nested_arrays_count_toward_one_budget() -> None:
+    # OffsetFetch v8: groups each naming many topics of the empty name and no partitions: three
+    # bytes on the wire, two objects, a string and a tuple in memory. No one array is too large
+    # for the frame; together they are.
+    topics = 20_000
+    groups = 50
+    group = b"\x02g" + _uvarint(topics + 1) + b"\x01\x01\x00" * topics + b"\x00"
+    body = _uvarint(groups + 1) + group * groups + b"\x00" + b"\x00"
+    with pytest.raises(MalformedRequest, match="decoding would take about"):
+        _decode_body(9, 8, body)
+    small = _uvarint(3) + group * 2 + b"\x00" + b"\x00"
+    assert len(_decode_body(9, 8, small).groups) == 2
+
+
+@pytest.mark.parametrize(("api_key", "version", "body"), [
+    (3, 4, struct.pack(">i", 6_000) + b"\x00\x01t" * 6_000 + b"\x01"),
+    (15, 0, struct.pack(">i", 3_000) + b"\x00\x01g" * 3_000),
+    (42, 0, struct.pack(">i", 3_000) + b"\x00\x01g" * 3_000),
+    (2, 1, struct.pack(">ii", -1, 1) + b"\x00\x01t" + struct.pack(">i", 6_000)
+     + struct.pack(">iq", 0, -1) * 6_000),
+    (9, 8, _uvarint(2) + b"\x02g" + _uvarint(2) + b"\x02t" + _uvarint(6_001)
+     + struct.pack(">i", 0) * 6_000 + b"\x00" + b"\x00" + b"\x00" + b"\x00"),
+])
+def test_more_elements_than_the_api_allows_are_refused_before_decoding(
+        api_key: int, version: int, body: bytes) -> None:
+    frame = header(api_key, version,
+                   version >= {3: 9, 15: 5, 2: 6, 9: 6, 42: 2}[api_key]) + body
+    with pytest.raises(guard.TooManyElements, match="this API allows"):
+        decode_request(frame)
+
+
+def test_as_many_elements_as_the_api_allows_decode() -> None:
+    limit = guard.ELEMENT_LIMITS[3]
+    frame = header(3, 4, False) + struct.pack(">i", limit) + b"\x00\x01t" * limit + b"\x01"
+    _, request = decode_request(frame)
+    assert len(request.topics) == limit

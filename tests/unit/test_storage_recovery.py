@@ -151,18 +151,29 @@ def test_a_smashed_length_field_with_valid_batches_after_it_stops_the_open(tmp_p
     assert info.value.position == damaged
 
 
-def test_repair_cuts_the_log_at_the_damage(tmp_path: Path) -> None:
+def test_repair_cuts_out_only_the_damaged_batch(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
     directory, stored = build(tmp_path)
     last = segment_files(directory)[-1]
-    damaged = batch_positions(last)[1]
-    flip_byte(last, damaged + 40)
+    positions = batch_positions(last)
+    flip_byte(last, positions[1] + 40)
+    with pytest.raises(CorruptLogError):
+        PartitionLog.open(directory, CONFIG)
     log = PartitionLog.open(directory, CONFIG, repair=True)
-    assert last.stat().st_size == damaged
+    lost = int(last.stem) // 2 + 1  # the damaged batch's index in `stored`
+    assert last.stat().st_size == positions[1]
     end = log.log_end_offset
-    assert read_all(log) == b"".join(stored[: end // 2])
+    assert end == 2 * len(stored)
+    assert read_all(log) == b"".join(stored[:lost] + stored[lost + 1:])
+    report = capsys.readouterr().out
+    assert "repair dropped damaged bytes" in report
+    assert f"[{positions[1]}, {positions[2]})" in report  # exactly the damaged batch
+    assert f"[{2 * lost}, {2 * lost + 2})" in report  # and its offsets
     assert log.append(make_batch([b"after repair"]), NOW).base_offset == end
     log.close()
-    assert PartitionLog.open(directory, CONFIG).log_end_offset == end + 1
+    reopened = PartitionLog.open(directory, CONFIG)  # the gap needs no repair
+    assert reopened.log_end_offset == end + 1
+    assert decode(reopened.read(2 * lost, 1))[0][0] == 2 * lost + 2  # a read skips the gap
 
 
 def test_damage_in_a_sealed_segment_stops_the_open(tmp_path: Path) -> None:
@@ -197,7 +208,7 @@ def test_damage_inside_a_sealed_segment_without_indexes_is_found(tmp_path: Path)
     assert (info.value.path, info.value.position) == (first, damaged)
 
 
-def test_repair_checks_every_sealed_segment_and_drops_what_follows(tmp_path: Path) -> None:
+def test_repair_checks_every_sealed_segment_and_keeps_what_follows(tmp_path: Path) -> None:
     directory, stored = build(tmp_path)
     files = segment_files(directory)
     assert len(files) >= 3
@@ -207,24 +218,44 @@ def test_repair_checks_every_sealed_segment_and_drops_what_follows(tmp_path: Pat
     # The index of a sealed segment is trusted on a normal open, so only repair sees this.
     PartitionLog.open(directory, CONFIG).close()
     log = PartitionLog.open(directory, CONFIG, repair=True)
-    assert [p.name for p in segment_files(directory)] == [files[0].name, second.name]
-    end = log.log_end_offset
-    assert end == int(second.stem) + 2
-    assert read_all(log) == b"".join(stored[: end // 2])
-    assert log.append(make_batch([b"x"]), NOW).base_offset == end
+    lost = int(second.stem) // 2 + 1
+    salvaged = f"{2 * lost + 2:020d}.log"
+    assert [p.name for p in segment_files(directory)] == sorted(
+        [*(p.name for p in files), salvaged])
+    assert log.log_end_offset == 2 * len(stored)
+    assert read_all(log) == b"".join(stored[:lost] + stored[lost + 1:])
+    assert log.append(make_batch([b"x"]), NOW).base_offset == 2 * len(stored)
+    log.close()
+    assert PartitionLog.open(directory, CONFIG).log_end_offset == 2 * len(stored) + 1
 
 
-def test_a_missing_segment_is_a_gap(tmp_path: Path) -> None:
-    directory, _ = build(tmp_path)
+def test_a_missing_segment_is_a_gap(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Kafka tolerates offset gaps: the segments after a lost one are kept, with no repair."""
+    directory, stored = build(tmp_path)
     files = segment_files(directory)
     files[1].unlink()
-    with pytest.raises(CorruptLogError, match="next segment") as info:
+    log = PartitionLog.open(directory, CONFIG)
+    first, gone = int(files[1].stem), int(files[2].stem)
+    assert f"[{first}, {gone})" in capsys.readouterr().out
+    assert log.segment_base_offsets() == [0, *(int(p.stem) for p in files[2:])]
+    assert log.log_end_offset == 2 * len(stored)
+    assert read_all(log) == b"".join(stored[: first // 2] + stored[gone // 2:])
+    assert files[2].exists()
+    log.truncate_to(first + 1)  # inside the gap: the segment before it becomes the active one
+    assert log.log_end_offset == first
+    assert log.append(make_batch([b"x"]), NOW).base_offset == first
+
+
+def test_an_overlapping_segment_stops_the_open_and_repair_deletes_it(tmp_path: Path) -> None:
+    directory, stored = build(tmp_path)
+    files = segment_files(directory)
+    stray = directory / f"{int(files[1].stem) + 2:020d}.log"  # inside the second segment
+    stray.write_bytes(files[1].read_bytes())
+    with pytest.raises(CorruptLogError, match="inside the previous segment"):
         PartitionLog.open(directory, CONFIG)
-    assert info.value.path == files[0]
     log = PartitionLog.open(directory, CONFIG, repair=True)
-    assert log.segment_base_offsets() == [0]
-    assert log.log_end_offset == int(files[1].stem)
-    assert not files[2].exists()
+    assert not stray.exists()
+    assert read_all(log) == b"".join(stored)
 
 
 # ------------------------------------------------------------------------- indexes

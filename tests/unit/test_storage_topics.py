@@ -225,7 +225,8 @@ def test_a_damaged_partition_stops_the_store_open(tmp_path: Path) -> None:
     with pytest.raises(CorruptLogError):
         TopicStore.open(tmp_path, CONFIG)
     repaired = TopicStore.open(tmp_path, CONFIG, repair=True).get("t")
-    assert repaired is not None and repaired.partitions[0].log_end_offset == 0
+    assert repaired is not None and repaired.partitions[0].log_end_offset == 3
+    assert repaired.partitions[0].read(0, 1 << 20)[:8] == (1).to_bytes(8, "big")  # kept
 
 
 def test_flush_all_flushes_every_partition(tmp_path: Path) -> None:
@@ -246,3 +247,37 @@ def test_topic_ids_are_distinct(tmp_path: Path) -> None:
     ids = {store.create(f"t{i}", 1).topic_id for i in range(20)}
     assert len(ids) == 20
     assert uuid.UUID(int=0) not in ids
+
+
+def test_a_reserved_name_is_held_until_commit_or_release(tmp_path: Path) -> None:
+    store = TopicStore.open(tmp_path, CONFIG)
+    pending = store.reserve("a.b", 2)
+    assert store.is_reserved("a.b") and store.get("a.b") is None
+    assert store.partition_count() == 2
+    with pytest.raises(TopicExistsError):
+        store.reserve("a.b", 1)
+    with pytest.raises(InvalidTopicError, match="collides"):
+        store.reserve("a_b", 1)
+    store.release(pending)
+    assert store.partition_count() == 0
+    topic = store.build(store.reserve("a_b", 3))
+    assert store.get("a_b") is None  # built, not yet visible
+    store.commit(topic)
+    assert store.get("a_b") is topic and store.partition_count() == 3
+    with pytest.raises(InvalidTopicError, match="collides"):
+        store.reserve("a.b", 1)
+    store.delete("a_b")
+    assert store.partition_count() == 0
+    store.create("a.b", 1)  # the folded name is free again
+
+
+def test_a_build_that_cannot_open_a_partition_leaves_nothing(tmp_path: Path) -> None:
+    fs = FaultyFileSystem()
+    store = TopicStore.open(tmp_path, CONFIG, fs)
+    store.create("other", 1)
+    fs.fail_next_open(OSError(24, "Too many open files"))
+    with pytest.raises(OSError, match="Too many open files"):
+        store.create("t", 3)
+    assert store.get("t") is None and not store.is_reserved("t")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other-0", "other.topic.json"]
+    assert store.partition_count() == 1

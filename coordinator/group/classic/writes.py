@@ -28,6 +28,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from kio.schema.errors import ErrorCode
+
 from coordinator.group import events as ev
 from coordinator.group.classic import rebalance as rb
 from coordinator.group.classic.group import ClassicGroup
@@ -77,17 +79,18 @@ def finish(env: rb.Env, groups: dict[str, ClassicGroup], write: Write) -> None:
             _assignment_durable(env, group, write)
 
 
-def undo(env: rb.Env, groups: dict[str, ClassicGroup], write: Write) -> None:
-    """The write failed: answer with the error and take back what was already changed."""
+def undo(env: rb.Env, groups: dict[str, ClassicGroup], write: Write,
+         error: ErrorCode = APPEND_FAILED) -> None:
+    """The write failed: answer with `error` and take back what was already changed."""
     match write:
         case AssignmentWrite():
             group = groups.get(write.group_id)
             if group is not None and _still_syncing(group, write):
-                rb.reset_and_propagate_assignment_error(env, group, APPEND_FAILED)
+                rb.reset_and_propagate_assignment_error(env, group, error)
                 rb.maybe_prepare_rebalance(
                     env,
                     group,
-                    f"error {APPEND_FAILED.name} when storing the group assignment during "
+                    f"error {error.name} when storing the group assignment during "
                     f"SyncGroup (member: {write.leader_id})",
                 )
         case StaticMemberWrite():
