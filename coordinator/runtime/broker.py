@@ -172,6 +172,9 @@ class Broker:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        # Again now: the process may have raised its open-files limit since `__init__`.
+        self.max_partitions = partition_limit(self.settings["max.broker.partitions"],
+                                              self.settings["offsets.topic.num.partitions"])
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._lock = _lock_data_dir(self.data_dir)
         self.cluster_id = _cluster_id(self.data_dir)
