@@ -124,40 +124,58 @@ def metadata(broker: TopicsHost, ctx: ClientRequest, request: Any) -> None:
     # v0 has no null: an empty list meant "all topics" until v1 made null mean that.
     all_topics = requested is None or (version == 0 and not requested)
     allow_create = getattr(request, "allow_auto_topic_creation", True)
-    entries: list[Any] = []
     if all_topics:
         internal = offsets_topic(broker)
         _all_topics_in_slices(broker, ctx, [*broker.topics.topics(),
                                             *([internal] if internal is not None else [])])
         return
+    if len(requested) <= NAMES_PER_TURN:
+        _respond_metadata(broker, ctx, [_requested_entry(broker, wanted, allow_create)
+                                        for wanted in requested])
+        return
+    # Many names (each may start a topic's creation, ~20 us on the loop): a slice per loop
+    # turn, so that one request cannot hold every group up.
+    entries: list[Any] = []
+    loop = asyncio.get_running_loop()
+
+    def step(start: int) -> None:
+        end = min(start + NAMES_PER_TURN, len(requested))
+        entries.extend(_requested_entry(broker, wanted, allow_create)
+                       for wanted in requested[start:end])
+        if end < len(requested):
+            loop.call_soon(step, end)
+        else:
+            _respond_metadata(broker, ctx, entries)
+
+    step(0)
+
+
+# Topic names a Metadata request describes (or starts creating) per event-loop turn.
+NAMES_PER_TURN = 250
+
+
+def _requested_entry(broker: TopicsHost, wanted: Any, allow_create: bool) -> Any:
+    """The Metadata answer for one requested topic (by name, or by id from v10)."""
+    name = wanted.name
+    topic_id = getattr(wanted, "topic_id", None)
+    if name is None:
+        topic = topic_by_id(broker, topic_id) if topic_id is not None else None
+        if topic is None:
+            return {"error_code": ErrorCode.unknown_topic_id, "name": None,
+                    "topic_id": topic_id, "partitions": ()}
+        return _topic_entry(broker, topic)
+    topic = topic_by_name(broker, name)
+    if topic is not None:
+        return _topic_entry(broker, topic)
+    if not valid_topic_name(name) or name.startswith("__"):
+        return {"error_code": ErrorCode.invalid_topic_exception, "name": name, "partitions": ()}
+    if broker.topics.is_reserved(name):
+        error = ErrorCode.leader_not_available  # being created
+    elif allow_create and broker.settings["auto.create.topics.enable"]:
+        error = _auto_create(broker, name)
     else:
-        for wanted in requested:
-            name = wanted.name
-            topic_id = getattr(wanted, "topic_id", None)
-            if name is None:
-                topic = topic_by_id(broker, topic_id) if topic_id is not None else None
-                if topic is None:
-                    entries.append({"error_code": ErrorCode.unknown_topic_id, "name": None,
-                                    "topic_id": topic_id, "partitions": ()})
-                else:
-                    entries.append(_topic_entry(broker, topic))
-                continue
-            topic = topic_by_name(broker, name)
-            if topic is None:
-                if not valid_topic_name(name) or name.startswith("__"):
-                    entries.append({"error_code": ErrorCode.invalid_topic_exception,
-                                    "name": name, "partitions": ()})
-                    continue
-                if broker.topics.is_reserved(name):
-                    error = ErrorCode.leader_not_available  # being created
-                elif allow_create and broker.settings["auto.create.topics.enable"]:
-                    error = _auto_create(broker, name)
-                else:
-                    error = ErrorCode.unknown_topic_or_partition
-                entries.append({"error_code": error, "name": name, "partitions": ()})
-                continue
-            entries.append(_topic_entry(broker, topic))
-    _respond_metadata(broker, ctx, entries)
+        error = ErrorCode.unknown_topic_or_partition
+    return {"error_code": error, "name": name, "partitions": ()}
 
 
 def _respond_metadata(broker: TopicsHost, ctx: ClientRequest, topics: list[Any]) -> None:
