@@ -67,17 +67,20 @@ _VALUE_OVERHEAD = {
 }
 # Array elements one request of these APIs may hold, all its arrays together: each element
 # costs the handler work on the event loop (looking a group, an offset or a topic up, and
-# encoding its answer, 8-30 us each on a busy 2-core machine), so these keep one request to
-# tens of milliseconds. Above them the request is refused like an over-budget one. A request
-# that names nothing (Metadata of every topic, OffsetFetch of every partition of a group) holds
-# no element: its answer is bounded by what the broker holds.
+# encoding its answer, 5-20 us each), so these keep one request to tens of milliseconds, yet
+# far above what clients send: a consumer's OffsetFetch names every partition assigned to it,
+# its Metadata every topic it subscribes to by name, and an admin tool describes every group in
+# one request. Metadata is handled a slice of names per loop turn (`topics_admin`). Above a
+# limit the request is refused like an over-budget one. A request that names nothing (Metadata
+# of every topic, OffsetFetch of every partition of a group) holds no element: its answer is
+# bounded by what the broker holds.
 ELEMENT_LIMITS = {
-    2: 2_000,   # ListOffsets: topics and their partitions
-    3: 2_000,   # Metadata: topics
-    9: 2_000,   # OffsetFetch: groups, topics and partitions
-    15: 1_000,  # DescribeGroups: group ids
-    42: 1_000,  # DeleteGroups: group ids (each deletes the group's offsets too)
-    69: 1_000,  # ConsumerGroupDescribe: group ids
+    2: 5_000,   # ListOffsets: topics and their partitions
+    3: 10_000,  # Metadata: topics
+    9: 5_000,   # OffsetFetch: groups, topics and partitions
+    15: 2_000,  # DescribeGroups: group ids
+    42: 2_000,  # DeleteGroups: group ids (each deletes the group's offsets too)
+    69: 2_000,  # ConsumerGroupDescribe: group ids
 }
 _NO_ELEMENT_LIMIT = 2**62
 

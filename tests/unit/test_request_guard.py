@@ -212,7 +212,7 @@ def test_nested_arrays_count_toward_one_budget() -> None:
 
 
 @pytest.mark.parametrize(("api_key", "version", "body"), [
-    (3, 4, struct.pack(">i", 6_000) + b"\x00\x01t" * 6_000 + b"\x01"),
+    (3, 4, struct.pack(">i", 12_000) + b"\x00\x01t" * 12_000 + b"\x01"),
     (15, 0, struct.pack(">i", 3_000) + b"\x00\x01g" * 3_000),
     (42, 0, struct.pack(">i", 3_000) + b"\x00\x01g" * 3_000),
     (2, 1, struct.pack(">ii", -1, 1) + b"\x00\x01t" + struct.pack(">i", 6_000)
