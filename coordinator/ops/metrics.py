@@ -58,13 +58,16 @@ API_NAMES = {
 }
 
 # Rebalance reasons are sentences naming members; the cause label is one of these words.
+# The first match wins: a disconnect's reason ("its connection closed ... without LeaveGroup")
+# names LeaveGroup too.
 _CAUSES = (
     ("heartbeat expiration", "session_expiry"),
     ("session", "session_expiry"),
+    ("disconnect", "disconnect"),
+    ("connection closed", "disconnect"),
     ("leavegroup", "leave"),
     ("pending sync", "sync_timeout"),
     ("rebalance timeout", "rebalance_timeout"),
-    ("disconnect", "disconnect"),
     ("connection", "disconnect"),
     ("adding new member", "member_join"),
     ("joining group during rebalance", "member_rejoin"),

@@ -29,6 +29,9 @@ def rebalance(metrics: om.BrokerMetrics, group: str, ts: int, reason: str) -> No
 def test_causes_are_a_small_vocabulary() -> None:
     assert om.rebalance_cause("removing member m on heartbeat expiration") == "session_expiry"
     assert om.rebalance_cause("removing member m on LeaveGroup; client reason: x") == "leave"
+    # What the broker writes for a disconnect names LeaveGroup too.
+    assert om.rebalance_cause("removing member m: its connection closed 1000 ms ago without "
+                              "LeaveGroup") == "disconnect"
     assert om.rebalance_cause("adding new member m with group instance id None") == "member_join"
     assert om.rebalance_cause("updating metadata for member m") == "metadata_change"
     assert om.rebalance_cause("something new") == "other"
