@@ -7,6 +7,7 @@ import pytest
 
 from coordinator.runtime.broker import Broker
 from storage.fs import FaultyFileSystem
+from tests.bench import wire
 from tests.broker_process import BrokerProcess
 from tests.integration.in_process import started_broker
 
@@ -30,3 +31,18 @@ async def faulty_disk_broker(tmp_path: Path) -> AsyncIterator[tuple[Broker, Faul
         yield broker, fs
     finally:
         await broker.stop()
+
+
+@pytest.fixture
+async def connection(tmp_path: Path) -> AsyncIterator[wire.Connection]:
+    """A raw Kafka connection to a fresh broker process whose group log has loaded; the
+    broker must have logged no traceback by the end."""
+    broker = BrokerProcess(tmp_path / "data").start()
+    conn = await wire.Connection.open("127.0.0.1", broker.port)
+    try:
+        await wire.group_log_loaded(conn)
+        yield conn
+    finally:
+        await conn.close()
+        broker.stop()
+    assert "Traceback" not in broker.log_text()

@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.bench import wire
-from tests.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.integration
 
@@ -65,19 +62,6 @@ BODIES: dict[int, dict[str, Any]] = {
          "topic_partitions": []},
     69: {"group_ids": ["consumer", "missing"]},
 }
-
-
-@pytest.fixture
-async def connection(tmp_path: Path) -> AsyncIterator[wire.Connection]:
-    broker = BrokerProcess(tmp_path / "data").start()
-    conn = await wire.Connection.open("127.0.0.1", broker.port)
-    try:
-        await wire.group_log_loaded(conn)
-        yield conn
-    finally:
-        await conn.close()
-        broker.stop()
-    assert "Traceback" not in broker.log_text()
 
 
 async def test_the_highest_advertised_version_of_every_api_is_answered(

@@ -9,7 +9,6 @@ every partition of the group log, and must agree.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,6 @@ from confluent_kafka import Producer
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
 from tests.bench import wire
-from tests.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.integration
 
@@ -26,18 +24,6 @@ OFFSETS = "__consumer_offsets"
 PARTITIONS = 50  # offsets.topic.num.partitions
 TOPIC = "plain"
 LATEST, EARLIEST = -1, -2
-
-
-@pytest.fixture
-async def connection(tmp_path: Path) -> AsyncIterator[wire.Connection]:
-    broker = BrokerProcess(tmp_path / "data").start()
-    conn = await wire.Connection.open("127.0.0.1", broker.port)
-    try:
-        await wire.group_log_loaded(conn)
-        yield conn
-    finally:
-        await conn.close()
-        broker.stop()
 
 
 async def _v0(conn: wire.Connection, topic: str, partitions: range, timestamp: int,
