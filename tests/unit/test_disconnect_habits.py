@@ -80,8 +80,15 @@ def test_a_rejected_heartbeat_binds_nothing() -> None:
     ctx = GroupTestContext()
     _, b = ctx.stable_group(2)
     own = ctx.connection_of(b)
+    session = ctx.group().members[b].session_deadline_ms
+    ctx.sleep(100)
     # An outsider read b's id from DescribeGroups and guesses a wrong generation.
     assert ctx.send(heartbeat(b, 7), 900).error is ErrorCode.illegal_generation
+    ctx.send(sync(b, 7), 900)
+    error, result = ctx.manager.validate_offset_commit("g", b, 7, None, ctx.now_ms, 900)
+    ctx.apply(result)
+    assert error is ErrorCode.illegal_generation
+    assert ctx.group().members[b].session_deadline_ms == session  # its session untouched
     ctx.close(900)
     ctx.sleep(5 * GRACE)
     member = ctx.group().members[b]
