@@ -38,6 +38,7 @@ except ImportError:  # no C compiler at install time: `_batch_rows_py` does the 
 __all__ = [
     "COMMIT_BUFFERS",
     "GROUP_LOG_COLUMNS",
+    "Chunks",
     "CommitColumns",
     "decode_assignment",
     "decode_segment",
@@ -164,6 +165,36 @@ def empty_buffers() -> list[bytearray]:
             for name in COMMIT_BUFFERS]
 
 
+class Chunks:
+    """What one source decodes, handed out `max_rows` at a time: commits gathered in column
+    `buffers` (the C loops add `commits` rows there), every other record in `others` rows."""
+
+    def __init__(self, source: str, partition: int, max_rows: int) -> None:
+        self.source = source
+        self.partition = partition
+        self.max_rows = max_rows
+        self.buffers = empty_buffers()
+        self.commits = 0
+        self.others: list[tuple[object, ...]] = []
+
+    def full(self) -> Iterator[CommitColumns | list[tuple[object, ...]]]:
+        """The chunks that reached `max_rows`."""
+        yield from self._take(self.max_rows)
+
+    def rest(self) -> Iterator[CommitColumns | list[tuple[object, ...]]]:
+        """Whatever is left, at the end of the source."""
+        yield from self._take(1)
+
+    def _take(self, at_least: int) -> Iterator[CommitColumns | list[tuple[object, ...]]]:
+        if self.commits >= at_least:
+            yield CommitColumns(self.source, self.partition, self.commits, self.buffers)
+            self.buffers = empty_buffers()
+            self.commits = 0
+        if len(self.others) >= at_least:
+            yield self.others
+            self.others = []
+
+
 def grouplog_speedups() -> Any:
     """The C loop's module when it was built (and its buffers are Arrow's layout here), else
     None."""
@@ -187,36 +218,25 @@ def decode_segment_chunks(path: str, log_partition: int, max_rows: int = 65536
         if rows:
             yield rows
         return
-    buffers = empty_buffers()
-    commits = 0
-    others: list[tuple[object, ...]] = []
+    chunks = Chunks(path, log_partition, max_rows)
     for item in _payloads(path, log_partition):
         if isinstance(item, tuple):
-            others.append(item)
+            chunks.others.append(item)
         else:
             try:
                 added, records, error = _speedups.batch_columns(
                     item.records, item.count, item.base_offset, item.base_timestamp,
-                    item.position, buffers)
-                commits += added
-                others.extend(_record_row(path, log_partition, item.position, *record)
-                              for record in records)
+                    item.position, chunks.buffers)
+                chunks.commits += added
+                chunks.others.extend(_record_row(path, log_partition, item.position, *record)
+                                     for record in records)
                 if error is not None:
                     raise ValueError(error)
             except (IndexError, ValueError) as exc:
-                others.append(_problem(path, log_partition, item.position, "corrupt",
-                                       f"malformed records: {exc}"))
-        if commits >= max_rows:
-            yield CommitColumns(path, log_partition, commits, buffers)
-            buffers = empty_buffers()
-            commits = 0
-        if len(others) >= max_rows:
-            yield others
-            others = []
-    if commits:
-        yield CommitColumns(path, log_partition, commits, buffers)
-    if others:
-        yield others
+                chunks.others.append(_problem(path, log_partition, item.position, "corrupt",
+                                              f"malformed records: {exc}"))
+        yield from chunks.full()
+    yield from chunks.rest()
 
 
 def _batch_rows(path: str, log_partition: int, position: int, base_offset: int,

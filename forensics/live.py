@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from coordinator.grouplog.codec import RecordDecodeError, decode_record
-from forensics.grouplog import CommitColumns, empty_buffers, grouplog_speedups, record_row
+from forensics.grouplog import Chunks, CommitColumns, grouplog_speedups, record_row
 
 OFFSETS_TOPIC = "__consumer_offsets"
 EARLIEST, LATEST = -2, -1  # Kafka's ListOffsets timestamps, also in explicit bounds
@@ -273,29 +273,18 @@ def read_range_chunks(bootstrap: str, topic: str, settings: Mapping[str, str],
         return
     name = source_name(bootstrap, topic, offsets.partition)
     partition = offsets.partition
-    buffers = empty_buffers()
-    commits = 0
-    others: list[tuple[object, ...]] = []
+    chunks = Chunks(name, partition, max_rows)
     for batch in _fetch(bootstrap, topic, settings, offsets):
         keys = [m.key() for m in batch]
         values = [m.value() for m in batch]
         numbers = [m.offset() for m in batch]
         stamps = [m.timestamp()[1] for m in batch]
-        added, rest = speedups.record_columns(keys, values, numbers, stamps, buffers)
-        commits += added
-        others.extend(record_row(name, partition, numbers[n], numbers[n], stamps[n], keys[n],
-                                 values[n]) for n in rest)
-        if commits >= max_rows:
-            yield CommitColumns(name, partition, commits, buffers)
-            buffers = empty_buffers()
-            commits = 0
-        if len(others) >= max_rows:
-            yield others
-            others = []
-    if commits:
-        yield CommitColumns(name, partition, commits, buffers)
-    if others:
-        yield others
+        added, rest = speedups.record_columns(keys, values, numbers, stamps, chunks.buffers)
+        chunks.commits += added
+        chunks.others.extend(record_row(name, partition, numbers[n], numbers[n], stamps[n],
+                                        keys[n], values[n]) for n in rest)
+        yield from chunks.full()
+    yield from chunks.rest()
 
 
 def _fetch(bootstrap: str, topic: str, settings: Mapping[str, str],
