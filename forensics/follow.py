@@ -42,6 +42,13 @@ def follow(spark: SparkSession, data_dir: Path, out_dir: Path, *, journal: Path 
 
     stream = (spark.readStream.option("maxFilesPerTrigger", 1000).text(str(directory))
               .select(F.col("_metadata.file_path").alias("path")))
+    _run_stream(stream, refresh, out_dir, interval_s=interval_s, once=once)
+
+
+def _run_stream(stream: DataFrame, refresh: Any, out_dir: Path, *, interval_s: float,
+                once: bool) -> None:
+    """Run `refresh` on each micro-batch of `stream`, checkpointed in `OUT/_checkpoint`: once
+    over what is there (`once`), or every `interval_s` until interrupted."""
     writer: Any = (stream.writeStream.foreachBatch(refresh)
                    .option("checkpointLocation", str(out_dir / "_checkpoint")))
     writer = (writer.trigger(availableNow=True) if once
@@ -76,15 +83,7 @@ def follow_live(spark: SparkSession, live: LiveSource, out_dir: Path, *,
 
     register_live(spark)
     stream = spark.readStream.format(LIVE_FORMAT_NAME).options(**live.stream_options()).load()
-    writer: Any = (stream.writeStream.foreachBatch(refresh)
-                   .option("checkpointLocation", str(out_dir / "_checkpoint")))
-    writer = (writer.trigger(availableNow=True) if once
-              else writer.trigger(processingTime=f"{interval_s} seconds"))
-    query = writer.start()
-    try:
-        query.awaitTermination()
-    except KeyboardInterrupt:
-        query.stop()
+    _run_stream(stream, refresh, out_dir, interval_s=interval_s, once=once)
 
 
 def keep(path: Path, store: Path) -> None:
