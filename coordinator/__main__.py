@@ -166,7 +166,7 @@ async def _start_ops(broker: Broker, server: KafkaServer) -> OpsServer | None:
     if not listener or broker.metrics is None:
         return None
     host, _, port = listener.rpartition(":")
-    ops = OpsServer(broker, broker.metrics, lambda: len(server.connections),
+    ops = OpsServer(broker.ops_view, broker.metrics, lambda: len(server.connections),
                     OpsLimits.from_settings(broker.settings))
     bound = await ops.start(host.strip("[]"), int(port))
     structlog.get_logger("rebalanced").info("metrics listening", host=host, port=bound,

@@ -30,13 +30,14 @@ import resource
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from itertools import chain
 from typing import Any
 
 import structlog
 
 from coordinator.ops import metrics as om
 from coordinator.ops import page
+from coordinator.ops.metrics.history import RebalanceHistory
+from coordinator.ops.view import CLASSIC, CONSUMER, BrokerView
 
 log = structlog.get_logger("rebalanced.ops")
 
@@ -149,9 +150,9 @@ async def in_slices(steps: Iterator[Any]) -> None:
 
 
 class OpsServer:
-    def __init__(self, broker: Any, metrics: om.BrokerMetrics,
+    def __init__(self, view: BrokerView, metrics: om.BrokerMetrics,
                  connections: Callable[[], int], limits: OpsLimits | None = None) -> None:
-        self._broker = broker
+        self._view = view
         self._metrics = metrics
         self._connections = connections
         self.limits = limits or OpsLimits()
@@ -224,31 +225,25 @@ class OpsServer:
     # building --------------------------------------------------------------------------------
 
     async def _build_metrics(self) -> bytes:
-        runtime = self._broker.groups
+        view = self._view
         counts = om.GroupCounts()
-        await in_slices(_count_groups(runtime, counts))
+        await in_slices(_count_groups(view, counts))
         num_offsets = [0]
-        await in_slices(_count_offsets(runtime.offsets, num_offsets))
-        snap = self._metrics.snapshot((), num_offsets[0], self._connections(),
-                                      self._broker.wall_ms(), counts=counts)
+        await in_slices(_count_offsets(view, num_offsets))
+        snap = self._metrics.snapshot(counts, num_offsets[0], self._connections(),
+                                      view.wall_ms())
         parts: list[bytes] = []
         await in_slices(om.exposition_parts(snap, self._exposition_cache, parts))
         return b"".join(parts)
 
     async def _build_page(self) -> bytes:
-        broker = self._broker
-        manager = broker.groups.manager
-        now_ms = broker.wall_ms()
-        kept: list[str] = []
-        for ids in (manager.groups, manager.consumer.groups):
-            chosen = [kept]
-            await in_slices(_first_ids(list(ids), chosen))
-            kept = chosen[0]
-        names = page.topic_names(broker)
+        view = self._view
+        now_ms = view.wall_ms()
+        chosen: list[list[str]] = [[]]
+        await in_slices(_first_ids(view.group_ids(), chosen))
         views: list[dict[str, Any]] = []
-        await in_slices(_group_views(broker, self._metrics, kept, now_ms, names, views))
-        snap = page.page_data(broker, now_ms, views,
-                              len(manager.groups) + len(manager.consumer.groups))
+        await in_slices(_group_views(view, self._metrics.rebalances, chosen[0], now_ms, views))
+        snap = page.page_data(view.node_id, now_ms, views, view.group_count())
         parts: list[str] = []
         await in_slices(page.render_parts(snap, parts))
         return "".join(parts).encode()
@@ -257,23 +252,19 @@ class OpsServer:
 _CHUNK = 1000  # groups or ids handled per step
 
 
-def _count_groups(runtime: Any, counts: om.GroupCounts) -> Iterator[None]:
-    classic = list(runtime.manager.groups.values())
-    for start in range(0, len(classic), _CHUNK):
-        counts.add_classic(classic[start:start + _CHUNK])
+def _count_groups(view: BrokerView, counts: om.GroupCounts) -> Iterator[None]:
+    for by_state in view.count_group_states(CLASSIC, _CHUNK):
+        counts.add_classic(by_state)
         yield
-    consumer = list(runtime.manager.consumer.groups.values())
-    for start in range(0, len(consumer), _CHUNK):
-        counts.add_consumer(consumer[start:start + _CHUNK])
+    for by_state in view.count_group_states(CONSUMER, _CHUNK):
+        counts.add_consumer(by_state)
         yield
 
 
-def _count_offsets(offsets: Any, total: list[int]) -> Iterator[None]:
-    """Committed offsets held, for Kafka's NumOffsets: group -> topic -> partition -> offset."""
-    groups = list(getattr(offsets, "_offsets", {}).values())
-    for start in range(0, len(groups), _CHUNK):
-        topics = chain.from_iterable(map(dict.values, groups[start:start + _CHUNK]))
-        total[0] += sum(map(len, topics))
+def _count_offsets(view: BrokerView, total: list[int]) -> Iterator[None]:
+    """Committed offsets held, for Kafka's NumOffsets."""
+    for count in view.count_committed_offsets(_CHUNK):
+        total[0] += count
         yield
 
 
@@ -283,12 +274,12 @@ def _first_ids(ids: list[str], chosen: list[list[str]]) -> Iterator[None]:
         yield
 
 
-def _group_views(broker: Any, metrics: om.BrokerMetrics, group_ids: list[str], now_ms: int,
-                 names: dict[Any, str], views: list[dict[str, Any]]) -> Iterator[None]:
+def _group_views(view: BrokerView, history: RebalanceHistory, group_ids: list[str],
+                 now_ms: int, views: list[dict[str, Any]]) -> Iterator[None]:
     for group_id in group_ids:
-        view = page.group_view(broker, metrics, group_id, now_ms, names)
-        if view is not None:
-            views.append(view)
+        group = page.group_view(view, history, group_id, now_ms)
+        if group is not None:
+            views.append(group)
         yield
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import structlog
 
-from coordinator.ops.metrics import Histogram
+from coordinator.ops.metrics.counters import Histogram
 
 INTERVAL_S = 0.025
 # Seconds. A lag under a few ms is the timer's own granularity and an ordinary busy loop.

@@ -10,15 +10,16 @@ rebalance timeline is inline CSS bars.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import heapq
-import struct
 from collections.abc import Iterable, Iterator
 from html import escape
 from itertools import chain
 from typing import Any
 
-from coordinator.ops.metrics import BrokerMetrics
+from coordinator.ops.metrics.history import RebalanceHistory
+from coordinator.ops.view import CONSUMER, BrokerView, GroupView
 
 MAX_GROUPS = 100
 MAX_MEMBERS = 200  # per group
@@ -26,54 +27,20 @@ MAX_PARTITIONS = 1000  # lag rows per group
 REFRESH_SECONDS = 5
 
 
-def decode_assignment(data: bytes) -> list[tuple[str, int]]:
-    """The partitions of a `consumer` protocol assignment (ConsumerProtocolAssignment)."""
-    out: list[tuple[str, int]] = []
-    try:
-        (topics,) = struct.unpack_from(">i", data, 2)
-        pos = 6
-        for _ in range(max(min(topics, 100_000), 0)):
-            (length,) = struct.unpack_from(">h", data, pos)
-            pos += 2
-            topic = data[pos:pos + length].decode("utf-8")
-            pos += length
-            (count,) = struct.unpack_from(">i", data, pos)
-            pos += 4
-            partitions = struct.unpack_from(f">{max(count, 0)}i", data, pos)
-            pos += 4 * max(count, 0)
-            out.extend((topic, p) for p in partitions)
-    except (struct.error, UnicodeDecodeError):
-        return out
-    return sorted(out)
-
-
-def _classic_group(group: Any) -> dict[str, Any]:
+def _group_data(group: GroupView) -> dict[str, Any]:
     members = []
-    for member in list(group.members.values())[:MAX_MEMBERS]:
-        assigned = (decode_assignment(member.assignment)
-                    if group.protocol_type == "consumer" else [])
-        members.append({"member_id": member.member_id, "client_id": member.client_id,
-                        "host": member.client_host, "instance_id": member.group_instance_id,
-                        "partitions": assigned})
-    return {"group_type": "classic", "state": getattr(group.state, "value", str(group.state)),
+    for member in group.members:
+        data: dict[str, Any] = {
+            "member_id": member.member_id, "client_id": member.client_id,
+            "host": member.client_host, "instance_id": member.group_instance_id,
+            "partitions": list(member.partitions)}
+        if group.group_type == CONSUMER:
+            data["epoch"] = member.member_epoch
+        members.append(data)
+    return {"group_type": group.group_type, "state": group.state,
             "generation_id": group.generation_id, "protocol_type": group.protocol_type,
             "protocol": group.protocol_name, "leader_id": group.leader_id,
-            "member_count": len(group.members), "members": members}
-
-
-def _consumer_group(group: Any, topic_names: dict[Any, str]) -> dict[str, Any]:
-    members = []
-    for member in list(group.members.values())[:MAX_MEMBERS]:
-        assigned = sorted((topic_names.get(topic_id, str(topic_id)), p)
-                          for topic_id, partitions in member.assigned.items()
-                          for p in partitions)
-        members.append({"member_id": member.member_id, "client_id": member.client_id,
-                        "host": member.client_host, "instance_id": member.instance_id,
-                        "partitions": assigned, "epoch": member.member_epoch})
-    return {"group_type": "consumer", "state": group.state.value,
-            "generation_id": group.group_epoch, "protocol_type": "consumer",
-            "protocol": None, "leader_id": None, "member_count": len(group.members),
-            "members": members}
+            "member_count": group.member_count, "members": members}
 
 
 def first_group_ids(group_ids: Iterable[str], kept: Iterable[str] = ()) -> list[str]:
@@ -82,61 +49,46 @@ def first_group_ids(group_ids: Iterable[str], kept: Iterable[str] = ()) -> list[
     return heapq.nsmallest(MAX_GROUPS, dict.fromkeys(chain(kept, group_ids)))
 
 
-def topic_names(broker: Any) -> dict[Any, str]:
-    consumer = broker.groups.manager.consumer
-    return {info.topic_id: name for name, info in consumer.image.by_name.items()}
-
-
-def group_view(broker: Any, metrics: BrokerMetrics, group_id: str, now_ms: int,
-               names: dict[Any, str]) -> dict[str, Any] | None:
+def group_view(view: BrokerView, history: RebalanceHistory, group_id: str,
+               now_ms: int) -> dict[str, Any] | None:
     """What the page shows of one group, copied into plain data (None: the group is gone)."""
-    runtime = broker.groups
-    classic = runtime.manager.groups.get(group_id)
-    if classic is not None:
-        out = _classic_group(classic)
-    else:
-        consumer = runtime.manager.consumer.groups.get(group_id)
-        if consumer is None:
-            return None
-        out = _consumer_group(consumer, names)
+    group = view.group(group_id, MAX_MEMBERS)
+    if group is None:
+        return None
+    out = _group_data(group)
     owner = {tp: m["client_id"] for m in out["members"] for tp in m["partitions"]}
     lag = []
-    for fetched in runtime.offsets.fetch(group_id, None)[:MAX_PARTITIONS]:
-        topic = broker.topics.get(fetched.topic)
-        end = None
-        if topic is not None and 0 <= fetched.partition < len(topic.partitions):
-            end = topic.partitions[fetched.partition].log_end_offset
-        lag.append({"topic": fetched.topic, "partition": fetched.partition,
-                    "committed": fetched.offset, "end": end,
-                    "lag": end - fetched.offset if end is not None and fetched.offset >= 0
+    for committed in view.committed_offsets(group_id, MAX_PARTITIONS):
+        end = committed.log_end_offset
+        lag.append({"topic": committed.topic, "partition": committed.partition,
+                    "committed": committed.offset, "end": end,
+                    "lag": end - committed.offset if end is not None and committed.offset >= 0
                     else None,
-                    "owner": owner.get((fetched.topic, fetched.partition))})
-    history = metrics.history.get(group_id)
+                    "owner": owner.get((committed.topic, committed.partition))})
+    kept = history.history.get(group_id)
     rebalances = [dict(
         started_ms=r.started_ms, generation_id=r.generation_id, reason=r.reason,
         cause=r.cause, member_id=r.member_id, client_id=r.client_id,
         client_host=r.client_host, join_ms=r.join_ms, total_ms=r.total_ms,
         outcome=r.outcome, members=r.members, group_type=r.group_type,
         running_ms=max(now_ms - r.started_ms, 0))
-        for r in (history.rebalances if history else ())]
-    removed = list(history.removed) if history else []
+        for r in (kept.rebalances if kept else ())]
+    removed = [dataclasses.asdict(r) for r in kept.removed] if kept else []
     out.update(group_id=group_id, lag=lag, rebalances=rebalances, removed=removed)
     return out
 
 
-def snapshot(broker: Any, metrics: BrokerMetrics, now_ms: int) -> dict[str, Any]:
+def snapshot(view: BrokerView, history: RebalanceHistory, now_ms: int) -> dict[str, Any]:
     """The whole page's data in one go (the endpoint gathers the same in slices)."""
-    manager = broker.groups.manager
-    group_ids = first_group_ids(chain(manager.groups, manager.consumer.groups))
-    names = topic_names(broker)
-    views = [group_view(broker, metrics, group_id, now_ms, names) for group_id in group_ids]
-    return page_data(broker, now_ms, [v for v in views if v is not None],
-                     len(manager.groups) + len(manager.consumer.groups))
+    groups = [group_view(view, history, group_id, now_ms)
+              for group_id in first_group_ids(view.group_ids())]
+    return page_data(view.node_id, now_ms, [g for g in groups if g is not None],
+                     view.group_count())
 
 
-def page_data(broker: Any, now_ms: int, groups: list[dict[str, Any]],
+def page_data(node_id: int, now_ms: int, groups: list[dict[str, Any]],
               group_count: int) -> dict[str, Any]:
-    return {"now_ms": now_ms, "node_id": broker.node_id, "groups": groups,
+    return {"now_ms": now_ms, "node_id": node_id, "groups": groups,
             "group_count": group_count, "shown": len(groups)}
 
 

@@ -37,6 +37,7 @@ from coordinator.grouplog.log import GroupLog
 from coordinator.ops.metrics import BrokerMetrics
 from coordinator.runtime.clock import SystemClock
 from coordinator.runtime.groups import GroupRuntime
+from coordinator.runtime.ops_view import BrokerOpsView
 from coordinator.settings import BrokerSettings
 from protocol.codec import RequestHeader
 from protocol.connection import Connection, ResponseSlot
@@ -145,6 +146,10 @@ class Broker:
             else None)
         self.groups = GroupRuntime(self)
         self.groups.register()
+        # What /metrics and the group page read of the broker (coordinator/ops/view.py).
+        self.ops_view = BrokerOpsView(self)
+        if self.metrics is not None:
+            self.metrics.rebalances.consumer_groups = self.ops_view
         planned = filesystem_from_env()  # a test's fault plan; None in production
         if planned is not None:
             log.warning("disk fault plan active", rules=len(planned.rules))

@@ -126,8 +126,6 @@ class GroupRuntime:
             assignors=settings["group.consumer.assignors"],
             migration_policy=settings["group.consumer.migration.policy"],
         ))
-        if host.metrics is not None:
-            host.metrics.consumer_groups = self.manager.consumer.groups  # a live view
         self._topic_image_version = 0
         self.offsets = OffsetStore(self.config)
         self.core = GroupOffsets(self.manager, self.offsets)  # the offset APIs' decisions

@@ -136,7 +136,8 @@ def test_the_lag_and_the_pauses_are_exported(rig: Any) -> None:
     monitor.on_gc("stop", {"generation": 2})
     metrics = om.BrokerMetrics()
     metrics.loop_lag = monitor
-    text = om.exposition(metrics.snapshot([], num_offsets=0, connections=0, now_ms=0)).decode()
+    snap = metrics.snapshot(om.GroupCounts(), num_offsets=0, connections=0, now_ms=0)
+    text = om.exposition(snap).decode()
     families = {f.name: f for f in text_string_to_metric_families(text)}
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                for f in families.values() for s in f.samples}

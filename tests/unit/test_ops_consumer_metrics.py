@@ -8,10 +8,30 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.group.consumer.config import ConsumerGroupConfig
+from coordinator.group.offsets import OffsetStore
 from coordinator.ops import metrics as om
 from coordinator.ops import page
+from coordinator.ops.view import CLASSIC, CONSUMER
+from coordinator.runtime.ops_view import BrokerOpsView
+from storage.topics import Topic
 from tests.consumer_helpers import beat, image, join, parts
 from tests.context import GroupTestContext
+
+
+class _Broker:
+    """What the ops view reads of a broker: the test context's groups, no offsets, no topics."""
+
+    node_id = 1
+
+    def __init__(self, ctx: GroupTestContext) -> None:
+        self.ctx = ctx
+        self.groups = self
+        self.manager = ctx.manager
+        self.offsets = OffsetStore()
+        self.topics: dict[str, Topic] = {}
+
+    def wall_ms(self) -> int:
+        return self.ctx.now_ms
 
 
 class Fed:
@@ -20,8 +40,9 @@ class Fed:
     def __init__(self, partitions: int = 4) -> None:
         self.ctx = GroupTestContext(consumer_config=ConsumerGroupConfig())
         self.ctx.manager.consumer.set_topic_image(image({"t": partitions}))
+        self.view = BrokerOpsView(_Broker(self.ctx))
         self.metrics = om.BrokerMetrics()
-        self.metrics.consumer_groups = self.ctx.manager.consumer.groups
+        self.metrics.rebalances.consumer_groups = self.view
         self._seen = 0
 
     def _feed(self) -> None:
@@ -40,9 +61,12 @@ class Fed:
 
 def exported(metrics: om.BrokerMetrics, fed: Fed) -> dict[tuple[str, tuple[tuple[str, str], ...]],
                                                          float]:
-    consumer = fed.ctx.manager.consumer.groups.values()
-    snap = metrics.snapshot(fed.ctx.manager.groups.values(), num_offsets=0, connections=0,
-                            now_ms=fed.ctx.now_ms, consumer_groups=consumer)
+    counts = om.GroupCounts()
+    for by_state in fed.view.count_group_states(CLASSIC, 1000):
+        counts.add_classic(by_state)
+    for by_state in fed.view.count_group_states(CONSUMER, 1000):
+        counts.add_consumer(by_state)
+    snap = metrics.snapshot(counts, num_offsets=0, connections=0, now_ms=fed.ctx.now_ms)
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(om.exposition(snap).decode())
             for s in family.samples}
@@ -52,7 +76,7 @@ def test_a_handover_is_one_consumer_rebalance_that_ends_when_everyone_reconciled
     fed = Fed()
     fed.send(join("a"))  # epoch 1: a gets everything at once
     fed.send(join("b"))  # epoch 2: a must give two partitions up first
-    history = fed.metrics.history["g"]
+    history = fed.metrics.rebalances.history["g"]
     first, second = history.rebalances
     assert (first.cause, first.outcome, first.total_ms) == ("member_join", "stabilized", 0)
     assert (second.cause, second.outcome, second.member_id) == ("member_join", "in progress", "b")
@@ -95,10 +119,10 @@ def test_an_expired_member_is_counted_by_cause_and_type() -> None:
     assert group is not None
     # the new target assignment is computed at a's next heartbeat
     fed.send(beat("a", group.members["a"].member_epoch, {"t": [0, 1, 2]}))
-    assert fed.metrics.members_removed == {("consumer", "session_expiry"): 1}
-    last = fed.metrics.history["g"].rebalances[-1]
+    assert fed.metrics.rebalances.members_removed == {("consumer", "session_expiry"): 1}
+    last = fed.metrics.rebalances.history["g"].rebalances[-1]
     assert (last.cause, last.member_id) == ("session_expiry", "b")  # not a, who heartbeated
-    assert [r["cause"] for r in fed.metrics.history["g"].removed] == ["session_expiry"]
+    assert [r.cause for r in fed.metrics.rebalances.history["g"].removed] == ["session_expiry"]
     values = exported(fed.metrics, fed)
     assert values[("rebalanced_members_removed_total",
                    (("cause", "session_expiry"), ("protocol", "consumer")))] == 1
@@ -106,26 +130,11 @@ def test_an_expired_member_is_counted_by_cause_and_type() -> None:
                    (("cause", "session_expiry"), ("protocol", "consumer")))] == 1
 
 
-class _Broker:
-    """What the page reads of a broker: its groups, offsets and topics."""
-
-    node_id = 1
-
-    def __init__(self, fed: Fed) -> None:
-        self.groups = self
-        self.manager = fed.ctx.manager
-        self.offsets = self
-        self.topics: dict[str, Any] = {}
-
-    def fetch(self, group_id: str, topics: Any) -> list[Any]:
-        return []
-
-
 def test_the_page_shows_a_consumer_group_its_members_and_its_last_rebalance() -> None:
     fed = Fed()
     fed.send(join("a"))
     fed.send(join("b", client_id="billing-2", client_host="/10.1.2.3"))
-    snap = page.snapshot(_Broker(fed), fed.metrics, fed.ctx.now_ms)
+    snap = page.snapshot(fed.view, fed.metrics.rebalances, fed.ctx.now_ms)
     [group] = snap["groups"]
     assert group["group_type"] == "consumer" and group["state"] == "Reconciling"
     assert [m["partitions"] for m in group["members"]] == [[("t", 0), ("t", 1), ("t", 2),

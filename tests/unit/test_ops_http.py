@@ -149,8 +149,8 @@ def test_metrics_in_slices_reformat_only_the_groups_that_moved() -> None:
 
     def scrape(cache: dict[str, object]) -> tuple[bytes, int]:
         parts: list[bytes] = []
-        steps = sum(1 for _ in om.exposition_parts(metrics.snapshot([], 0, 0, 9000), cache,
-                                                   parts))
+        snap = metrics.snapshot(om.GroupCounts(), 0, 0, 9000)
+        steps = sum(1 for _ in om.exposition_parts(snap, cache, parts))
         return b"".join(parts), steps
 
     cache: dict[str, object] = {}

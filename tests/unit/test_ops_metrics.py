@@ -9,6 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from coordinator.group import events as ev
 from coordinator.ops import metrics as om
 from coordinator.ops import page
+from coordinator.ops.metrics import history as hi
 
 
 def started(group: str, ts: int, reason: str, generation: int = 0) -> ev.RebalanceStarted:
@@ -27,36 +28,36 @@ def rebalance(metrics: om.BrokerMetrics, group: str, ts: int, reason: str) -> No
 
 
 def test_causes_are_a_small_vocabulary() -> None:
-    assert om.rebalance_cause("removing member m on heartbeat expiration") == "session_expiry"
-    assert om.rebalance_cause("removing member m on LeaveGroup; client reason: x") == "leave"
+    assert hi.rebalance_cause("removing member m on heartbeat expiration") == "session_expiry"
+    assert hi.rebalance_cause("removing member m on LeaveGroup; client reason: x") == "leave"
     # What the broker writes for a disconnect names LeaveGroup too.
-    assert om.rebalance_cause("removing member m: its connection closed 1000 ms ago without "
+    assert hi.rebalance_cause("removing member m: its connection closed 1000 ms ago without "
                               "LeaveGroup") == "disconnect"
-    assert om.rebalance_cause("adding new member m with group instance id None") == "member_join"
-    assert om.rebalance_cause("updating metadata for member m") == "metadata_change"
-    assert om.rebalance_cause("something new") == "other"
+    assert hi.rebalance_cause("adding new member m with group instance id None") == "member_join"
+    assert hi.rebalance_cause("updating metadata for member m") == "metadata_change"
+    assert hi.rebalance_cause("something new") == "other"
 
 
 def test_phases_history_and_the_group_cap() -> None:
     metrics = om.BrokerMetrics(max_groups=2)
     for i, group in enumerate(("a", "b", "c", "d")):
         rebalance(metrics, group, 1000 * i, "removing member m on LeaveGroup")
-    assert set(metrics.rebalance_seconds) == {"a", "b", om.OTHER_GROUPS}
-    assert metrics.rebalance_seconds[om.OTHER_GROUPS]["total"].count == 2
-    a = metrics.rebalance_seconds["a"]
+    assert set(metrics.rebalances.rebalance_seconds) == {"a", "b", om.OTHER_GROUPS}
+    assert metrics.rebalances.rebalance_seconds[om.OTHER_GROUPS]["total"].count == 2
+    a = metrics.rebalances.rebalance_seconds["a"]
     assert (a["join"].total, a["sync"].total, a["total"].total) == (0.3, 0.1, 0.4)
-    assert metrics.rebalances_by_cause == {("classic", "leave"): 4}
-    assert metrics.completed_rebalances == 4
-    [last] = metrics.history["d"].rebalances
+    assert metrics.rebalances.rebalances_by_cause == {("classic", "leave"): 4}
+    assert metrics.rebalances.completed_rebalances == 4
+    [last] = metrics.rebalances.history["d"].rebalances
     assert (last.cause, last.join_ms, last.total_ms, last.outcome) == ("leave", 300, 400,
                                                                         "stabilized")
 
     metrics.on_event(ev.MemberRemoved(ts_ms=5000, group_id="a", generation_id=1, member_id="m",
                                       group_instance_id=None, client_id="app", client_host="/h",
                                       cause=ev.RemovalCause.SESSION_EXPIRY))
-    assert metrics.members_removed == {("classic", "session_expiry"): 1}
+    assert metrics.rebalances.members_removed == {("classic", "session_expiry"): 1}
 
-    snap = metrics.snapshot([], num_offsets=7, connections=3, now_ms=10_400)
+    snap = metrics.snapshot(om.GroupCounts(), num_offsets=7, connections=3, now_ms=10_400)
     values = {(s.name, tuple(sorted(s.labels.items()))): s.value
               for family in text_string_to_metric_families(om.exposition(snap).decode())
               for s in family.samples}
@@ -125,14 +126,6 @@ def test_page_escapes_what_clients_choose() -> None:
     assert "&lt;script&gt;" in html
 
 
-def test_assignment_decoding() -> None:
-    # version 0, one topic "t" with partitions 2 and 0, no user data
-    data = (b"\x00\x00" + b"\x00\x00\x00\x01" + b"\x00\x01t" + b"\x00\x00\x00\x02"
-            + b"\x00\x00\x00\x02" + b"\x00\x00\x00\x00" + b"\xff\xff\xff\xff")
-    assert page.decode_assignment(data) == [("t", 0), ("t", 2)]
-    assert page.decode_assignment(b"\x00") == []
-
-
 def test_the_timed_context_sets_every_field_of_the_plain_one() -> None:
     import dataclasses
 
@@ -169,7 +162,7 @@ def test_every_request_is_counted_and_hot_ones_are_sampled() -> None:
     assert timed(commits) == 16 // om.SAMPLE_EVERY[8] == 2
     assert timed(joins) == 3
     assert all(isinstance(c, RequestContext) for c in contexts + commits + joins)
-    snap = metrics.snapshot([], num_offsets=0, connections=0, now_ms=0)
+    snap = metrics.snapshot(om.GroupCounts(), num_offsets=0, connections=0, now_ms=0)
     assert snap["request_counts"] == {(12, 4): 128, (8, 9): 16, (11, 5): 3}
     assert snap["requests"][(12, 4)].count == 0  # created when timed, answered later
 
@@ -192,7 +185,7 @@ def test_the_cached_exposition_equals_a_fresh_one() -> None:
                             RequestHeader(api_key, version, i, "c")).respond_raw(b"")
 
     def scrape(now_ms: int) -> tuple[bytes, bytes]:
-        snap = metrics.snapshot([], num_offsets=3, connections=2, now_ms=now_ms)
+        snap = metrics.snapshot(om.GroupCounts(), num_offsets=3, connections=2, now_ms=now_ms)
         return om.exposition(snap, cache), om.exposition(snap)
 
     serve(11, 5, 2)
@@ -215,5 +208,5 @@ def test_a_conversion_ends_the_open_rebalance_of_the_old_group_type() -> None:
     metrics.on_event(ev.GroupConverted(ts_ms=1600, group_id="g", generation_id=1,
                                        direction="upgrade", from_type="classic",
                                        to_type="consumer", member_count=2, reason="upgrade"))
-    [last] = metrics.history["g"].rebalances
+    [last] = metrics.rebalances.history["g"].rebalances
     assert (last.outcome, last.total_ms) == ("converted", 600)
