@@ -79,6 +79,14 @@ def test_the_data_plane_does_not_need_the_broker() -> None:
         "protocol", "storage")) == []
 
 
+def test_ops_sees_the_broker_only_through_its_view() -> None:
+    """The page, /metrics and the HTTP endpoint read `coordinator.ops.view`, which the runtime
+    implements (`coordinator/runtime/ops_view.py`): no runtime, no group state, no storage. The
+    counters time the request context; the rebalance history reads the group events."""
+    assert violations("coordinator/ops", ("coordinator.ops", "coordinator.api.context",
+                                          "coordinator.group.events")) == []
+
+
 def test_only_the_process_entry_point_knows_the_broker() -> None:
     importers = [str(path.relative_to(ROOT))
                  for path in sorted((ROOT / "coordinator").rglob("*.py"))

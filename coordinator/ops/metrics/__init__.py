@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from coordinator.group import events as ev
+import coordinator.group.events as ev
 from coordinator.ops.metrics.counters import (
     LATENCY_BOUNDS,
     SAMPLE_EVERY,

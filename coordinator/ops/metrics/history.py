@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from coordinator.group import events as ev
+import coordinator.group.events as ev
 from coordinator.ops.metrics.counters import Histogram
 from coordinator.ops.view import CLASSIC, CONSUMER, ClientOf, LiveConsumerGroups, ReconcileProgress
 
