@@ -73,7 +73,7 @@ def test_metrics_count_the_consumer_group_and_its_rebalances(
     assert values[(k + "consumer_group_rebalance_total", ())] >= 3
     consumer = ("protocol", "consumer")
     assert values[("rebalanced_rebalances_total", (("cause", "member_join"), consumer))] >= 2
-    assert values[("rebalanced_rebalances_total", (("cause", "leave"), consumer))] == 1
+    assert values[("rebalanced_rebalances_total", (("cause", "member_leave"), consumer))] == 1
     assert values[("rebalanced_members_removed_total", (("cause", "leave"), consumer))] == 1
     total = (("group", GROUP), ("phase", "total"))
     assert values[("rebalanced_rebalance_duration_seconds_count", total)] >= 2
@@ -94,7 +94,7 @@ def test_the_page_shows_the_consumer_group_and_why_it_last_rebalanced(
     assert any("consumer group (KIP-848)" in t for t in text)
     assert "picker-1" in text  # the survivor, in the members table
     assert f"{TOPIC}-0, {TOPIC}-1, {TOPIC}-2, {TOPIC}-3" in text  # everything is its now
-    assert "leave" in text  # the cause of the last rebalance
+    assert "member_leave" in text  # the cause of the last rebalance
     assert any("member removed (leave)" in t for t in text)  # and the reason
     assert any(t.startswith("picker-0 on ") for t in text)  # the member that left, and host
 

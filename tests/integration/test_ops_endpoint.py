@@ -6,6 +6,7 @@ import os
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
@@ -16,6 +17,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.broker_process import BrokerProcess, free_port
+from tests.integration.group_workers import group_events
 
 pytestmark = pytest.mark.integration
 
@@ -91,7 +93,7 @@ def test_metrics_count_the_scripted_rebalance(scripted: tuple[BrokerProcess, str
     assert values[(k + "offset_commit_total", ())] >= 1
     assert values[("kafka_coordinator_group_groupmetadatamanager_numoffsets", ())] >= 1
     classic = ("protocol", "classic")
-    assert values[("rebalanced_rebalances_total", (("cause", "leave"), classic))] == 1
+    assert values[("rebalanced_rebalances_total", (("cause", "member_leave"), classic))] == 1
     assert values[("rebalanced_rebalances_total", (("cause", "member_join"), classic))] >= 1
     assert values[("rebalanced_members_removed_total", (("cause", "leave"), classic))] == 1
     total = (("group", GROUP), ("phase", "total"))
@@ -105,6 +107,22 @@ def test_metrics_count_the_scripted_rebalance(scripted: tuple[BrokerProcess, str
     assert heartbeats and sum(heartbeats) >= 1
     assert ("rebalanced_offset_commit_latency_seconds_count", ()) in values  # sampled
     assert values[("rebalanced_open_connections", ())] >= 1
+
+
+def test_metrics_and_the_journal_name_each_rebalance_alike(
+        scripted: tuple[BrokerProcess, str]) -> None:
+    broker, url = scripted
+    deadline = time.monotonic() + 15
+    while True:  # the journal and the cached /metrics text catch up within a second or so
+        journal = Counter(e["cause"] for e in group_events(broker, GROUP, "rebalance_started"))
+        exported = {dict(labels)["cause"]: value
+                    for (name, labels), value in samples(get(url + "/metrics")[2]).items()
+                    if name == "rebalanced_rebalances_total" and ("protocol", "classic") in labels}
+        if exported == journal or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert exported == journal
+    assert journal["member_leave"] == 1
 
 
 class _Page(HTMLParser):
@@ -153,7 +171,7 @@ def test_page_lists_the_group_and_why_it_last_rebalanced(
     assert "Stable" in text
     assert "ledger-1" in text  # the survivor's client id, in the members table
     assert f"{TOPIC}-0, {TOPIC}-1" in text  # its assignment
-    assert "leave" in text  # the cause of the last rebalance
+    assert "member_leave" in text  # the cause of the last rebalance
     assert any("LeaveGroup" in t for t in text)  # and Kafka's reason sentence
     assert any(t.startswith("ledger-0 on ") for t in text)  # its culprit, and host
     assert get(base + "/nothing-here")[0] == 404

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from html.parser import HTMLParser
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.group import events as ev
@@ -27,15 +28,41 @@ def rebalance(metrics: om.BrokerMetrics, group: str, ts: int, reason: str) -> No
                                         member_count=2, duration_ms=400))
 
 
-def test_causes_are_a_small_vocabulary() -> None:
-    assert hi.rebalance_cause("removing member m on heartbeat expiration") == "session_expiry"
-    assert hi.rebalance_cause("removing member m on LeaveGroup; client reason: x") == "leave"
+@pytest.mark.parametrize(("reason", "cause"), [
+    ("removing member m on heartbeat expiration", "session_expiry"),
+    ("removing member m on LeaveGroup; client reason: x", "member_leave"),
     # What the broker writes for a disconnect names LeaveGroup too.
-    assert hi.rebalance_cause("removing member m: its connection closed 1000 ms ago without "
-                              "LeaveGroup") == "disconnect"
-    assert hi.rebalance_cause("adding new member m with group instance id None") == "member_join"
-    assert hi.rebalance_cause("updating metadata for member m") == "metadata_change"
-    assert hi.rebalance_cause("something new") == "other"
+    ("removing member m: its connection closed 1000 ms ago without LeaveGroup", "disconnect"),
+    ("adding new member m with group instance id None", "member_join"),
+    ("updating metadata for member m", "metadata_change"),
+    ("failed to persist the group metadata", "write_failure"),
+    ("something new", "other"),
+])
+def test_a_classic_rebalance_is_counted_under_the_journals_cause(reason: str, cause: str) -> None:
+    metrics = om.BrokerMetrics()
+    metrics.on_event(started("g", 0, reason))
+    assert metrics.rebalances.rebalances_by_cause == {("classic", cause): 1}
+    journal = ev.journal_record(started("g", 0, reason).as_dict(), wall_ms=0)
+    assert journal["cause"] == cause
+
+
+@pytest.mark.parametrize(("reason", "cause"), [
+    ("member joined", "member_join"),
+    ("subscription changed", "metadata_change"),
+    ("subscribed topic metadata changed", "metadata_change"),
+    ("member removed (leave)", "member_leave"),
+    ("member removed (session_expiry)", "session_expiry"),
+    ("member removed (rebalance_timeout)", "rebalance_timeout"),
+    ("member removed (disconnect)", "disconnect"),
+    ("member removed (fenced)", "fenced"),
+    ("group epoch ahead", "other"),
+])
+def test_a_consumer_rebalance_is_named_in_the_journals_vocabulary(reason: str,
+                                                                  cause: str) -> None:
+    event = ev.TargetAssignmentComputed(ts_ms=0, group_id="g", group_type="consumer",
+                                        generation_id=2, assignor="uniform", member_count=1,
+                                        partition_count=1, moved_partitions=1, reason=reason)
+    assert hi.rebalance_cause(event) == cause
 
 
 def test_phases_history_and_the_group_cap() -> None:
@@ -46,11 +73,11 @@ def test_phases_history_and_the_group_cap() -> None:
     assert metrics.rebalances.rebalance_seconds[om.OTHER_GROUPS]["total"].count == 2
     a = metrics.rebalances.rebalance_seconds["a"]
     assert (a["join"].total, a["sync"].total, a["total"].total) == (0.3, 0.1, 0.4)
-    assert metrics.rebalances.rebalances_by_cause == {("classic", "leave"): 4}
+    assert metrics.rebalances.rebalances_by_cause == {("classic", "member_leave"): 4}
     assert metrics.rebalances.completed_rebalances == 4
     [last] = metrics.rebalances.history["d"].rebalances
-    assert (last.cause, last.join_ms, last.total_ms, last.outcome) == ("leave", 300, 400,
-                                                                        "stabilized")
+    assert (last.cause, last.join_ms, last.total_ms, last.outcome) == (
+        "member_leave", 300, 400, "stabilized")
 
     metrics.on_event(ev.MemberRemoved(ts_ms=5000, group_id="a", generation_id=1, member_id="m",
                                       group_instance_id=None, client_id="app", client_host="/h",

@@ -9,7 +9,7 @@ the live group knows: `consumer_groups` is the runtime's read-only view of them
 
 Label cardinality is bounded: per-group series (rebalance durations, time since the last
 rebalance) exist for the first `metrics.max.groups` groups seen; later groups are counted under
-`group="__other__"`. Causes are small fixed vocabularies.
+`group="__other__"`. Causes are the journal's small fixed vocabularies (`rebalance_cause`).
 """
 
 from __future__ import annotations
@@ -32,53 +32,27 @@ REBALANCE_BOUNDS = (0.05, 0.25, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 # runs from a new target assignment until every member has reconciled to it.
 PHASES = {CLASSIC: ("join", "sync", "total"), CONSUMER: ("total",)}
 
-# Rebalance reasons are sentences naming members; the cause label is one of these words.
-# The first match wins: a disconnect's reason ("its connection closed ... without LeaveGroup")
-# names LeaveGroup too.
-_CAUSES = (
-    ("heartbeat expiration", "session_expiry"),
-    ("session", "session_expiry"),
-    ("disconnect", "disconnect"),
-    ("connection closed", "disconnect"),
-    ("leavegroup", "leave"),
-    ("pending sync", "sync_timeout"),
-    ("rebalance timeout", "rebalance_timeout"),
-    ("connection", "disconnect"),
-    ("adding new member", "member_join"),
-    ("joining group during rebalance", "member_rejoin"),
-    ("static member", "static_member"),
-    ("updating metadata", "metadata_change"),
-    ("persist", "persist_failure"),
-)
+# A consumer group's new target assignment says why its group epoch moved, in one of a few fixed
+# reasons (`coordinator/group/consumer/heartbeat.py`), named here with the journal's causes.
+# A removed member's cause is the journal's `member_removed` cause, which is the rebalance cause
+# of the same name but for a graceful leave.
+_CONSUMER_CAUSES = {
+    "member joined": "member_join",
+    "subscription changed": "metadata_change",
+    "subscribed topic metadata changed": "metadata_change",
+    **{f"member removed ({removal.value})": (
+        "member_leave" if removal is ev.RemovalCause.LEAVE else removal.value)
+       for removal in ev.RemovalCause},
+}
 
 
-def rebalance_cause(reason: str) -> str:
-    lowered = reason.lower()
-    for needle, cause in _CAUSES:
-        if needle in lowered:
-            return cause
-    return "other"
-
-
-# A consumer group's new target assignment says why its group epoch moved.
-_CONSUMER_CAUSES = (
-    ("member joined", "member_join"),
-    ("subscription changed", "subscription_change"),
-    ("metadata changed", "metadata_change"),
-    ("(leave)", "leave"),
-    ("(session_expiry)", "session_expiry"),
-    ("(rebalance_timeout)", "rebalance_timeout"),
-    ("(fenced)", "fenced"),
-    ("(max_size)", "max_size"),
-    ("(disconnect)", "disconnect"),
-)
-
-
-def consumer_rebalance_cause(reason: str) -> str:
-    for needle, cause in _CONSUMER_CAUSES:
-        if needle in reason:
-            return cause
-    return "other"
+def rebalance_cause(event: ev.RebalanceStarted | ev.TargetAssignmentComputed) -> str:
+    """A rebalance's `cause` label in the journal's vocabulary (docs/events.md): a classic
+    group's is the `cause` of its `rebalance_started` line, so `/metrics`, the page and the
+    journal name the same rebalance alike."""
+    if isinstance(event, ev.RebalanceStarted):
+        return ev.rebalance_cause(event.reason)
+    return _CONSUMER_CAUSES.get(event.reason, "other")
 
 
 @dataclass(slots=True)
@@ -175,7 +149,7 @@ class RebalanceHistory:
             self._on_consumer_event(event)
             return
         if isinstance(event, ev.RebalanceStarted):
-            cause = rebalance_cause(event.reason)
+            cause = rebalance_cause(event)
             self._count(self.rebalances_by_cause, CLASSIC, cause)
             self._history(event.group_id).rebalances.append(Rebalance(
                 started_ms=event.ts_ms, generation_id=event.generation_id, reason=event.reason,
@@ -224,7 +198,7 @@ class RebalanceHistory:
         every member has reconciled to it; members keep their other partitions meanwhile."""
         group_id = event.group_id
         if isinstance(event, ev.TargetAssignmentComputed):
-            cause = consumer_rebalance_cause(event.reason)
+            cause = rebalance_cause(event)
             self._count(self.rebalances_by_cause, CONSUMER, cause)
             self.consumer_rebalances += 1
             history = self._history(group_id)
