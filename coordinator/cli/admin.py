@@ -20,6 +20,11 @@ TopicPartition = tuple[str, int]
 
 _NO_OFFSET = -1001  # librdkafka's OFFSET_INVALID: no committed offset
 
+# The broker's Docker image leaves the admin clients out: the broker never imports them.
+_MISSING_CLIENTS = ("confluent-kafka and kafka-python are not installed (the broker's Docker "
+                    "image leaves them out): run `rebalanced groups` where `pip install .` "
+                    "installed it, against the broker's published port")
+
 
 class AdminError(Exception):
     """A failure to report as one line, then exit non-zero."""
@@ -77,12 +82,15 @@ class GroupAdmin:
         self.timeout_s = timeout_s
         host, port = split_bootstrap(bootstrap)
         try:
+            from confluent_kafka.admin import AdminClient
+        except ImportError:
+            raise AdminError(_MISSING_CLIENTS) from None
+        try:
             with socket.create_connection((host, port), timeout=min(timeout_s, 5.0)):
                 pass
         except OSError as exc:
             reason = exc.strerror or str(exc) or type(exc).__name__
             raise AdminError(f"cannot reach a broker at {bootstrap}: {reason}") from None
-        from confluent_kafka.admin import AdminClient
 
         timeout_ms = int(timeout_s * 1000)
         config: dict[str, Any] = {
@@ -277,9 +285,12 @@ class GroupAdmin:
                        ) -> dict[TopicPartition, str | None]:
         """OffsetDelete. confluent-kafka's Python AdminClient does not expose it, so this one
         call goes through kafka-python's admin client, which does."""
-        from kafka import KafkaAdminClient
-        from kafka import TopicPartition as KPTopicPartition
-        from kafka.errors import KafkaError
+        try:
+            from kafka import KafkaAdminClient
+            from kafka import TopicPartition as KPTopicPartition
+            from kafka.errors import KafkaError
+        except ImportError:
+            raise AdminError(_MISSING_CLIENTS) from None
 
         timeout_ms = int(self.timeout_s * 1000)
         try:
