@@ -55,10 +55,10 @@ from pathlib import Path
 import structlog
 from crc32c import crc32c
 
+from primitives.varint import read_varint, write_varint
 from storage.batch import ATTR_COMPRESSION_MASK, ATTR_CONTROL, HEADER_SIZE, scan_batches
 from storage.fs import AppendHandle, FileSystem
 from storage.log import PartitionLog
-from storage.record_batch import _read_varint, _varint
 from storage.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -164,16 +164,16 @@ def _records(batch: _Batch) -> Iterator[_Record]:
     end = len(data)
     pos = HEADER_SIZE
     for _ in range(batch.records_count):
-        length, pos = _read_varint(data, pos)
+        length, pos = read_varint(data, pos)
         body_end = pos + length
         if length < 1 or body_end > end:
             raise ValueError(f"record length {length} at byte {pos} is out of range")
-        timestamp_delta, cursor = _read_varint(data, pos + 1)  # after the attributes byte
-        offset_delta, cursor = _read_varint(data, cursor)
-        key_length, cursor = _read_varint(data, cursor)
+        timestamp_delta, cursor = read_varint(data, pos + 1)  # after the attributes byte
+        offset_delta, cursor = read_varint(data, cursor)
+        key_length, cursor = read_varint(data, cursor)
         key = None if key_length < 0 else bytes(data[cursor:cursor + key_length])
         cursor += max(key_length, 0)
-        value_length, cursor = _read_varint(data, cursor)
+        value_length, cursor = read_varint(data, cursor)
         value = None if value_length < 0 else bytes(data[cursor:cursor + value_length])
         cursor += max(value_length, 0)
         if cursor >= body_end:
@@ -230,20 +230,20 @@ class _CleanedBatch:
         body = bytearray()
         for r in records:
             rec = bytearray(b"\x00")  # attributes
-            _varint(r.timestamp - base_ts, rec)
-            _varint(r.offset - self.base_offset, rec)
+            write_varint(r.timestamp - base_ts, rec)
+            write_varint(r.offset - self.base_offset, rec)
             if r.key is None:
-                _varint(-1, rec)
+                write_varint(-1, rec)
             else:
-                _varint(len(r.key), rec)
+                write_varint(len(r.key), rec)
                 rec += r.key
             if r.value is None:
-                _varint(-1, rec)
+                write_varint(-1, rec)
             else:
-                _varint(len(r.value), rec)
+                write_varint(len(r.value), rec)
                 rec += r.value
             rec += r.headers
-            _varint(len(rec), body)
+            write_varint(len(rec), body)
             body += rec
         batch = bytearray(_HEADER.pack(
             self.base_offset, HEADER_SIZE - 12 + len(body), self.leader_epoch, 2, 0, 0,

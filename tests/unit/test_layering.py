@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-OURS = ("protocol", "coordinator", "storage", "forensics", "tests")
+OURS = ("primitives", "protocol", "coordinator", "storage", "forensics", "tests")
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -50,12 +50,22 @@ def violations(folder: str, allowed: tuple[str, ...], forbidden_external: tuple[
     return found
 
 
+def test_the_shared_primitives_import_nothing_of_ours() -> None:
+    assert violations("primitives", ("primitives",)) == []
+
+
 def test_storage_is_a_leaf() -> None:
-    assert violations("storage", ("storage",)) == []
+    assert violations("storage", ("storage", "primitives")) == []
+
+
+def test_the_protocol_is_a_leaf() -> None:
+    """The wire layer knows kio and Kafka's encodings, not storage nor the coordinator."""
+    assert violations("protocol", ("protocol", "primitives")) == []
 
 
 def test_the_group_log_records_and_codec_know_only_storage() -> None:
-    assert violations("coordinator/grouplog", ("coordinator.grouplog", "storage")) == []
+    assert violations("coordinator/grouplog", ("coordinator.grouplog", "storage", "primitives")
+                      ) == []
 
 
 @pytest.mark.parametrize("folder", ["coordinator/group"])
