@@ -4,7 +4,7 @@ For every group request: kio request -> command (`coordinator/api/*`), `now_ms` 
 `Result` from the core, which `ResultApplier` (`apply.py`) applies: timers, events, records made
 durable, then replies. The other jobs sit beside it: loading the group log at start-up
 (`loading.py`), offset expiry and compaction (`maintenance.py`), the journal lines
-(`journaling.py`). What this needs of the broker is `GroupHost`, not the broker itself.
+(`event_journal.py`). What this needs of the broker is `GroupHost`, not the broker itself.
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ from coordinator.group.result import APPEND_FAILED, RequestRef
 from coordinator.grouplog.log import GroupLog
 from coordinator.runtime.apply import ParkedFetches, ResultApplier, Timers
 from coordinator.runtime.clock import SystemClock
-from coordinator.runtime.journal import Journal
-from coordinator.runtime.journaling import EventJournal
+from coordinator.runtime.event_journal import EventJournal
+from coordinator.runtime.journal_files import Journal
 from coordinator.runtime.loading import GroupLogLoader
 from coordinator.runtime.maintenance import GroupLogMaintenance
 from coordinator.settings import BrokerSettings
