@@ -122,11 +122,11 @@ docker-test: $(STAMP)
 # broker while a stock consumer group consumes (bounded in frames and seconds).
 fuzz: $(STAMP)
 	REBALANCED_FUZZ_EXAMPLES=20000 $(BIN)/pytest -q -p no:cacheprovider tests/property/test_fuzz_inputs.py
-	$(BIN)/python -m tests.fuzz.live --frames 1000000 --seconds 600
+	$(BIN)/python -m tests.bench.live_fuzz --frames 1000000 --seconds 600
 
 # Group churn, commits, producers and fetchers for 10 minutes; RSS and descriptors sampled.
 soak: $(STAMP)
-	$(BIN)/python -m tests.fuzz.soak --minutes 10
+	$(BIN)/python -m tests.bench.soak --minutes 10
 
 clean:
 	rm -rf $(VENV) data $(FORENSICS_OUT)
