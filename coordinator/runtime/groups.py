@@ -107,25 +107,9 @@ class GroupRuntime:
         self.host = host
         settings = host.settings
         self.clock = SystemClock()
-        self.config = GroupConfig(
-            node_id=settings["node.id"],
-            group_min_session_timeout_ms=settings["group.min.session.timeout.ms"],
-            group_max_session_timeout_ms=settings["group.max.session.timeout.ms"],
-            group_initial_rebalance_delay_ms=settings["group.initial.rebalance.delay.ms"],
-            group_max_size=settings["group.max.size"],
-            group_member_disconnect_grace_ms=settings["group.member.disconnect.grace.ms"],
-            offsets_topic_num_partitions=settings["offsets.topic.num.partitions"],
-            offset_metadata_max_bytes=settings["offset.metadata.max.bytes"],
-            offsets_retention_minutes=settings["offsets.retention.minutes"],
-            offsets_retention_check_interval_ms=settings["offsets.retention.check.interval.ms"],
-        )
-        self.manager = GroupCoordinator(self.config, new_member_id, ConsumerGroupConfig(
-            session_timeout_ms=settings["group.consumer.session.timeout.ms"],
-            heartbeat_interval_ms=settings["group.consumer.heartbeat.interval.ms"],
-            max_size=settings["group.consumer.max.size"],
-            assignors=settings["group.consumer.assignors"],
-            migration_policy=settings["group.consumer.migration.policy"],
-        ))
+        self.config = GroupConfig.from_settings(settings.values)
+        self.manager = GroupCoordinator(self.config, new_member_id,
+                                        ConsumerGroupConfig.from_settings(settings.values))
         if host.metrics is not None:
             host.metrics.consumer_groups = self.manager.consumer.groups  # a live view
         self._topic_image_version = 0
