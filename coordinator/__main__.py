@@ -130,7 +130,8 @@ async def serve(broker: Broker, server_factory: type[KafkaServer] | None = None)
                                 settings["max.connections"],
                                 settings["offsets.topic.num.partitions"]),
                             max_connections_per_ip=settings["max.connections.per.ip"],
-                            max_buffered_bytes=settings["queued.max.request.bytes"])
+                            max_buffered_bytes=settings["queued.max.request.bytes"],
+                            refusals=broker.refusals)
     bound = await server.start()
     log = structlog.get_logger("rebalanced")
     ops = await _start_ops(broker, server)

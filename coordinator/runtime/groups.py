@@ -46,13 +46,13 @@ from coordinator.group.outcomes import HeartbeatOutcome, refused_outcome
 from coordinator.group.result import APPEND_FAILED, RequestRef
 from coordinator.grouplog.log import GroupLog
 from coordinator.runtime.apply import ParkedFetches, ResultApplier, Timers
-from coordinator.runtime.clock import SystemClock
+from coordinator.runtime.clock import Clock
 from coordinator.runtime.event_journal import EventJournal
 from coordinator.runtime.journal_files import Journal
 from coordinator.runtime.loading import GroupLogLoader
 from coordinator.runtime.maintenance import GroupLogMaintenance
 from coordinator.settings import BrokerSettings
-from protocol.refusals import REFUSALS
+from protocol.refusals import RefusalLog
 from storage.fs import REAL_FS, FileSystem
 from storage.log import LogConfig
 from storage.topics import TopicStore
@@ -80,6 +80,14 @@ class GroupHost(Timers, Protocol):
     @property
     def node_id(self) -> int: ...
 
+    @property
+    def clock(self) -> Clock:
+        """The broker's clock: the runtime reads no other."""
+        ...
+
+    @property
+    def refusals(self) -> RefusalLog: ...
+
     def advertised_to(self, listener: str) -> tuple[str, int]:
         """The address a client that came in on `listener` is told to use."""
         ...
@@ -106,7 +114,7 @@ class GroupRuntime:
     def __init__(self, host: GroupHost) -> None:
         self.host = host
         settings = host.settings
-        self.clock = SystemClock()
+        self.clock = host.clock
         self.config = GroupConfig.from_settings(settings.values)
         self.manager = GroupCoordinator(self.config, new_member_id,
                                         ConsumerGroupConfig.from_settings(settings.values))
@@ -279,7 +287,7 @@ class GroupRuntime:
                 and not (self._topics_being_deleted and topic in self._topics_being_deleted))
 
     def _refuse_zookeeper_version(self, ctx: ClientRequest, api: str) -> None:
-        REFUSALS.refused(
+        self.host.refusals.refused(
             "request version answered UNSUPPORTED_VERSION", client_id=ctx.client_id,
             api_key=ctx.header.api_key, api_version=ctx.version, problem="zookeeper offsets",
             advice=(f"{api} v0 keeps offsets in ZooKeeper, which this broker (like Kafka 3.x "
