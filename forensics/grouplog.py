@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from coordinator.group.embedded_protocol import EmbeddedProtocolError, assignment_partitions
 from coordinator.grouplog.codec import RecordDecodeError, decode_record
 from coordinator.grouplog.records import GroupMetadataRecord, OffsetCommitRecord
 from forensics.files import list_dir, name_of, read_bytes
@@ -420,30 +421,9 @@ def _problem(path: str, log_partition: int, position: int, kind: str, error: str
 
 
 def decode_assignment(raw: bytes) -> list[tuple[str, int]] | None:
-    """The `(topic, partition)` pairs of a `consumer` protocol ConsumerProtocolAssignment
-    (int16 version, int32-counted topics of int16-length name and int32-counted partitions;
-    the same in every version), or None when the bytes are not one."""
-    if not raw:
-        return []
+    """The `(topic, partition)` pairs of a `consumer` protocol ConsumerProtocolAssignment, or
+    None when the bytes are not one."""
     try:
-        (topics,) = _I32.unpack_from(raw, 2)
-        if topics < 0 or topics > 1_000_000:
-            return None
-        pos = 6
-        out: list[tuple[str, int]] = []
-        for _ in range(topics):
-            (length,) = _I16.unpack_from(raw, pos)
-            pos += 2
-            if length < 0 or pos + length > len(raw):
-                return None
-            topic = raw[pos:pos + length].decode("utf-8")
-            pos += length
-            (partitions,) = _I32.unpack_from(raw, pos)
-            pos += 4
-            if partitions < 0 or pos + 4 * partitions > len(raw):
-                return None
-            out.extend((topic, p) for p in struct.unpack_from(f">{partitions}i", raw, pos))
-            pos += 4 * partitions
-        return out
-    except (struct.error, UnicodeDecodeError):
+        return assignment_partitions(raw)
+    except EmbeddedProtocolError:
         return None

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import datetime
 import heapq
-import struct
 from collections.abc import Iterable, Iterator
 from html import escape
 from itertools import chain
 from typing import Any
 
+from coordinator.group.embedded_protocol import EmbeddedProtocolError, assignment_partitions
 from coordinator.ops.metrics import BrokerMetrics
 
 MAX_GROUPS = 100
@@ -27,24 +27,12 @@ REFRESH_SECONDS = 5
 
 
 def decode_assignment(data: bytes) -> list[tuple[str, int]]:
-    """The partitions of a `consumer` protocol assignment (ConsumerProtocolAssignment)."""
-    out: list[tuple[str, int]] = []
+    """The partitions of a `consumer` protocol assignment (ConsumerProtocolAssignment), sorted;
+    none when the bytes are not one."""
     try:
-        (topics,) = struct.unpack_from(">i", data, 2)
-        pos = 6
-        for _ in range(max(min(topics, 100_000), 0)):
-            (length,) = struct.unpack_from(">h", data, pos)
-            pos += 2
-            topic = data[pos:pos + length].decode("utf-8")
-            pos += length
-            (count,) = struct.unpack_from(">i", data, pos)
-            pos += 4
-            partitions = struct.unpack_from(f">{max(count, 0)}i", data, pos)
-            pos += 4 * max(count, 0)
-            out.extend((topic, p) for p in partitions)
-    except (struct.error, UnicodeDecodeError):
-        return out
-    return sorted(out)
+        return sorted(assignment_partitions(data))
+    except EmbeddedProtocolError:
+        return []
 
 
 def _classic_group(group: Any) -> dict[str, Any]:

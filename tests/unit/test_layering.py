@@ -94,3 +94,13 @@ def test_only_the_process_entry_point_knows_the_broker() -> None:
                  for path in sorted((ROOT / "coordinator").rglob("*.py"))
                  if "coordinator.runtime.broker" in imported_modules(path)]
     assert importers == ["coordinator/__main__.py"]
+
+
+def test_only_the_wire_layer_and_the_embedded_protocol_use_kios_serializer() -> None:
+    """kio's reader API has changed between releases: its users stay few and known."""
+    users = sorted(str(path.relative_to(ROOT)) for folder in OURS
+                   for path in (ROOT / folder).rglob("*.py")
+                   if any(within(m, "kio.serial") for m in imported_modules(path))
+                   and not within(folder, "tests"))
+    assert [u for u in users if not u.startswith("protocol/")] == [
+        "coordinator/group/embedded_protocol.py"]
