@@ -1,4 +1,4 @@
-"""The folders are the layers, and imports only go down.
+"""The folders are the layers, and imports only go down (docs/architecture.md draws them).
 
 `storage/` knows segments and batches, nothing of ours outside it; the group core
 (`coordinator/group/`) does no I/O and sees neither the kio adapters nor the runtime; the group
@@ -87,6 +87,27 @@ def test_the_data_plane_does_not_need_the_broker() -> None:
     assert violations("coordinator/dataplane", (
         "coordinator.dataplane", "coordinator.api.context", "coordinator.grouplog.log",
         "protocol", "storage")) == []
+
+
+def test_the_operators_code_sees_the_core_not_the_runtime() -> None:
+    """ops/ reads groups and offsets through the core's types; the runtime hands them over."""
+    assert violations("coordinator/ops", ("coordinator.ops", "coordinator.group",
+                                          "coordinator.api")) == []
+
+
+def test_the_operators_commands_are_a_client_not_part_of_the_broker() -> None:
+    assert violations("coordinator/cli", ("coordinator.cli",)) == []
+
+
+def test_nothing_of_the_broker_imports_the_forensics_job() -> None:
+    assert [f for folder in ("primitives", "protocol", "storage", "coordinator")
+            for f in violations(folder, ("primitives", "protocol", "storage", "coordinator"))
+            ] == []
+
+
+def test_the_forensics_job_reuses_only_the_record_readers() -> None:
+    assert violations("forensics", ("forensics", "primitives", "storage", "coordinator.grouplog",
+                                    "coordinator.group")) == []
 
 
 def test_only_the_process_entry_point_knows_the_broker() -> None:
