@@ -77,7 +77,7 @@ run: $(STAMP)
 		--metrics.listener 127.0.0.1:9404
 
 test: $(STAMP) browser kafka-go other-clients
-	$(BIN)/ruff check protocol coordinator storage forensics tests
+	$(BIN)/ruff check primitives protocol coordinator storage forensics tests
 	$(BIN)/mypy
 	$(BIN)/pytest -q -p no:cacheprovider tests
 
@@ -88,7 +88,7 @@ test-integration: $(STAMP)
 	$(BIN)/pytest -q tests/integration
 
 lint: $(STAMP)
-	$(BIN)/ruff check protocol coordinator storage forensics tests
+	$(BIN)/ruff check primitives protocol coordinator storage forensics tests
 	$(BIN)/mypy
 
 bench: $(STAMP)
@@ -122,11 +122,11 @@ docker-test: $(STAMP)
 # broker while a stock consumer group consumes (bounded in frames and seconds).
 fuzz: $(STAMP)
 	REBALANCED_FUZZ_EXAMPLES=20000 $(BIN)/pytest -q -p no:cacheprovider tests/property/test_fuzz_inputs.py
-	$(BIN)/python -m tests.fuzz.live --frames 1000000 --seconds 600
+	$(BIN)/python -m tests.bench.live_fuzz --frames 1000000 --seconds 600
 
 # Group churn, commits, producers and fetchers for 10 minutes; RSS and descriptors sampled.
 soak: $(STAMP)
-	$(BIN)/python -m tests.fuzz.soak --minutes 10
+	$(BIN)/python -m tests.bench.soak --minutes 10
 
 clean:
 	rm -rf $(VENV) data $(FORENSICS_OUT)

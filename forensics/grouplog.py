@@ -25,9 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from coordinator.group.embedded_protocol import EmbeddedProtocolError, assignment_partitions
 from coordinator.grouplog.codec import RecordDecodeError, decode_record
 from coordinator.grouplog.records import GroupMetadataRecord, OffsetCommitRecord
 from forensics.files import list_dir, name_of, read_bytes
+from primitives.varint import read_varint
 from storage.batch import scan_batches
 
 try:
@@ -274,26 +276,26 @@ def _batch_rows_py(path: str, log_partition: int, position: int, base_offset: in
     pos = 0
     for _ in range(count):
         byte = data[pos]
-        pos = pos + 1 if byte < 0x80 else _varint(data, pos)[1]  # record length
+        pos = pos + 1 if byte < 0x80 else read_varint(data, pos)[1]  # record length
         pos += 1  # attributes
         byte = data[pos]
         if byte < 0x80:
             timestamp_delta = (byte >> 1) ^ -(byte & 1)
             pos += 1
         else:
-            timestamp_delta, pos = _varint(data, pos)
+            timestamp_delta, pos = read_varint(data, pos)
         byte = data[pos]
         if byte < 0x80:
             offset_delta = (byte >> 1) ^ -(byte & 1)
             pos += 1
         else:
-            offset_delta, pos = _varint(data, pos)
+            offset_delta, pos = read_varint(data, pos)
         byte = data[pos]
         if byte < 0x80:
             key_len = (byte >> 1) ^ -(byte & 1)
             pos += 1
         else:
-            key_len, pos = _varint(data, pos)
+            key_len, pos = read_varint(data, pos)
         key_at = pos
         pos += max(key_len, 0)
         byte = data[pos]
@@ -301,17 +303,17 @@ def _batch_rows_py(path: str, log_partition: int, position: int, base_offset: in
             value_len = (byte >> 1) ^ -(byte & 1)
             pos += 1
         else:
-            value_len, pos = _varint(data, pos)
+            value_len, pos = read_varint(data, pos)
         value_at = pos
         pos += max(value_len, 0)
         if data[pos] == 0:
             pos += 1  # no headers, as always in this topic
         else:
-            headers, pos = _varint(data, pos)
+            headers, pos = read_varint(data, pos)
             for _ in range(headers):
-                header_key_len, pos = _varint(data, pos)
+                header_key_len, pos = read_varint(data, pos)
                 pos += header_key_len
-                header_value_len, pos = _varint(data, pos)
+                header_value_len, pos = read_varint(data, pos)
                 pos += max(header_value_len, 0)
         if pos > len(data):
             raise ValueError("record runs past the end of its batch")
@@ -419,49 +421,9 @@ def _problem(path: str, log_partition: int, position: int, kind: str, error: str
 
 
 def decode_assignment(raw: bytes) -> list[tuple[str, int]] | None:
-    """The `(topic, partition)` pairs of a `consumer` protocol ConsumerProtocolAssignment
-    (int16 version, int32-counted topics of int16-length name and int32-counted partitions;
-    the same in every version), or None when the bytes are not one."""
-    if not raw:
-        return []
+    """The `(topic, partition)` pairs of a `consumer` protocol ConsumerProtocolAssignment, or
+    None when the bytes are not one."""
     try:
-        (topics,) = _I32.unpack_from(raw, 2)
-        if topics < 0 or topics > 1_000_000:
-            return None
-        pos = 6
-        out: list[tuple[str, int]] = []
-        for _ in range(topics):
-            (length,) = _I16.unpack_from(raw, pos)
-            pos += 2
-            if length < 0 or pos + length > len(raw):
-                return None
-            topic = raw[pos:pos + length].decode("utf-8")
-            pos += length
-            (partitions,) = _I32.unpack_from(raw, pos)
-            pos += 4
-            if partitions < 0 or pos + 4 * partitions > len(raw):
-                return None
-            out.extend((topic, p) for p in struct.unpack_from(f">{partitions}i", raw, pos))
-            pos += 4 * partitions
-        return out
-    except (struct.error, UnicodeDecodeError):
+        return assignment_partitions(raw)
+    except EmbeddedProtocolError:
         return None
-
-
-def _varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """A zig-zag varint (record fields); raises IndexError past the end."""
-    byte = data[pos]
-    if byte < 0x80:
-        return (byte >> 1) ^ -(byte & 1), pos + 1
-    result = byte & 0x7F
-    shift = 7
-    pos += 1
-    while True:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")

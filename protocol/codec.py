@@ -20,6 +20,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 from kio.static.primitive import i16, i32
 
+from primitives.varint import VarintError, read_uvarint
 from protocol.errors import MalformedRequest, UnsupportedApi
 from protocol.fast_requests import HAND_DECODERS
 from protocol.guard import ELEMENT_LIMITS, Guard, compile_guard
@@ -209,17 +210,10 @@ def _decode_skipping_unknown_tags(frame: bytes, codec: _RequestCodec) -> tuple[R
 
 
 def _read_uvarint(data: bytes, pos: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while True:
-        if pos >= len(data) or shift > 28:
-            raise MalformedRequest("bad varint")
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
+    try:
+        return read_uvarint(data, pos)
+    except (IndexError, VarintError):
+        raise MalformedRequest("bad varint") from None
 
 
 def _header_without_tags(frame: bytes) -> tuple[Any, int]:

@@ -30,7 +30,7 @@ from protocol.codec import (
 from protocol.errors import MalformedRequest, UnsupportedApi
 from protocol.framing import FrameDecoder, FrameError
 from protocol.guard import OverLimits
-from protocol.refusals import REFUSALS, client_id_of
+from protocol.refusals import RefusalLog, client_id_of
 
 log = structlog.get_logger("rebalanced.connection")
 
@@ -157,14 +157,17 @@ class Connection(asyncio.Protocol):
     __slots__ = (
         "_backlog", "_backlog_bytes", "_budget", "_decoder", "_drained", "_handler", "_held",
         "_loading_codec", "_max_in_flight", "_out", "_processing", "_queue", "_reading_paused",
-        "_transport", "_write_scheduled", "_writing_paused", "active", "client_host", "closed",
-        "closing", "id", "last_active", "listener",
+        "_refusals", "_transport", "_write_scheduled", "_writing_paused", "active",
+        "client_host", "closed", "closing", "id", "last_active", "listener",
     )
 
     def __init__(self, handler: RequestHandler, *, max_frame_bytes: int,
-                 max_in_flight: int = 1000, budget: ReadBudget | None = None) -> None:
+                 max_in_flight: int = 1000, budget: ReadBudget | None = None,
+                 refusals: RefusalLog | None = None) -> None:
         self.id = next(_connection_ids)
         self._handler = handler
+        # Where refused frames are logged: the server's (its broker's) log, shared by all.
+        self._refusals = refusals if refusals is not None else RefusalLog()
         self._decoder = FrameDecoder(max_frame_bytes)
         # Requests answered or not, in arrival order.
         self._queue: list[ResponseSlot] = []
@@ -316,7 +319,7 @@ class Connection(asyncio.Protocol):
         except UnsupportedApi:
             slot = self._reserve(None)
             if not self._handler.unsupported(self, slot, api_key, api_version, correlation_id):
-                REFUSALS.refuse_version(client_id=client_id_of(body), api_key=api_key,
+                self._refusals.refuse_version(client_id=client_id_of(body), api_key=api_key,
                                         api_version=api_version, connection=self.id,
                                         client_host=self.client_host)
                 self.close()
@@ -440,7 +443,7 @@ class Connection(asyncio.Protocol):
         # Keyed by client id when the frame names one, else by host: a client reconnecting
         # and sending the same bad frame is logged once a minute, not once a connection.
         client_id = client_id_of(frame) if frame is not None else ""
-        REFUSALS.refused(
+        self._refusals.refused(
             "connection closed on bad input", client_id=client_id or self.client_host,
             api_key=api_key, api_version=api_version, problem=problem,
             advice=advice or ("check that the client's protocol setting (kafka-python "

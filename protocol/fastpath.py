@@ -19,6 +19,8 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from primitives.varint import uvarint_bytes
+
 __all__ = [
     "COMPACT",
     "I16",
@@ -27,26 +29,11 @@ __all__ = [
     "ZERO_I32",
     "Encoding",
     "frame",
-    "uvarint",
 ]
 
 I16 = struct.Struct(">h")
 I32 = struct.Struct(">i")
 ZERO_I32 = I32.pack(0)
-_SMALL_UVARINTS = [bytes((i,)) for i in range(0x80)]
-
-
-def uvarint(value: int) -> bytes:
-    if value < 0x80:
-        return _SMALL_UVARINTS[value]
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _string(value: str) -> bytes:
     data = value.encode()
     return I16.pack(len(data)) + data
@@ -62,7 +49,7 @@ def _bytes(value: bytes) -> bytes:
 
 def _compact_string(value: str) -> bytes:
     data = value.encode()
-    return uvarint(len(data) + 1) + data
+    return uvarint_bytes(len(data) + 1) + data
 
 
 def _compact_nullable_string(value: str | None) -> bytes:
@@ -70,11 +57,11 @@ def _compact_nullable_string(value: str | None) -> bytes:
 
 
 def _compact_bytes(value: bytes) -> bytes:
-    return uvarint(len(value) + 1) + value
+    return uvarint_bytes(len(value) + 1) + value
 
 
 def _compact_array_length(length: int) -> bytes:
-    return uvarint(length + 1)
+    return uvarint_bytes(length + 1)
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from types import NoneType, UnionType
 from typing import Any, Union, get_args, get_origin
 
+from primitives.varint import VarintError, read_uvarint
 from protocol.errors import MalformedRequest
 
 # A guard: (buffer, offset of the body, end of the frame) -> None, or raises MalformedRequest.
@@ -90,18 +91,6 @@ _TUPLE_HEAD = 64
 
 _I16 = struct.Struct(">h").unpack_from
 _I32 = struct.Struct(">i").unpack_from
-
-
-def _uvarint(buf: Any, pos: int) -> tuple[int, int]:
-    """An unsigned varint of at most 5 bytes (Kafka's limit for lengths and counts)."""
-    result = 0
-    for shift in (0, 7, 14, 21, 28):
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-    raise MalformedRequest("unsigned varint longer than 5 bytes")
 
 
 def _too_many(name: str, count: int, left: int) -> MalformedRequest:
@@ -368,7 +357,7 @@ class _Compiler:
 
     def build_function(self, extra_source: str, name: str) -> Callable[..., Any]:
         namespace: dict[str, Any] = {
-            "_I16": _I16, "_I32": _I32, "_uvarint": _uvarint, "_null": _null,
+            "_I16": _I16, "_I32": _I32, "_uvarint": read_uvarint, "_null": _null,
             "_too_many": _too_many, "_bad": _bad, "_tags": _tags, "_over_budget": _over_budget,
             "_too_many_elements": _too_many_elements,
             **self.tag_tables,
@@ -381,12 +370,12 @@ class _Compiler:
 def _tags(buf: Any, pos: int, end: int, known: dict[int, _Walk], cost: int, limit: int,
           elements: int, max_elements: int) -> tuple[int, int, int]:
     """A tagged-field section: each known tag that can hold an array is checked in its bounds."""
-    count, pos = _uvarint(buf, pos)
+    count, pos = read_uvarint(buf, pos)
     if count > end - pos:
         raise _too_many("tagged fields", count, end - pos)
     for _ in range(count):
-        tag, pos = _uvarint(buf, pos)
-        size, pos = _uvarint(buf, pos)
+        tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
         if size > end - pos:
             raise MalformedRequest(f"tagged field {tag}: {size} bytes declared, "
                                    f"{end - pos} left")
@@ -422,6 +411,8 @@ def body_length(request_type: type) -> Callable[[Any, int, int], int]:
                              _NO_ELEMENT_LIMIT)[0]) - pos
         except (IndexError, struct.error) as exc:
             raise MalformedRequest(f"{request_type.__name__}: truncated ({exc})") from exc
+        except VarintError as exc:
+            raise MalformedRequest(f"{request_type.__name__}: {exc}") from exc
 
     return length
 
@@ -440,5 +431,7 @@ def _wrapped(check: Callable[..., tuple[int, int, int]], request_type: type,
             check(buf, pos, end, 0, decoded_size_limit(end - pos), 0, max_elements)
         except (IndexError, struct.error) as exc:
             raise MalformedRequest(f"{request_type.__name__}: truncated ({exc})") from exc
+        except VarintError as exc:
+            raise MalformedRequest(f"{request_type.__name__}: {exc}") from exc
 
     return guard

@@ -5,6 +5,9 @@ it cannot decode) usually does so on every reconnect, many times a second. Loggi
 buries everything else, so the first refusal of a kind is logged with what the client should
 change, repeats within `window_ms` are only counted, and the next line after the window carries
 that count (`suppressed`).
+
+Each broker owns one `RefusalLog` and hands it to its server's connections and to the group
+runtime, so they share the per-minute budget; nothing of it is process-wide.
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ class RefusalLog:
         self.window_ms = window_ms
         self._clock_ms = clock_ms
         self._seen: dict[tuple[str, int | None, int | None, str], _Seen] = {}
-        # api key -> (min, max) version served; the broker fills it in at start-up.
+        # api key -> (min, max) version served; the owning broker fills it in.
         self.supported: dict[int, tuple[int, int]] = {}
 
     def version_advice(self, api_key: int, api_version: int) -> str:
@@ -106,7 +109,3 @@ class RefusalLog:
             del self._seen[k]
         if len(self._seen) >= _MAX_KEYS:
             self._seen.clear()
-
-
-# The broker's one refusal log: connections and handlers share the per-minute budget.
-REFUSALS = RefusalLog()

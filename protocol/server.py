@@ -12,6 +12,7 @@ from typing import Any
 import structlog
 
 from protocol.connection import Connection, ReadBudget, RequestHandler, start_codec_loader
+from protocol.refusals import RefusalLog
 
 log = structlog.get_logger("rebalanced.server")
 
@@ -32,8 +33,10 @@ class KafkaServer:
                  listeners: Sequence[tuple[str, str, int]] = (),
                  max_frame_bytes: int, max_in_flight: int = 1000, idle_ms: int = -1,
                  max_connections: int = _UNLIMITED, max_connections_per_ip: int = _UNLIMITED,
-                 max_buffered_bytes: int = -1) -> None:
+                 max_buffered_bytes: int = -1, refusals: RefusalLog | None = None) -> None:
         self._handler = handler
+        # One log of refused frames for every connection (the broker's, when it passes it).
+        self.refusals = refusals if refusals is not None else RefusalLog()
         # (name, host, port) of each listening socket; `host`/`port` alone are one PLAINTEXT.
         self._listeners = list(listeners) or [("PLAINTEXT", host, port)]
         self._port = self._listeners[0][2]
@@ -55,7 +58,7 @@ class KafkaServer:
     def _make_connection(self, listener: str) -> Connection:
         connection = _TrackedConnection(
             self, self._handler, max_frame_bytes=self._max_frame_bytes,
-            max_in_flight=self._max_in_flight, budget=self.budget,
+            max_in_flight=self._max_in_flight, budget=self.budget, refusals=self.refusals,
         )
         connection.listener = listener
         return connection

@@ -37,6 +37,8 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
+from primitives.varint import VarintError, read_varint
+
 __all__ = [
     "ATTR_COMPRESSION_MASK",
     "ATTR_CONTROL",
@@ -266,21 +268,6 @@ def set_log_append_time(buf: bytearray, start: int, end: int, now_ms: int) -> No
     _U32.pack_into(buf, start + _CRC_POS, crc32c(memoryview(buf)[start + _ATTRIBUTES_POS : end]))
 
 
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    """A zig-zag varint (Kafka's signed varint/varlong) at `pos` -> (value, next position)."""
-    result = 0
-    shift = 0
-    while True:
-        if pos >= len(data) or shift > 63:
-            raise CorruptRecordError(f"malformed varint in a record at byte {pos}")
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-
-
 def first_record_at_or_after(batch: bytes, timestamp_ms: int) -> tuple[int, int]:
     """(offset, timestamp) of the first record in `batch` with timestamp >= `timestamp_ms`.
 
@@ -326,10 +313,13 @@ def _record_offsets_and_timestamps(batch: bytes, info: BatchInfo) -> Iterator[tu
     base_timestamp = _I64.unpack_from(batch, 27)[0]
     pos = HEADER_SIZE
     for _ in range(info.records_count):
-        length, body = _read_varint(batch, pos)
-        if length < 3 or body + length > len(batch):
-            raise CorruptRecordError(f"record length {length} at byte {pos} is out of range")
-        ts_delta, p = _read_varint(batch, body + 1)  # skip the record's attributes byte
-        offset_delta, _ = _read_varint(batch, p)
+        try:
+            length, body = read_varint(batch, pos)
+            if length < 3 or body + length > len(batch):
+                raise CorruptRecordError(f"record length {length} at byte {pos} is out of range")
+            ts_delta, p = read_varint(batch, body + 1)  # skip the record's attributes byte
+            offset_delta, _ = read_varint(batch, p)
+        except (IndexError, VarintError):
+            raise CorruptRecordError(f"malformed varint in a record at byte {pos}") from None
         yield offset_delta, base_timestamp + ts_delta
         pos = body + length

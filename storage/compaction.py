@@ -1,6 +1,8 @@
-"""Group-log compaction: keep the latest record per key in the sealed segments (SPEC §11).
+"""Log compaction: keep the latest record per key in the sealed segments (SPEC §11).
 
-`GroupLogCleaner` cleans the partitions of the group log one at a time. For one partition:
+`LogCleaner` cleans a set of partition logs of keyed records, one partition at a time. It knows
+keys as bytes and nothing of what they mean; the group log (`coordinator/grouplog/log.py`) is
+the one compacted log and names it in the log lines. For one partition:
 
 1. **Offset map.** Read every *sealed* segment (CRC- and offset-checked) and remember, per key,
    the offset of its last record, and which segments hold something to drop. The active
@@ -55,10 +57,10 @@ from pathlib import Path
 import structlog
 from crc32c import crc32c
 
+from primitives.varint import read_varint, write_varint
 from storage.batch import ATTR_COMPRESSION_MASK, ATTR_CONTROL, HEADER_SIZE, scan_batches
 from storage.fs import AppendHandle, FileSystem
 from storage.log import PartitionLog
-from storage.record_batch import _read_varint, _varint
 from storage.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -71,7 +73,7 @@ from storage.segment import (
 __all__ = [
     "CLEANED_SUFFIX",
     "CleanStats",
-    "GroupLogCleaner",
+    "LogCleaner",
     "iter_segment_batches",
     "verify_sealed",
 ]
@@ -164,16 +166,16 @@ def _records(batch: _Batch) -> Iterator[_Record]:
     end = len(data)
     pos = HEADER_SIZE
     for _ in range(batch.records_count):
-        length, pos = _read_varint(data, pos)
+        length, pos = read_varint(data, pos)
         body_end = pos + length
         if length < 1 or body_end > end:
             raise ValueError(f"record length {length} at byte {pos} is out of range")
-        timestamp_delta, cursor = _read_varint(data, pos + 1)  # after the attributes byte
-        offset_delta, cursor = _read_varint(data, cursor)
-        key_length, cursor = _read_varint(data, cursor)
+        timestamp_delta, cursor = read_varint(data, pos + 1)  # after the attributes byte
+        offset_delta, cursor = read_varint(data, cursor)
+        key_length, cursor = read_varint(data, cursor)
         key = None if key_length < 0 else bytes(data[cursor:cursor + key_length])
         cursor += max(key_length, 0)
-        value_length, cursor = _read_varint(data, cursor)
+        value_length, cursor = read_varint(data, cursor)
         value = None if value_length < 0 else bytes(data[cursor:cursor + value_length])
         cursor += max(value_length, 0)
         if cursor >= body_end:
@@ -187,7 +189,7 @@ def _records(batch: _Batch) -> Iterator[_Record]:
 
 def _data_records(path: Path, batch: _Batch) -> Iterator[_Record]:
     if batch.attributes & ATTR_CONTROL:
-        return  # transaction markers: nothing to keep (the group log never writes them)
+        return  # transaction markers: nothing to keep (the compacted logs never hold them)
     if batch.attributes & ATTR_COMPRESSION_MASK:
         raise CorruptLogError(path, batch.position, "compressed batches cannot be compacted")
     try:
@@ -230,20 +232,20 @@ class _CleanedBatch:
         body = bytearray()
         for r in records:
             rec = bytearray(b"\x00")  # attributes
-            _varint(r.timestamp - base_ts, rec)
-            _varint(r.offset - self.base_offset, rec)
+            write_varint(r.timestamp - base_ts, rec)
+            write_varint(r.offset - self.base_offset, rec)
             if r.key is None:
-                _varint(-1, rec)
+                write_varint(-1, rec)
             else:
-                _varint(len(r.key), rec)
+                write_varint(len(r.key), rec)
                 rec += r.key
             if r.value is None:
-                _varint(-1, rec)
+                write_varint(-1, rec)
             else:
-                _varint(len(r.value), rec)
+                write_varint(len(r.value), rec)
                 rec += r.value
             rec += r.headers
-            _varint(len(rec), body)
+            write_varint(len(rec), body)
             body += rec
         batch = bytearray(_HEADER.pack(
             self.base_offset, HEADER_SIZE - 12 + len(body), self.leader_epoch, 2, 0, 0,
@@ -285,16 +287,18 @@ class _Stopped(Exception):
     pass
 
 
-class GroupLogCleaner:
+class LogCleaner:
     """Compacts the sealed segments of a set of partition logs. See the module docstring.
 
     `clean` runs on a worker thread while the event loop appends to the active segments;
     `stop` (from the owning thread, before the logs close) waits for the running step.
+    `name` is what the log lines call the logs ("group log compacted").
     """
 
-    def __init__(self, logs: Sequence[PartitionLog], fs: FileSystem) -> None:
+    def __init__(self, logs: Sequence[PartitionLog], fs: FileSystem, name: str = "log") -> None:
         self.logs = logs
         self.fs = fs
+        self.name = name
         self.max_batch_bytes = MAX_CLEANED_BATCH_BYTES
         self._checked: dict[int, _Checked] = {}
         self._running = threading.Lock()
@@ -328,7 +332,7 @@ class GroupLogCleaner:
             except _Stopped:
                 break
             except (CorruptLogError, OSError) as exc:
-                log.error("group log compaction failed", partition=partition, error=str(exc))
+                log.error(f"{self.name} compaction failed", partition=partition, error=str(exc))
                 continue
             if stats is not None:
                 total.add(stats)
@@ -368,7 +372,7 @@ class GroupLogCleaner:
                     stats.add(self._clean_segment(partition_log, base, end, latest, horizon_ms))
             self._checked[partition] = _Checked(tuple(b for b, _ in sealed), next_expiry)
         if stats.segments_rewritten:
-            log.info("group log compacted", partition=partition,
+            log.info(f"{self.name} compacted", partition=partition,
                      segments=stats.segments_rewritten, records_dropped=stats.records_dropped,
                      tombstones_dropped=stats.tombstones_dropped,
                      bytes_before=stats.bytes_before, bytes_after=stats.bytes_after)

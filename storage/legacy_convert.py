@@ -27,6 +27,7 @@ from collections.abc import Sequence
 
 from crc32c import crc32c
 
+from primitives.varint import VarintError, read_varint, write_varint
 from storage.batch import (
     ATTR_CONTROL,
     ATTR_LOG_APPEND_TIME,
@@ -106,14 +107,6 @@ def up_convert(data: bytes | bytearray | memoryview) -> bytes:
     return encode_v2_batch(records, codec)
 
 
-def _zigzag(value: int, out: bytearray) -> None:
-    value = (value << 1) ^ (value >> 63)
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-
-
 def encode_v2_batch(records: Sequence[tuple[int, bytes | None, bytes | None]],
                     codec: int = CODEC_NONE) -> bytes:
     """A magic-2 batch of (timestamp, key, value) records, offsets 0..n-1, no producer id."""
@@ -124,20 +117,20 @@ def encode_v2_batch(records: Sequence[tuple[int, bytes | None, bytes | None]],
     for delta, (timestamp, key, value) in enumerate(records):
         record.clear()
         record.append(0)  # record attributes
-        _zigzag(timestamp - base_timestamp, record)
-        _zigzag(delta, record)
+        write_varint(timestamp - base_timestamp, record)
+        write_varint(delta, record)
         if key is None:
-            _zigzag(-1, record)
+            write_varint(-1, record)
         else:
-            _zigzag(len(key), record)
+            write_varint(len(key), record)
             record += key
         if value is None:
-            _zigzag(-1, record)
+            write_varint(-1, record)
         else:
-            _zigzag(len(value), record)
+            write_varint(len(value), record)
             record += value
         record.append(0)  # no headers
-        _zigzag(len(record), body)
+        write_varint(len(record), body)
         body += record
     payload = bytes(body)
     if codec != CODEC_NONE:
@@ -264,7 +257,7 @@ def _convert_records_py(payload: bytes, count: int, base_offset: int, base_times
                 length = (b >> 1) ^ -(b & 1)
                 pos += 1
             else:
-                length, pos = _varint(payload, pos)
+                length, pos = read_varint(payload, pos)
             record_end = pos + length
             if length < 1 or record_end > size:
                 raise CorruptRecordError(f"record length {length} out of range at byte {pos}")
@@ -274,13 +267,13 @@ def _convert_records_py(payload: bytes, count: int, base_offset: int, base_times
                 ts_delta = (b >> 1) ^ -(b & 1)
                 pos += 1
             else:
-                ts_delta, pos = _varint(payload, pos)
+                ts_delta, pos = read_varint(payload, pos)
             b = payload[pos]
             if b < 0x80:
                 offset_delta = (b >> 1) ^ -(b & 1)
                 pos += 1
             else:
-                offset_delta, pos = _varint(payload, pos)
+                offset_delta, pos = read_varint(payload, pos)
             offset = base_offset + offset_delta
             if offset < fetch_offset:
                 pos = record_end
@@ -290,7 +283,7 @@ def _convert_records_py(payload: bytes, count: int, base_offset: int, base_times
                 key_length = (b >> 1) ^ -(b & 1)
                 pos += 1
             else:
-                key_length, pos = _varint(payload, pos)
+                key_length, pos = read_varint(payload, pos)
             if key_length < 0:
                 key = b""
             else:
@@ -303,7 +296,7 @@ def _convert_records_py(payload: bytes, count: int, base_offset: int, base_times
                 value_length = (b >> 1) ^ -(b & 1)
                 pos += 1
             else:
-                value_length, pos = _varint(payload, pos)
+                value_length, pos = read_varint(payload, pos)
             if value_length < 0:
                 value_part = _NULL_LENGTH
             else:
@@ -324,20 +317,6 @@ def _convert_records_py(payload: bytes, count: int, base_offset: int, base_times
             limit = budget
             out.append(message)
             used += len(message)
-    except IndexError:
+    except (IndexError, VarintError):
         raise CorruptRecordError("records of a batch do not parse") from None
     return out, used, False
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift > 63:
-            raise CorruptRecordError(f"malformed varint at byte {pos}")

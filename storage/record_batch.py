@@ -11,29 +11,17 @@ from collections.abc import Iterator, Sequence
 
 from crc32c import crc32c
 
+from primitives.varint import read_varint, varint_bytes
+
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = _HEADER.size  # 61
 _CRC_START = 21  # attributes onwards are covered by the CRC
 
 
-def _varint(value: int, out: bytearray) -> None:
-    value = (value << 1) ^ (value >> 63)  # zigzag
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-
-
-def _varint_bytes(value: int) -> bytes:
-    out = bytearray()
-    _varint(value, out)
-    return bytes(out)
-
-
 # Zigzag varints of 0..1023, where the lengths and offset deltas of nearly every group-log
 # record fall; larger values are encoded as they come.
-_SMALL_VARINTS = [_varint_bytes(n) for n in range(1 << 10)]
-_NULL_LENGTH = _varint_bytes(-1)
+_SMALL_VARINTS = [varint_bytes(n) for n in range(1 << 10)]
+_NULL_LENGTH = varint_bytes(-1)
 _HEAD = struct.Struct(">qiibI")  # base offset .. crc: what the CRC does not cover
 _TAIL = struct.Struct(">hiqqqhii")  # attributes .. records count: covered by the CRC
 _ATTRIBUTES_AND_TIMESTAMP_DELTA = b"\x00\x00"  # no attributes, timestamp delta 0
@@ -50,17 +38,17 @@ def encode_batch(records: Sequence[tuple[bytes, bytes | None]], timestamp_ms: in
     for delta, (key, value) in enumerate(records):
         key_len = len(key)
         keyed = (_ATTRIBUTES_AND_TIMESTAMP_DELTA,
-                 small[delta] if delta < limit else _varint_bytes(delta),
-                 small[key_len] if key_len < limit else _varint_bytes(key_len),
+                 small[delta] if delta < limit else varint_bytes(delta),
+                 small[key_len] if key_len < limit else varint_bytes(key_len),
                  key)
         if value is None:
             record = join((*keyed, _NULL_LENGTH, _NO_HEADERS))
         else:
             value_len = len(value)
             record = join((*keyed, small[value_len] if value_len < limit
-                           else _varint_bytes(value_len), value, _NO_HEADERS))
+                           else varint_bytes(value_len), value, _NO_HEADERS))
         length = len(record)
-        append(small[length] if length < limit else _varint_bytes(length))
+        append(small[length] if length < limit else varint_bytes(length))
         append(record)
     count = len(records)
     tail = _TAIL.pack(0, count - 1, timestamp_ms, timestamp_ms, -1, -1, -1, count)
@@ -68,20 +56,6 @@ def encode_batch(records: Sequence[tuple[bytes, bytes | None]], timestamp_ms: in
     crc = crc32c(body, crc32c(tail))
     head = _HEAD.pack(base_offset, HEADER_SIZE - 12 + len(body), leader_epoch, 2, crc)
     return join((head, tail, body))
-
-
-def _read_varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
 
 
 def iter_records(batches: bytes | memoryview) -> Iterator[tuple[int, bytes | None, bytes | None]]:
@@ -100,21 +74,21 @@ def iter_records(batches: bytes | memoryview) -> Iterator[tuple[int, bytes | Non
             continue
         cursor = pos + HEADER_SIZE
         for _ in range(count):
-            _, cursor = _read_varint(data, cursor)  # record length
+            _, cursor = read_varint(data, cursor)  # record length
             cursor += 1  # attributes
-            _, cursor = _read_varint(data, cursor)  # timestamp delta
-            offset_delta, cursor = _read_varint(data, cursor)
-            key_len, cursor = _read_varint(data, cursor)
+            _, cursor = read_varint(data, cursor)  # timestamp delta
+            offset_delta, cursor = read_varint(data, cursor)
+            key_len, cursor = read_varint(data, cursor)
             key = None if key_len < 0 else bytes(data[cursor:cursor + key_len])
             cursor += max(key_len, 0)
-            value_len, cursor = _read_varint(data, cursor)
+            value_len, cursor = read_varint(data, cursor)
             value = None if value_len < 0 else bytes(data[cursor:cursor + value_len])
             cursor += max(value_len, 0)
-            headers, cursor = _read_varint(data, cursor)
+            headers, cursor = read_varint(data, cursor)
             for _ in range(headers):
-                header_key_len, cursor = _read_varint(data, cursor)
+                header_key_len, cursor = read_varint(data, cursor)
                 cursor += header_key_len
-                header_value_len, cursor = _read_varint(data, cursor)
+                header_value_len, cursor = read_varint(data, cursor)
                 cursor += max(header_value_len, 0)
             yield base_offset + offset_delta, key, value
         pos = batch_end

@@ -7,7 +7,7 @@ import struct
 from collections.abc import Iterable, Mapping
 
 from coordinator.group import commands as c
-from coordinator.group.consumer.embedded_protocol import encode_assignment, parse_assignment
+from coordinator.group.embedded_protocol import encode_assignment, parse_assignment
 from tests.builders import JoinGroupBuilder, heartbeat, sync
 from tests.context import GroupTestContext
 

@@ -6,22 +6,20 @@ Produce v0-v2 carry legacy message sets (magic 0/1); they are up-converted to on
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import structlog
 from kio.schema.errors import ErrorCode
 
 from coordinator.api.context import ApiVersionRange, ClientRequest
 from coordinator.dataplane.internal_topic import OFFSETS_TOPIC, TopicDirectory
+from coordinator.dataplane.producers import ProducerSequenceError, ProducerTable
 from protocol.build import build
 from protocol.codec import response_type
 from storage.batch import CorruptRecordError, InvalidRecordError, MessageTooLargeError
 from storage.legacy import UnsupportedCompressionError
 from storage.legacy_convert import up_convert
 from storage.log import LogOfflineError
-
-if TYPE_CHECKING:
-    from coordinator.dataplane.producers import ProducerTable  # it imports this module
 
 PRODUCE = 0
 VERSIONS = ApiVersionRange(PRODUCE, 0, 11)  # v0-v2: legacy message sets, up-converted
@@ -131,9 +129,3 @@ def _all_failed(ctx: ClientRequest, request: Any, code: ErrorCode, message: str)
             for t in request.topic_data
         ],
     )
-
-
-class ProducerSequenceError(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code

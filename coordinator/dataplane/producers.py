@@ -17,7 +17,6 @@ from typing import Any, Protocol
 from kio.schema.errors import ErrorCode
 
 from coordinator.api.context import ApiVersionRange, ClientRequest
-from coordinator.dataplane.produce import ProducerSequenceError
 from protocol.build import build
 from protocol.codec import response_type
 
@@ -52,6 +51,14 @@ class ProduceCheck:
 
 
 _NOT_IDEMPOTENT = ProduceCheck(None)
+
+
+class ProducerSequenceError(Exception):
+    """A produce that the producer's epoch or sequence refuses; Produce answers `code`."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class ProducerTable:

@@ -1,9 +1,15 @@
-"""Coordinator settings, named after the Kafka broker configs they stand for."""
+"""Coordinator settings, named after the Kafka broker configs they stand for.
+
+`KAFKA_NAMES` is the one place that says which broker setting (`coordinator/settings.py`, by
+Kafka's name) sets which field; the runtime builds the config with `from_settings`. A field
+that no setting names (`group_new_member_join_timeout_ms`) keeps its default, as in Kafka.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["KAFKA_NAMES", "GroupConfig"]
 
@@ -31,21 +37,15 @@ class GroupConfig:
         return self.offsets_retention_minutes * 60_000
 
     @classmethod
-    def from_properties(cls, props: Mapping[str, str]) -> GroupConfig:
-        """Build from Kafka-style `server.properties` keys; unknown keys raise KeyError."""
-        known = {f.name for f in fields(cls)}
-        values: dict[str, int] = {}
-        for name, raw in props.items():
-            attr = KAFKA_NAMES.get(name)
-            if attr is None or attr not in known:
-                raise KeyError(f"unknown group coordinator config {name!r}")
-            values[attr] = int(raw)
-        return replace(cls(), **values)
+    def from_settings(cls, settings: Mapping[str, Any]) -> GroupConfig:
+        """From the broker's parsed settings, by Kafka's names; a name not there keeps the
+        field's default."""
+        return cls(**{field: settings[name] for name, field in KAFKA_NAMES.items()
+                      if name in settings})
 
 
 KAFKA_NAMES: Mapping[str, str] = {
     "node.id": "node_id",
-    "broker.id": "node_id",
     "group.min.session.timeout.ms": "group_min_session_timeout_ms",
     "group.max.session.timeout.ms": "group_max_session_timeout_ms",
     "group.initial.rebalance.delay.ms": "group_initial_rebalance_delay_ms",

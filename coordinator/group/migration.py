@@ -39,11 +39,6 @@ from coordinator.group.consumer.classic_members import (
     classic_key,
     to_ids,
 )
-from coordinator.group.consumer.embedded_protocol import (
-    EmbeddedProtocolError,
-    parse_assignment,
-    parse_subscription,
-)
 from coordinator.group.consumer.group import ConsumerGroup, TopicImage
 from coordinator.group.consumer.heartbeat import (
     current_assignment_record,
@@ -55,6 +50,11 @@ from coordinator.group.consumer.heartbeat import (
     target_record,
 )
 from coordinator.group.consumer.member import ConsumerGroupMember, MemberState
+from coordinator.group.embedded_protocol import (
+    EmbeddedProtocolError,
+    parse_assignment,
+    parse_subscription,
+)
 from coordinator.group.outcomes import JoinGroupOutcome, SyncGroupOutcome
 from coordinator.grouplog.records import (
     ClassicMemberMetadata,

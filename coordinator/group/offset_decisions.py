@@ -22,7 +22,7 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.group import offset_commands as oc
 from coordinator.group.classic.state import GroupState
-from coordinator.group.consumer_protocol import subscribed_topics
+from coordinator.group.embedded_protocol import subscribed_topics
 from coordinator.group.manager import GroupCoordinator
 from coordinator.group.offsets import (
     FetchedOffset,

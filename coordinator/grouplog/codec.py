@@ -71,6 +71,7 @@ from coordinator.grouplog.records import (
     SubscribedTopicMetadata,
     TopicAssignment,
 )
+from primitives.varint import VarintError, read_uvarint, uvarint_bytes
 
 FieldValue: TypeAlias = int | str | bytes | list[dict[str, "FieldValue"]] | None
 Fields = dict[str, FieldValue]
@@ -309,19 +310,13 @@ class _Reader:
         return int(v)
 
     def uvarint(self) -> int:
-        result = 0
-        shift = 0
-        while True:
-            if self.pos >= len(self.buf):
-                raise RecordDecodeError("truncated varint")
-            b = self.buf[self.pos]
-            self.pos += 1
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return result
-            shift += 7
-            if shift > 28:
-                raise RecordDecodeError("varint longer than 5 bytes")
+        try:
+            value, self.pos = read_uvarint(self.buf, self.pos)
+        except IndexError:
+            raise RecordDecodeError("truncated varint") from None
+        except VarintError:
+            raise RecordDecodeError("varint longer than 5 bytes") from None
+        return value
 
     def length(self, flexible: bool, wide: bool) -> int:
         """Length or count prefix; -1 means null."""
@@ -446,18 +441,9 @@ def decode(record_name: str, raw: bytes | memoryview) -> tuple[int, Fields]:
 # Writing
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _write_length(out: list[bytes], n: int, flexible: bool, wide: bool) -> None:
     if flexible:
-        out.append(_uvarint(n + 1))
+        out.append(uvarint_bytes(n + 1))
     elif wide:
         out.append(_I32.pack(n))
     else:
@@ -923,8 +909,8 @@ def _with_classic_member_metadata(encoded: bytes, classic: ClassicMemberMetadata
     }, 0, True)
     data = b"".join(payload)
     assert encoded.endswith(b"\x00")
-    return (encoded[:-1] + _uvarint(1) + _uvarint(_CLASSIC_MEMBER_METADATA_TAG)
-            + _uvarint(len(data)) + data)
+    return (encoded[:-1] + uvarint_bytes(1) + uvarint_bytes(_CLASSIC_MEMBER_METADATA_TAG)
+            + uvarint_bytes(len(data)) + data)
 
 
 def _classic_member_metadata(raw: bytes | None) -> ClassicMemberMetadata | None:

@@ -40,7 +40,7 @@ from coordinator.grouplog.codec import UnknownRecord, decode_record, encode_reco
 from coordinator.grouplog.placement import partition_for
 from coordinator.grouplog.records import CoordinatorRecord
 from storage.batch import scan_batches
-from storage.compaction import CleanStats, GroupLogCleaner, verify_sealed
+from storage.compaction import CleanStats, LogCleaner, verify_sealed
 from storage.fs import REAL_FS, FileSystem
 from storage.log import LogConfig, LogOfflineError, PartitionLog
 from storage.record_batch import iter_records
@@ -67,7 +67,7 @@ class GroupLog:
     def __init__(self, logs: list[PartitionLog], fsync_policy: str,
                  fs: FileSystem = REAL_FS) -> None:
         self.logs = logs
-        self.cleaner = GroupLogCleaner(logs, fs)
+        self.cleaner = LogCleaner(logs, fs, name="group log")
         self.fsync_always = fsync_policy == "always"
         self.fsync_interval_ms = 0 if self.fsync_always else int(fsync_policy)
         self._dirty: set[int] = set()

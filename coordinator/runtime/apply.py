@@ -43,7 +43,7 @@ from coordinator.grouplog.records import (
     OffsetCommitRecord,
 )
 from coordinator.runtime.clock import Clock
-from coordinator.runtime.journaling import EventJournal
+from coordinator.runtime.event_journal import EventJournal
 
 if TYPE_CHECKING:
     from coordinator.ops.metrics import BrokerMetrics

@@ -35,13 +35,13 @@ from coordinator.dataplane.topics_admin import PartitionLimitError
 from coordinator.group.timer import TimerWheel
 from coordinator.grouplog.log import GroupLog
 from coordinator.ops.metrics import BrokerMetrics
-from coordinator.runtime.clock import SystemClock
+from coordinator.runtime.clock import Clock, SystemClock
 from coordinator.runtime.groups import GroupRuntime
 from coordinator.runtime.ops_view import BrokerOpsView
 from coordinator.settings import BrokerSettings
 from protocol.codec import RequestHeader
 from protocol.connection import Connection, ResponseSlot
-from protocol.refusals import REFUSALS
+from protocol.refusals import RefusalLog
 from storage.fs import REAL_FS, FileSystem, filesystem_from_env
 from storage.log import LogConfig
 from storage.topics import Topic, TopicStore
@@ -88,7 +88,8 @@ Handler = Callable[[ClientRequest, Any], None]
 
 
 class Broker:
-    def __init__(self, settings: BrokerSettings, *, repair: bool = False) -> None:
+    def __init__(self, settings: BrokerSettings, *, repair: bool = False,
+                 clock: Clock | None = None) -> None:
         self.settings = settings
         self.node_id: int = settings["node.id"]
         self.advertised = settings.advertised
@@ -96,7 +97,12 @@ class Broker:
         self.repair = repair
         self.data_dir: Path = settings.data_dir
         self.cluster_id = "rebalanced"
-        self.clock = SystemClock()
+        # The one clock of the broker and its group runtime: deadlines and the wheel that
+        # fires them read the same time. Tests pass a ManualClock.
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        # Refused requests, logged once a minute per client: shared by the connections (the
+        # server is given it) and the handlers.
+        self.refusals = RefusalLog(clock_ms=self.clock.monotonic_ms)
         self.topics: TopicStore
         self.topics_fs: FileSystem = REAL_FS  # the topics' filesystem; tests slow it down here
         self.producers = ProducerTable()
@@ -157,7 +163,7 @@ class Broker:
         # Set to stop the broker: by a signal, or by `fail` with `failure` saying why.
         self.stop_requested = asyncio.Event()
         self.failure: BaseException | None = None
-        REFUSALS.supported = self.served_versions()
+        self.refusals.supported = self.served_versions()
 
     def advertised_to(self, listener: str) -> tuple[str, int]:
         return self._advertised_by_listener.get(listener, self.advertised)
@@ -457,10 +463,11 @@ class Broker:
             # kio knows versions we do not advertise; Kafka closes on a disabled version.
             handler = None
         if handler is None:
-            REFUSALS.supported = self.served_versions()
-            REFUSALS.refuse_version(client_id=header.client_id or "", api_key=header.api_key,
-                                    api_version=header.api_version, connection=connection.id,
-                                    client_host=connection.client_host)
+            self.refusals.supported = self.served_versions()
+            self.refusals.refuse_version(
+                client_id=header.client_id or "", api_key=header.api_key,
+                api_version=header.api_version, connection=connection.id,
+                client_host=connection.client_host)
             connection.close()
             return
         metrics = self.metrics

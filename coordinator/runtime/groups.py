@@ -4,7 +4,7 @@ For every group request: kio request -> command (`coordinator/api/*`), `now_ms` 
 `Result` from the core, which `ResultApplier` (`apply.py`) applies: timers, events, records made
 durable, then replies. The other jobs sit beside it: loading the group log at start-up
 (`loading.py`), offset expiry and compaction (`maintenance.py`), the journal lines
-(`journaling.py`). What this needs of the broker is `GroupHost`, not the broker itself.
+(`event_journal.py`). What this needs of the broker is `GroupHost`, not the broker itself.
 """
 
 from __future__ import annotations
@@ -46,13 +46,13 @@ from coordinator.group.outcomes import HeartbeatOutcome, refused_outcome
 from coordinator.group.result import APPEND_FAILED, RequestRef
 from coordinator.grouplog.log import GroupLog
 from coordinator.runtime.apply import ParkedFetches, ResultApplier, Timers
-from coordinator.runtime.clock import SystemClock
-from coordinator.runtime.journal import Journal
-from coordinator.runtime.journaling import EventJournal
+from coordinator.runtime.clock import Clock
+from coordinator.runtime.event_journal import EventJournal
+from coordinator.runtime.journal_files import Journal
 from coordinator.runtime.loading import GroupLogLoader
 from coordinator.runtime.maintenance import GroupLogMaintenance
 from coordinator.settings import BrokerSettings
-from protocol.refusals import REFUSALS
+from protocol.refusals import RefusalLog
 from storage.fs import REAL_FS, FileSystem
 from storage.log import LogConfig
 from storage.topics import TopicStore
@@ -80,6 +80,14 @@ class GroupHost(Timers, Protocol):
     @property
     def node_id(self) -> int: ...
 
+    @property
+    def clock(self) -> Clock:
+        """The broker's clock: the runtime reads no other."""
+        ...
+
+    @property
+    def refusals(self) -> RefusalLog: ...
+
     def advertised_to(self, listener: str) -> tuple[str, int]:
         """The address a client that came in on `listener` is told to use."""
         ...
@@ -106,26 +114,10 @@ class GroupRuntime:
     def __init__(self, host: GroupHost) -> None:
         self.host = host
         settings = host.settings
-        self.clock = SystemClock()
-        self.config = GroupConfig(
-            node_id=settings["node.id"],
-            group_min_session_timeout_ms=settings["group.min.session.timeout.ms"],
-            group_max_session_timeout_ms=settings["group.max.session.timeout.ms"],
-            group_initial_rebalance_delay_ms=settings["group.initial.rebalance.delay.ms"],
-            group_max_size=settings["group.max.size"],
-            group_member_disconnect_grace_ms=settings["group.member.disconnect.grace.ms"],
-            offsets_topic_num_partitions=settings["offsets.topic.num.partitions"],
-            offset_metadata_max_bytes=settings["offset.metadata.max.bytes"],
-            offsets_retention_minutes=settings["offsets.retention.minutes"],
-            offsets_retention_check_interval_ms=settings["offsets.retention.check.interval.ms"],
-        )
-        self.manager = GroupCoordinator(self.config, new_member_id, ConsumerGroupConfig(
-            session_timeout_ms=settings["group.consumer.session.timeout.ms"],
-            heartbeat_interval_ms=settings["group.consumer.heartbeat.interval.ms"],
-            max_size=settings["group.consumer.max.size"],
-            assignors=settings["group.consumer.assignors"],
-            migration_policy=settings["group.consumer.migration.policy"],
-        ))
+        self.clock = host.clock
+        self.config = GroupConfig.from_settings(settings.values)
+        self.manager = GroupCoordinator(self.config, new_member_id,
+                                        ConsumerGroupConfig.from_settings(settings.values))
         self._topic_image_version = 0
         self.offsets = OffsetStore(self.config)
         self.core = GroupOffsets(self.manager, self.offsets)  # the offset APIs' decisions
@@ -293,7 +285,7 @@ class GroupRuntime:
                 and not (self._topics_being_deleted and topic in self._topics_being_deleted))
 
     def _refuse_zookeeper_version(self, ctx: ClientRequest, api: str) -> None:
-        REFUSALS.refused(
+        self.host.refusals.refused(
             "request version answered UNSUPPORTED_VERSION", client_id=ctx.client_id,
             api_key=ctx.header.api_key, api_version=ctx.version, problem="zookeeper offsets",
             advice=(f"{api} v0 keeps offsets in ZooKeeper, which this broker (like Kafka 3.x "

@@ -18,7 +18,7 @@ from coordinator.group.offset_decisions import GroupOffsets
 from coordinator.grouplog.log import GroupLog
 from coordinator.runtime.apply import ResultApplier
 from coordinator.runtime.clock import Clock
-from coordinator.runtime.journaling import EventJournal
+from coordinator.runtime.event_journal import EventJournal
 from coordinator.runtime.loading import GroupLogLoader
 
 if TYPE_CHECKING:

@@ -17,8 +17,8 @@ from typing import Protocol
 
 from coordinator.group.classic.group import ClassicGroup
 from coordinator.group.consumer.coordinator import ConsumerGroupCoordinator
-from coordinator.group.consumer.embedded_protocol import EmbeddedProtocolError, parse_assignment
 from coordinator.group.consumer.group import ConsumerGroup, TopicImage
+from coordinator.group.embedded_protocol import EmbeddedProtocolError, assignment_partitions
 from coordinator.group.manager import GroupCoordinator
 from coordinator.group.offsets import OffsetStore
 from coordinator.ops.view import (
@@ -173,11 +173,9 @@ def assigned_partitions(assignment: bytes) -> tuple[tuple[str, int], ...]:
     """The partitions of a classic member's `consumer` protocol assignment, sorted (none when
     the bytes are not one: a client chose them)."""
     try:
-        assigned = parse_assignment(assignment)
+        return tuple(sorted(assignment_partitions(assignment)))
     except EmbeddedProtocolError:
         return ()
-    return tuple(sorted((topic, p) for topic, partitions in assigned.items()
-                        for p in partitions))
 
 
 def _classic_view(group: ClassicGroup, max_members: int) -> GroupView:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from coordinator.group.consumer.embedded_protocol import encode_assignment
+from coordinator.group.embedded_protocol import encode_assignment
 from coordinator.runtime.broker import Broker
 from storage.fs import FaultyFileSystem
 from tests.integration.in_process import started_broker

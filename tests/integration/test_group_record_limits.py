@@ -20,7 +20,7 @@ from kio.schema.errors import ErrorCode
 from coordinator.group.classic.state import GroupState
 from coordinator.group.commands import MAX_REASON_CHARS
 from coordinator.runtime.broker import Broker
-from coordinator.runtime.journaling import MAX_TEXT_CHARS
+from coordinator.runtime.event_journal import MAX_TEXT_CHARS
 from tests.integration.in_process import completing_group, send, started_broker, sync, until
 
 LIMIT = 8192

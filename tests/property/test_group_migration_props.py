@@ -32,7 +32,7 @@ from hypothesis.stateful import (
 from kio.schema.errors import ErrorCode
 
 from coordinator.group.consumer.config import ConsumerGroupConfig
-from coordinator.group.consumer.embedded_protocol import encode_assignment, parse_assignment
+from coordinator.group.embedded_protocol import encode_assignment, parse_assignment
 from coordinator.group.result import RequestRef
 from coordinator.grouplog.codec import decode_record, encode_record
 from coordinator.grouplog.records import ConsumerGroupRecord, GroupMetadataRecord

@@ -115,7 +115,7 @@ def test_bad_frames_leave_no_garbage_cycles_for_the_collector() -> None:
     import gc
     import random
 
-    from tests.fuzz.live import mutate
+    from tests.bench.live_fuzz import mutate
 
     rng = random.Random(7)
     body = heartbeat_frame(1, 5)[4:]

@@ -17,7 +17,7 @@ from coordinator.group.events import (
     journal_record,
     rebalance_cause,
 )
-from coordinator.runtime.journal import ACTIVE_NAME, CLOSED_PATTERN, Journal, closed_sequence
+from coordinator.runtime.journal_files import ACTIVE_NAME, CLOSED_PATTERN, Journal, closed_sequence
 
 
 class Wall:

@@ -1,4 +1,4 @@
-"""The folders are the layers, and imports only go down.
+"""The folders are the layers, and imports only go down (docs/architecture.md draws them).
 
 `storage/` knows segments and batches, nothing of ours outside it; the group core
 (`coordinator/group/`) does no I/O and sees neither the kio adapters nor the runtime; the group
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-OURS = ("protocol", "coordinator", "storage", "forensics", "tests")
+OURS = ("primitives", "protocol", "coordinator", "storage", "forensics", "tests")
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -50,12 +50,22 @@ def violations(folder: str, allowed: tuple[str, ...], forbidden_external: tuple[
     return found
 
 
+def test_the_shared_primitives_import_nothing_of_ours() -> None:
+    assert violations("primitives", ("primitives",)) == []
+
+
 def test_storage_is_a_leaf() -> None:
-    assert violations("storage", ("storage",)) == []
+    assert violations("storage", ("storage", "primitives")) == []
+
+
+def test_the_protocol_is_a_leaf() -> None:
+    """The wire layer knows kio and Kafka's encodings, not storage nor the coordinator."""
+    assert violations("protocol", ("protocol", "primitives")) == []
 
 
 def test_the_group_log_records_and_codec_know_only_storage() -> None:
-    assert violations("coordinator/grouplog", ("coordinator.grouplog", "storage")) == []
+    assert violations("coordinator/grouplog", ("coordinator.grouplog", "storage", "primitives")
+                      ) == []
 
 
 @pytest.mark.parametrize("folder", ["coordinator/group"])
@@ -87,8 +97,33 @@ def test_ops_sees_the_broker_only_through_its_view() -> None:
                                           "coordinator.group.events")) == []
 
 
+def test_the_operators_commands_are_a_client_not_part_of_the_broker() -> None:
+    assert violations("coordinator/cli", ("coordinator.cli",)) == []
+
+
+def test_nothing_of_the_broker_imports_the_forensics_job() -> None:
+    assert [f for folder in ("primitives", "protocol", "storage", "coordinator")
+            for f in violations(folder, ("primitives", "protocol", "storage", "coordinator"))
+            ] == []
+
+
+def test_the_forensics_job_reuses_only_the_record_readers() -> None:
+    assert violations("forensics", ("forensics", "primitives", "storage", "coordinator.grouplog",
+                                    "coordinator.group")) == []
+
+
 def test_only_the_process_entry_point_knows_the_broker() -> None:
     importers = [str(path.relative_to(ROOT))
                  for path in sorted((ROOT / "coordinator").rglob("*.py"))
                  if "coordinator.runtime.broker" in imported_modules(path)]
     assert importers == ["coordinator/__main__.py"]
+
+
+def test_only_the_wire_layer_and_the_embedded_protocol_use_kios_serializer() -> None:
+    """kio's reader API has changed between releases: its users stay few and known."""
+    users = sorted(str(path.relative_to(ROOT)) for folder in OURS
+                   for path in (ROOT / folder).rglob("*.py")
+                   if any(within(m, "kio.serial") for m in imported_modules(path))
+                   and not within(folder, "tests"))
+    assert [u for u in users if not u.startswith("protocol/")] == [
+        "coordinator/group/embedded_protocol.py"]

@@ -22,7 +22,7 @@ from coordinator.grouplog.records import (
     offset_commit_record,
     offset_commit_value,
 )
-from coordinator.runtime import journaling
+from coordinator.runtime import event_journal as journaling
 
 _names = st.text(max_size=12)
 _ints = st.integers(-(2**31), 2**31 - 1)

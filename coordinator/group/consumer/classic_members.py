@@ -36,12 +36,6 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.group import commands as c
 from coordinator.group import events as ev
-from coordinator.group.consumer.embedded_protocol import (
-    EmbeddedProtocolError,
-    encode_assignment,
-    parse_subscription,
-    protocol_version,
-)
 from coordinator.group.consumer.group import ConsumerGroup, TopicImage
 from coordinator.group.consumer.heartbeat import (
     ConsumerEnv,
@@ -57,6 +51,12 @@ from coordinator.group.consumer.heartbeat import (
 )
 from coordinator.group.consumer.heartbeat import _replace_static_member as replace_static_member
 from coordinator.group.consumer.member import Assignment, ConsumerGroupMember, MemberState
+from coordinator.group.embedded_protocol import (
+    EmbeddedProtocolError,
+    encode_assignment,
+    parse_subscription,
+    protocol_version,
+)
 from coordinator.group.outcomes import (
     HeartbeatOutcome,
     JoinGroupOutcome,

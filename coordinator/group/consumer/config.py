@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["ConsumerGroupConfig"]
+__all__ = ["KAFKA_NAMES", "ConsumerGroupConfig"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -30,6 +32,13 @@ class ConsumerGroupConfig:
     reconciling_heartbeat_divisor: int = 4
     reconciling_heartbeat_floor_ms: int = 100
 
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> ConsumerGroupConfig:
+        """From the broker's parsed settings, by Kafka's names (`KAFKA_NAMES`); a name not
+        there keeps the field's default."""
+        return cls(**{field: settings[name] for name, field in KAFKA_NAMES.items()
+                      if name in settings})
+
     @property
     def upgrade_allowed(self) -> bool:
         return self.migration_policy in ("upgrade", "bidirectional")
@@ -37,3 +46,14 @@ class ConsumerGroupConfig:
     @property
     def downgrade_allowed(self) -> bool:
         return self.migration_policy in ("downgrade", "bidirectional")
+
+
+# Kafka's setting name -> field. `disconnect_grace_ms` is not here: the coordinator copies the
+# classic groups' `group.member.disconnect.grace.ms` into it, so the two cannot disagree.
+KAFKA_NAMES: Mapping[str, str] = {
+    "group.consumer.session.timeout.ms": "session_timeout_ms",
+    "group.consumer.heartbeat.interval.ms": "heartbeat_interval_ms",
+    "group.consumer.max.size": "max_size",
+    "group.consumer.assignors": "assignors",
+    "group.consumer.migration.policy": "migration_policy",
+}

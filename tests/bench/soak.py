@@ -1,7 +1,7 @@
 """Soak: group churn, commits, producers and fetchers against one broker for a bounded time.
 
-    python -m tests.fuzz.soak --minutes 10          # what `make soak` runs
-    python -m tests.fuzz.soak --minutes 2 --sample-seconds 15
+    python -m tests.bench.soak --minutes 10          # what `make soak` runs
+    python -m tests.bench.soak --minutes 2 --sample-seconds 15
 
 For `--minutes`: a producer writes to a 6-partition topic; consumers of the three stock client
 libraries (each in its own process) join one group, consume and commit, and every few seconds
@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.bench.live_fuzz import Producer, rss_mb
 from tests.broker_process import BrokerProcess
-from tests.fuzz.live import Producer, rss_mb
 from tests.integration.group_workers import CLIENTS, ConsumerWorker, create_topic, worker_pool
 
 TOPIC = "soak"
@@ -179,7 +179,7 @@ def run(minutes: float, sample_seconds: float, warmup_seconds: float, seed: int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.fuzz.soak")
+    parser = argparse.ArgumentParser(prog="python -m tests.bench.soak")
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--sample-seconds", type=float, default=60.0)
     parser.add_argument("--warmup-seconds", type=float, default=60.0)

@@ -1,7 +1,7 @@
 """The group runtime's journal lines: each operator event as one JSON line, written in batches.
 
 Events are also logged (structlog, `rebalanced.events`) unless quiet. The journal file itself
-(rotation, retention, failed writes) is `coordinator/runtime/journal.py`; this module decides
+(rotation, retention, failed writes) is `coordinator/runtime/journal_files.py`; this module decides
 what goes in it and when it is flushed: every 100 ms while lines are waiting, one `os.write`
 instead of a syscall per event.
 """
@@ -17,7 +17,7 @@ from typing import Any
 import structlog
 
 from coordinator.group.events import JOURNAL_SCHEMA_VERSION, journal_record
-from coordinator.runtime.journal import Journal
+from coordinator.runtime.journal_files import Journal
 
 events_log = structlog.get_logger("rebalanced.events")
 

@@ -1,7 +1,7 @@
 """Live fuzz: random and mutated frames against a running broker while a real group consumes.
 
-    python -m tests.fuzz.live --frames 1000000 --seconds 600      # what `make fuzz` runs
-    python -m tests.fuzz.live --frames 20000 --seconds 60
+    python -m tests.bench.live_fuzz --frames 1000000 --seconds 600      # what `make fuzz` runs
+    python -m tests.bench.live_fuzz --frames 20000 --seconds 60
 
 A broker is started on a free loopback port with a 3-partition topic. A producer writes to it
 continuously and a consumer group of the three stock client libraries (each in its own process)
@@ -806,7 +806,7 @@ def run(frames: int, seconds: float, processes: int, connections: int, batch: in
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.fuzz.live")
+    parser = argparse.ArgumentParser(prog="python -m tests.bench.live_fuzz")
     parser.add_argument("--frames", type=int, default=20_000)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--processes", type=int, default=2, help="fuzzing processes")
