@@ -77,7 +77,7 @@ run: $(STAMP)
 		--metrics.listener 127.0.0.1:9404
 
 test: $(STAMP) browser kafka-go other-clients
-	$(BIN)/ruff check primitives protocol coordinator storage forensics tests
+	$(BIN)/ruff check protocol coordinator storage forensics tests
 	$(BIN)/mypy
 	$(BIN)/pytest -q -p no:cacheprovider tests
 
@@ -88,7 +88,7 @@ test-integration: $(STAMP)
 	$(BIN)/pytest -q tests/integration
 
 lint: $(STAMP)
-	$(BIN)/ruff check primitives protocol coordinator storage forensics tests
+	$(BIN)/ruff check protocol coordinator storage forensics tests
 	$(BIN)/mypy
 
 bench: $(STAMP)

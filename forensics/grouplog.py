@@ -29,8 +29,8 @@ from coordinator.group.embedded_protocol import EmbeddedProtocolError, assignmen
 from coordinator.grouplog.codec import RecordDecodeError, decode_record
 from coordinator.grouplog.records import GroupMetadataRecord, OffsetCommitRecord
 from forensics.files import list_dir, name_of, read_bytes
-from primitives.varint import read_varint
 from storage.batch import scan_batches
+from storage.varint import read_varint
 
 try:
     from forensics import _grouplog_speedups as _speedups  # type: ignore[attr-defined]

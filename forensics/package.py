@@ -1,7 +1,7 @@
 """Build the `--py-files` zip for spark-submit: `python -m forensics.package OUT.zip`.
 
 It holds the job (`forensics/`) and the pure-Python parts of the broker it reuses (the record
-codec in `storage/` with the varints it reads in `primitives/`, the record types in
+codec and the varints in `storage/`, the record types in
 `coordinator/`). Executors still need the `crc32c`
 package installed (the batch checksum); the driver needs pyarrow, pandas and matplotlib.
 """
@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("forensics", "primitives", "storage", "coordinator")
+PACKAGES = ("forensics", "storage", "coordinator")
 
 
 def build(target: Path) -> Path:

@@ -20,11 +20,11 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 from kio.static.primitive import i16, i32
 
-from primitives.varint import VarintError, read_uvarint
 from protocol.errors import MalformedRequest, UnsupportedApi
 from protocol.fast_requests import HAND_DECODERS
 from protocol.guard import ELEMENT_LIMITS, Guard, compile_guard
 from protocol.legacy_versions import LEGACY_REQUESTS, legacy_request, legacy_response
+from storage.varint import VarintError, read_uvarint
 
 _FIXED_HEADER = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")

@@ -19,7 +19,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from primitives.varint import uvarint_bytes
+from storage.varint import uvarint_bytes
 
 __all__ = [
     "COMPACT",

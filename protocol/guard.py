@@ -36,8 +36,8 @@ from collections.abc import Callable
 from types import NoneType, UnionType
 from typing import Any, Union, get_args, get_origin
 
-from primitives.varint import VarintError, read_uvarint
 from protocol.errors import MalformedRequest
+from storage.varint import VarintError, read_uvarint
 
 # A guard: (buffer, offset of the body, end of the frame) -> None, or raises MalformedRequest.
 Guard = Callable[[Any, int, int], None]

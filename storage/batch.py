@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
-from primitives.varint import VarintError, read_varint
+from storage.varint import VarintError, read_varint
 
 __all__ = [
     "ATTR_COMPRESSION_MASK",

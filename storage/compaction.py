@@ -57,7 +57,6 @@ from pathlib import Path
 import structlog
 from crc32c import crc32c
 
-from primitives.varint import read_varint, write_varint
 from storage.batch import ATTR_COMPRESSION_MASK, ATTR_CONTROL, HEADER_SIZE, scan_batches
 from storage.fs import AppendHandle, FileSystem
 from storage.log import PartitionLog
@@ -69,6 +68,7 @@ from storage.segment import (
     Segment,
     segment_name,
 )
+from storage.varint import read_varint, write_varint
 
 __all__ = [
     "CLEANED_SUFFIX",

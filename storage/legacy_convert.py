@@ -27,7 +27,6 @@ from collections.abc import Sequence
 
 from crc32c import crc32c
 
-from primitives.varint import VarintError, read_varint, write_varint
 from storage.batch import (
     ATTR_CONTROL,
     ATTR_LOG_APPEND_TIME,
@@ -47,6 +46,7 @@ from storage.legacy import (
     inner_messages,
     read_message_set,
 )
+from storage.varint import VarintError, read_varint, write_varint
 
 try:
     from storage import _legacy_speedups as _speedups  # type: ignore[attr-defined]

@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 
 from crc32c import crc32c
 
-from primitives.varint import read_varint, varint_bytes
+from storage.varint import read_varint, varint_bytes
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = _HEADER.size  # 61

@@ -71,7 +71,7 @@ from coordinator.grouplog.records import (
     SubscribedTopicMetadata,
     TopicAssignment,
 )
-from primitives.varint import VarintError, read_uvarint, uvarint_bytes
+from storage.varint import VarintError, read_uvarint, uvarint_bytes
 
 FieldValue: TypeAlias = int | str | bytes | list[dict[str, "FieldValue"]] | None
 Fields = dict[str, FieldValue]

@@ -1,4 +1,4 @@
-"""Kafka's varints (`primitives.varint`): round trips, the longest forms, and truncation."""
+"""Kafka's varints (`storage.varint`): round trips, the longest forms, and truncation."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from primitives.varint import (
+from storage.varint import (
     VarintError,
     read_uvarint,
     read_varint,
