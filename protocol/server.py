@@ -4,14 +4,26 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import signal
+import ssl
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
-from protocol.connection import Connection, ReadBudget, RequestHandler, start_codec_loader
+from protocol.codec import peek_header
+from protocol.connection import (
+    Connection,
+    ReadBudget,
+    RequestHandler,
+    SaslGate,
+    start_codec_loader,
+)
+from protocol.errors import MalformedRequest
+from protocol.refusals import REFUSALS, client_id_of
 
 log = structlog.get_logger("rebalanced.server")
 
@@ -20,6 +32,22 @@ _UNLIMITED = 2**31 - 1
 # Refused connections are logged at most this often (with a count), not once each: a flood of
 # connection attempts must not become a flood of log lines.
 _REFUSAL_LOG_INTERVAL_S = 10.0
+# A TLS handshake not finished by then is abandoned (Kafka leaves it to the idle timeout).
+_TLS_HANDSHAKE_TIMEOUT_S = 10.0
+# Served on a SASL listener before authentication: ApiVersions, SaslHandshake, SaslAuthenticate.
+_BEFORE_AUTHENTICATION = frozenset({18, 17, 36})
+_SASL_HANDSHAKE = 17
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerSecurity:
+    """How a listener's connections are secured: TLS with `tls` (SSL, SASL_SSL), the
+    principal of a client certificate by `certificate_principal` (raises ValueError when no
+    rule maps it), SASL state made by `sasl` for each connection (SASL_PLAINTEXT, SASL_SSL)."""
+
+    tls: ssl.SSLContext | None = None
+    certificate_principal: Callable[[dict[str, Any]], str] | None = None
+    sasl: Callable[[], SaslGate] | None = None
 
 
 class KafkaServer:
@@ -30,12 +58,16 @@ class KafkaServer:
 
     def __init__(self, handler: RequestHandler, *, host: str = "", port: int = 0,
                  listeners: Sequence[tuple[str, str, int]] = (),
+                 security: Mapping[str, ListenerSecurity] | None = None,
                  max_frame_bytes: int, max_in_flight: int = 1000, idle_ms: int = -1,
                  max_connections: int = _UNLIMITED, max_connections_per_ip: int = _UNLIMITED,
                  max_buffered_bytes: int = -1) -> None:
         self._handler = handler
         # (name, host, port) of each listening socket; `host`/`port` alone are one PLAINTEXT.
         self._listeners = list(listeners) or [("PLAINTEXT", host, port)]
+        # By listener name; a listener not named here is PLAINTEXT.
+        self._security = dict(security or {})
+        self._handshakes: set[asyncio.Task[None]] = set()
         self._port = self._listeners[0][2]
         # The port each listener is bound to, by name (known after `start`).
         self.bound: dict[str, int] = {}
@@ -53,12 +85,25 @@ class KafkaServer:
         self._refusal_logged_at = -_REFUSAL_LOG_INTERVAL_S
 
     def _make_connection(self, listener: str) -> Connection:
-        connection = _TrackedConnection(
+        security = self._security.get(listener)
+        sasl = security.sasl if security is not None else None
+        # Only SASL listeners' connections check each request: a PLAINTEXT or SSL connection
+        # is the plain class, with nothing added to its request path.
+        kind = _TrackedConnection if sasl is None else _SaslConnection
+        connection = kind(
             self, self._handler, max_frame_bytes=self._max_frame_bytes,
             max_in_flight=self._max_in_flight, budget=self.budget,
         )
         connection.listener = listener
+        if sasl is not None:
+            connection.sasl = sasl()
         return connection
+
+    def _make_protocol(self, listener: str) -> asyncio.Protocol:
+        security = self._security.get(listener)
+        if security is not None and security.tls is not None:
+            return _TlsAcceptor(self, listener, security)
+        return self._make_connection(listener)
 
     def admit(self, connection: Connection, host: str) -> bool:
         """Count a new connection in, or refuse it (False) when a limit is reached."""
@@ -111,7 +156,7 @@ class KafkaServer:
         loop = asyncio.get_running_loop()
         for name, host, port in self._listeners:
             server = await loop.create_server(
-                functools.partial(self._make_connection, name), host or None, port,
+                functools.partial(self._make_protocol, name), host or None, port,
                 reuse_address=True, backlog=1024)
             self._servers.append(server)
             sockets = server.sockets
@@ -129,6 +174,8 @@ class KafkaServer:
         """Stop accepting, let in-flight responses go out (bounded), then close connections."""
         for server in self._servers:
             server.close()
+        for handshake in list(self._handshakes):
+            handshake.cancel()
         if self._sweeper is not None:
             self._sweeper.cancel()
         pending = [c.drained.wait() for c in list(self.connections) if not c.drained.is_set()]
@@ -160,6 +207,174 @@ class _TrackedConnection(Connection):
     def connection_lost(self, exc: Exception | None) -> None:
         self._server_ref.release(self, self.client_host)
         super().connection_lost(exc)
+
+
+class _SaslConnection(_TrackedConnection):
+    """A connection to a SASL listener: until authenticated, only ApiVersions and the SASL
+    requests are served; any other request closes it, as Kafka's SaslServerAuthenticator
+    does. Once a KIP-368 session has expired, only a re-authentication is."""
+
+    __slots__ = ()
+
+    def _receive(self, body: bytes) -> bool:
+        sasl = self.sasl
+        assert sasl is not None
+        if sasl.authenticated and sasl.expires_at == math.inf:
+            return super()._receive(body)
+        if sasl.failed:
+            return True  # closing once the failure's answer is out
+        if sasl.raw_tokens and not sasl.authenticated:
+            sasl.raw_token(self, self._reserve(None), body)
+            return True
+        try:
+            api_key, api_version, _ = peek_header(body)
+        except MalformedRequest as exc:
+            return self._refuse_unauthenticated(body, None, None, str(exc))
+        if sasl.authenticated:
+            if (api_key != _SASL_HANDSHAKE
+                    and asyncio.get_running_loop().time() >= sasl.expires_at):
+                return self._refuse_unauthenticated(
+                    body, api_key, api_version, "the SASL session expired without "
+                    "re-authentication (connections.max.reauth.ms)")
+            return super()._receive(body)
+        if api_key not in _BEFORE_AUTHENTICATION:
+            return self._refuse_unauthenticated(body, api_key, api_version,
+                                                "request before SASL authentication")
+        return super()._receive(body)
+
+    def _refuse_unauthenticated(self, body: bytes, api_key: int | None,
+                                api_version: int | None, reason: str) -> bool:
+        REFUSALS.refused(
+            "connection closed on bad input", client_id=client_id_of(body) or self.client_host,
+            api_key=api_key, api_version=api_version, problem="not authenticated",
+            advice="configure the client for this listener's security protocol "
+                   "(security.protocol=SASL_PLAINTEXT or SASL_SSL, sasl.mechanism and its "
+                   "credentials)",
+            connection=self.id, client_host=self.client_host, listener=self.listener,
+            reason=reason)
+        self.close()
+        return True
+
+
+class _TlsAcceptor(asyncio.Protocol):
+    """The TCP side of a TLS listener's connection until its handshake is done; then the
+    Kafka connection is started on the TLS transport. A failed handshake (a plaintext client,
+    an untrusted or missing client certificate, garbage) is one rate-limited line and a
+    close."""
+
+    def __init__(self, server: KafkaServer, listener: str, security: ListenerSecurity) -> None:
+        self._server = server
+        self._listener = listener
+        self._security = security
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # What arrives before the TLS layer takes the socket over (uvloop reads the first
+        # bytes, the ClientHello, before the handshake task runs) is handed to it then.
+        self._hello: list[bytes] = []
+        task = asyncio.get_running_loop().create_task(self._handshake(transport))
+        self._server._handshakes.add(task)
+        task.add_done_callback(self._server._handshakes.discard)
+
+    async def _handshake(self, transport: Any) -> None:
+        peer = transport.get_extra_info("peername")
+        host = f"/{peer[0]}" if peer else ""
+        connection = self._server._make_connection(self._listener)
+        context = self._security.tls
+        assert context is not None
+        # What the TLS layer delivers before the connection is started (a request sent with
+        # the handshake's last flight) waits here, and is handed over in order.
+        early = _Early()
+        loop = asyncio.get_running_loop()
+        try:
+            starting = loop.create_task(loop.start_tls(
+                transport, early, context, server_side=True,
+                ssl_handshake_timeout=_TLS_HANDSHAKE_TIMEOUT_S))
+            # `start_tls` installs its TLS protocol in its first step and starts it with two
+            # callbacks; after those, the bytes read so far are that protocol's to read.
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            hello, self._hello = b"".join(self._hello), []
+            if hello and not transport.is_closing():
+                _feed(transport.get_protocol(), hello)
+            tls = await starting
+        except asyncio.CancelledError:
+            starting.cancel()
+            transport.close()
+            raise
+        except Exception as exc:  # every way a handshake fails ends the same
+            self._refuse(host, "TLS handshake failed", str(exc) or type(exc).__name__,
+                         "configure the client with security.protocol=SSL or SASL_SSL and "
+                         "the CA that signed this listener's certificate (and, with "
+                         "ssl.client.auth, a client certificate this listener trusts)")
+            transport.close()
+            return
+        if tls is None or tls.is_closing():
+            return
+        principal = None
+        certificate = tls.get_extra_info("peercert")
+        mapping = self._security.certificate_principal
+        if certificate and mapping is not None:
+            try:
+                principal = "User:" + mapping(certificate)
+            except ValueError as exc:
+                self._refuse(host, "client certificate not mapped to a principal", str(exc),
+                             "add a rule for this subject to ssl.principal.mapping.rules")
+                tls.close()
+                return
+        tls.set_protocol(connection)
+        connection.connection_made(tls)
+        if principal is not None:
+            connection.principal = principal
+        for chunk in early.chunks:
+            connection.data_received(chunk)
+        if early.lost:
+            connection.connection_lost(early.error)
+        elif early.eof and not connection.eof_received():
+            tls.close()
+
+    def _refuse(self, host: str, problem: str, reason: str, advice: str) -> None:
+        REFUSALS.refused("connection closed on bad input", client_id=host, api_key=None,
+                         api_version=None, problem=problem, advice=advice, client_host=host,
+                         listener=self._listener, reason=reason)
+
+    def data_received(self, data: bytes) -> None:
+        self._hello.append(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        pass
+
+
+def _feed(protocol: Any, data: bytes) -> None:
+    """Hand `data` to a protocol as if its transport had read it."""
+    if not hasattr(protocol, "get_buffer"):
+        protocol.data_received(data)
+        return
+    view = memoryview(data)
+    while view:
+        buffer = protocol.get_buffer(len(view))
+        size = min(len(buffer), len(view))
+        buffer[:size] = view[:size]
+        protocol.buffer_updated(size)
+        view = view[size:]
+
+
+class _Early(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+        self.eof = False
+        self.lost = False
+        self.error: Exception | None = None
+
+    def data_received(self, data: bytes) -> None:
+        self.chunks.append(data)
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        return True  # the connection decides once started
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self.error = exc
 
 
 def install_signal_handlers(stop: Callable[[], None]) -> None:

@@ -37,6 +37,8 @@ from coordinator.grouplog.log import GroupLog
 from coordinator.ops.metrics import BrokerMetrics
 from coordinator.runtime.clock import SystemClock
 from coordinator.runtime.groups import GroupRuntime
+from coordinator.security import sasl
+from coordinator.security.scram_store import ScramStore
 from coordinator.settings import BrokerSettings
 from protocol.codec import RequestHeader
 from protocol.connection import Connection, ResponseSlot
@@ -139,6 +141,7 @@ class Broker:
                       lambda ctx, req: producers.init_producer_id(self, ctx, req))
         self.register(topics_admin.CREATE_PARTITIONS_VERSIONS,
                       lambda ctx, req: topics_admin.create_partitions(self, ctx, req))
+        sasl.register(self, ScramStore(self.data_dir))
         # Request and group counters for /metrics; None (no cost) unless metrics.listener is set.
         self.metrics: BrokerMetrics | None = (
             BrokerMetrics(settings["metrics.max.groups"]) if settings["metrics.listener"]
