@@ -85,3 +85,30 @@ async def test_a_client_without_a_trusted_certificate_is_refused(mtls, tmp_path:
         finally:
             await conn.close()
     assert not server.connections
+
+
+async def test_a_certificate_no_rule_maps_is_refused(tmp_path: Path) -> None:
+    pki = Pki.create(tmp_path / "pki")
+    broker = await started_broker(tmp_path / "data", {
+        "listeners": "SSL://127.0.0.1:0",
+        "ssl.keystore.location": str(pki.issue("server", server=True, CN="localhost")),
+        "ssl.truststore.location": str(pki.ca_path),
+        "ssl.client.auth": "required",
+        "ssl.principal.mapping.rules": "RULE:^CN=([^,]*),OU=ops,.*$/$1/",
+    }, partitions=None)
+    server = KafkaServer(broker, listeners=[("SSL", "127.0.0.1", 0)],
+                         security=listener_security(broker.settings), max_frame_bytes=1 << 20)
+    await server.start()
+    try:
+        stranger = pki.issue("stranger", CN="stranger", OU="dev", O="Acme")
+        with pytest.raises((wire.WireError, ConnectionError, OSError)):
+            conn = await wire.Connection.open("127.0.0.1", server.port,
+                                              tls=_client_context(pki, stranger))
+            try:
+                await wire.api_versions(conn)
+            finally:
+                await conn.close()
+        assert not server.connections
+    finally:
+        await server.stop()
+        await broker.stop()

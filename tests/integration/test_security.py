@@ -133,6 +133,36 @@ def test_a_consumer_group_commits_over_a_secured_listener(
         consumer.close()
 
 
+def test_confluent_and_kafka_python_with_a_client_certificate_over_ssl(
+        secured: Secured) -> None:
+    from kafka import KafkaConsumer, KafkaProducer
+
+    client = secured.pki.issue(f"client-{uuid.uuid4().hex[:6]}", CN="billing", O="Acme")
+    key, certificate = client.with_suffix(".key"), client.with_suffix(".crt")
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    producer = Producer({**_client_config(secured, "SSL", None),
+                         "ssl.certificate.location": str(certificate),
+                         "ssl.key.location": str(key)})
+    producer.produce(topic, value=b"signed")
+    assert producer.flush(20) == 0
+    python_producer = KafkaProducer(
+        bootstrap_servers=f"127.0.0.1:{secured.ports['SSL']}", security_protocol="SSL",
+        ssl_cafile=str(secured.pki.ca_path), ssl_certfile=str(certificate),
+        ssl_keyfile=str(key))
+    python_producer.send(topic, b"signed too").get(timeout=20)
+    python_producer.close()
+    consumer = KafkaConsumer(
+        topic, group_id=f"g-{uuid.uuid4().hex[:8]}", auto_offset_reset="earliest",
+        consumer_timeout_ms=15000, bootstrap_servers=f"127.0.0.1:{secured.ports['SSL']}",
+        security_protocol="SSL", ssl_cafile=str(secured.pki.ca_path),
+        ssl_certfile=str(certificate), ssl_keyfile=str(key))
+    try:
+        values = [message.value for message in consumer]
+        assert values[:2] == [b"signed", b"signed too"]
+    finally:
+        consumer.close()
+
+
 def test_kafka_python_over_sasl_ssl_with_scram_sha_512(secured: Secured) -> None:
     from kafka import KafkaConsumer, KafkaProducer
 
