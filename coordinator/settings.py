@@ -164,6 +164,15 @@ def _migration_policy(text: str) -> str:
     return value
 
 
+def _authorizer(text: str) -> str:
+    name = text.strip()
+    known = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+             "kafka.security.authorizer.AclAuthorizer")
+    if name and name not in known:
+        raise ValueError(f"the authorizers served are {' and '.join(known)}")
+    return name
+
+
 @dataclass(frozen=True, slots=True)
 class Setting:
     key: str
@@ -320,6 +329,16 @@ SETTINGS += (
             "(KIP-368; 0: no limit)"),
     Setting("connection.failed.authentication.delay.ms", _int(0), "100",
             "delay before a failed authentication is answered and the connection closed"),
+)
+# ACLs (docs/security.md).
+SETTINGS += (
+    Setting("authorizer.class.name", lambda s: _authorizer(s), "",
+            "org.apache.kafka.metadata.authorizer.StandardAuthorizer (or Kafka's older "
+            "AclAuthorizer) checks ACLs; empty: no authorization"),
+    Setting("super.users", lambda s: tuple(p.strip() for p in s.split(";") if p.strip()), "",
+            "principals allowed everything, separated by ';' (User:admin;User:ops)"),
+    Setting("allow.everyone.if.no.acl.found", _bool, "false",
+            "allow a request on a resource no ACL names"),
 )
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 # What `listener.name.<name>.` may prefix; the JAAS entries exist only per listener, as in

@@ -37,7 +37,7 @@ from coordinator.grouplog.log import GroupLog
 from coordinator.ops.metrics import BrokerMetrics
 from coordinator.runtime.clock import SystemClock
 from coordinator.runtime.groups import GroupRuntime
-from coordinator.security import sasl
+from coordinator.security import authorization, sasl
 from coordinator.security.scram_store import ScramStore
 from coordinator.settings import BrokerSettings
 from protocol.codec import RequestHeader
@@ -148,6 +148,8 @@ class Broker:
             else None)
         self.groups = GroupRuntime(self)
         self.groups.register()
+        # Last: the authorizer wraps the group APIs' handlers registered above.
+        self.authorizer = authorization.install(self, settings)
         planned = filesystem_from_env()  # a test's fault plan; None in production
         if planned is not None:
             log.warning("disk fault plan active", rules=len(planned.rules))
@@ -484,6 +486,9 @@ class Broker:
     def connection_closed(self, connection: Connection) -> None:
         self.fetches.connection_closed(connection.id)
         self.groups.connection_closed(connection.id)
+
+    def handler_of(self, api_key: int) -> Handler | None:
+        return self._handlers.get(api_key)
 
     def register(self, versions: ApiVersionRange, handler: Handler) -> None:
         """Serve `versions` of an API with `handler`: from now on ApiVersions advertises them."""

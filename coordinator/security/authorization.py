@@ -1,0 +1,227 @@
+"""Group ACLs checked as Kafka checks them, in front of the group APIs' handlers.
+
+READ GROUP for JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ConsumerGroupHeartbeat and
+OffsetCommit; DESCRIBE GROUP for OffsetFetch, DescribeGroups and ConsumerGroupDescribe, each
+group of a request on its own; DELETE GROUP for DeleteGroups (each group) and OffsetDelete;
+ListGroups lists the groups the principal may describe (all of them with CLUSTER DESCRIBE). A
+denied group is answered GROUP_AUTHORIZATION_FAILED and logged (rate-limited).
+
+Nothing is wrapped unless `authorizer.class.name` is set: without an authorizer the handlers
+are the bare ones, and the hot paths pay nothing. With one, a check is one dictionary lookup
+once the (principal, host, operation, group) has been decided; the cache is emptied whenever
+the ACLs change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from coordinator.api.context import ApiVersionRange, ClientRequest
+from coordinator.security.acls import (
+    CLUSTER_NAME,
+    CREATE_ACLS,
+    DELETE_ACLS,
+    DESCRIBE_ACLS,
+    AclStore,
+    Authorizer,
+    Decision,
+    Operation,
+    ResourceType,
+    create_acls,
+    delete_acls,
+    denied,
+    describe_acls,
+)
+from coordinator.settings import BrokerSettings
+from protocol.build import build
+from protocol.codec import response_type
+
+Handler = Callable[[ClientRequest, Any], None]
+_GROUP_DENIED = ErrorCode.group_authorization_failed
+_CACHE_LIMIT = 100_000
+
+
+class GroupGate:
+    """Decisions on groups, cached until the ACLs change."""
+
+    def __init__(self, authorizer: Authorizer) -> None:
+        self.authorizer = authorizer
+        self._cache: dict[tuple[str, str, int, int, str], Decision] = {}
+        self._bindings: object = None
+
+    def decide(self, ctx: ClientRequest, operation: Operation, resource_type: int,
+               name: str) -> Decision:
+        principal = str(getattr(ctx.connection, "principal", "User:ANONYMOUS"))
+        bindings = self.authorizer.store.bindings
+        if bindings is not self._bindings:  # the store replaces its list on every change
+            self._cache.clear()
+            self._bindings = bindings
+        key = (principal, ctx.client_host, operation, resource_type, name)
+        decision = self._cache.get(key)
+        if decision is None:
+            if len(self._cache) >= _CACHE_LIMIT:
+                self._cache.clear()
+            decision = self._cache[key] = self.authorizer.authorize(
+                principal, ctx.client_host, operation, resource_type, name)
+        return decision
+
+    def group(self, ctx: ClientRequest, operation: Operation, group_id: str) -> bool:
+        decision = self.decide(ctx, operation, ResourceType.GROUP, group_id)
+        if not decision.allowed:
+            denied(ctx, operation, ResourceType.GROUP, group_id, decision)
+        return decision.allowed
+
+
+def _single_group_denial(api_key: int, ctx: ClientRequest, request: Any) -> Any:
+    cls = response_type(api_key, ctx.version)
+    if api_key == 8:  # OffsetCommit: every partition
+        topics = request.topics
+        if topics and isinstance(topics[0], tuple):  # the hand-read v8/v9 form
+            shaped = [{"name": name, "partitions": [
+                {"partition_index": p[0], "error_code": _GROUP_DENIED} for p in partitions]}
+                for name, partitions in topics]
+        else:
+            shaped = [{"name": t.name, "partitions": [
+                {"partition_index": p.partition_index, "error_code": _GROUP_DENIED}
+                for p in t.partitions]} for t in topics]
+        return build(cls, throttle_time=0, topics=shaped)
+    if api_key == 9:  # OffsetFetch before v8: one group
+        return build(cls, throttle_time=0, error_code=_GROUP_DENIED, topics=[])
+    return build(cls, throttle_time=0, error_code=_GROUP_DENIED, generation_id=-1,
+                 member_id=getattr(request, "member_id", "") or "", member_epoch=-1,
+                 error_message="Not authorized to access group", members=[], topics=[])
+
+
+def _single(gate: GroupGate, api_key: int, operation: Operation, handler: Handler) -> Handler:
+    def checked(ctx: ClientRequest, request: Any) -> None:
+        if gate.group(ctx, operation, request.group_id):
+            handler(ctx, request)
+        else:
+            ctx.respond(_single_group_denial(api_key, ctx, request))
+
+    return checked
+
+
+class _Merged:
+    """A request context whose kio response gets the denied groups' entries added."""
+
+    def __init__(self, ctx: ClientRequest, merge: Callable[[Any], Any]) -> None:
+        self._ctx = ctx
+        self._merge = merge
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ctx, name)
+
+    def respond(self, response: Any) -> None:
+        self._ctx.respond(self._merge(response))
+
+
+def _multi(gate: GroupGate, api_key: int, operation: Operation, handler: Handler,
+           request_field: str, response_field: str,
+           denial: Callable[[str], dict[str, Any]],
+           group_of: Callable[[Any], str] = str) -> Handler:
+    """Each group of the request checked on its own: the allowed ones go to the handler, the
+    denied ones are answered GROUP_AUTHORIZATION_FAILED in the same response."""
+
+    def checked(ctx: ClientRequest, request: Any) -> None:
+        entries = getattr(request, request_field)
+        allowed: list[Any] = []
+        refused: list[Any] = []
+        for entry in entries:
+            (allowed if gate.group(ctx, operation, group_of(entry)) else refused).append(entry)
+        if not refused:
+            handler(ctx, request)
+            return
+        only_denials = build(response_type(api_key, ctx.version), throttle_time=0, **{
+            response_field: [denial(group_of(entry)) for entry in refused]})
+        if not allowed:
+            ctx.respond(only_denials)
+            return
+        denials = getattr(only_denials, response_field)
+
+        def merge(response: Any) -> Any:
+            return dataclasses.replace(response, **{
+                response_field: tuple(getattr(response, response_field)) + tuple(denials)})
+
+        handler(_Merged(ctx, merge),  # type: ignore[arg-type]
+                dataclasses.replace(request, **{request_field: tuple(allowed)}))
+
+    return checked
+
+
+def _list_groups(gate: GroupGate, handler: Handler) -> Handler:
+    def checked(ctx: ClientRequest, request: Any) -> None:
+        if gate.decide(ctx, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME).allowed:
+            handler(ctx, request)
+            return
+
+        def keep(response: Any) -> Any:
+            return dataclasses.replace(response, groups=tuple(
+                g for g in response.groups
+                if gate.decide(ctx, Operation.DESCRIBE, ResourceType.GROUP,
+                               g.group_id).allowed))
+
+        handler(_Merged(ctx, keep), request)  # type: ignore[arg-type]
+
+    return checked
+
+
+def _offset_fetch(gate: GroupGate, handler: Handler) -> Handler:
+    single = _single(gate, 9, Operation.DESCRIBE, handler)
+    multi = _multi(gate, 9, Operation.DESCRIBE, handler, "groups", "groups",
+                   lambda group: {"group_id": group, "error_code": _GROUP_DENIED,
+                                  "topics": []},
+                   group_of=lambda entry: entry.group_id)
+
+    def checked(ctx: ClientRequest, request: Any) -> None:
+        (multi if ctx.version >= 8 else single)(ctx, request)
+
+    return checked
+
+
+def install(broker: Any, settings: BrokerSettings) -> Authorizer | None:
+    """Serve the ACL APIs on `broker` and, with `authorizer.class.name` set, check the group
+    APIs (call once every API is registered)."""
+    authorizer = None
+    if settings["authorizer.class.name"]:
+        authorizer = Authorizer(AclStore(settings.data_dir), settings["super.users"],
+                                settings["allow.everyone.if.no.acl.found"])
+    broker.register(CREATE_ACLS, lambda ctx, req: create_acls(ctx, req, authorizer))
+    broker.register(DESCRIBE_ACLS, lambda ctx, req: describe_acls(ctx, req, authorizer))
+    broker.register(DELETE_ACLS, lambda ctx, req: delete_acls(ctx, req, authorizer))
+    if authorizer is None:
+        return None
+    gate = GroupGate(authorizer)
+    served = broker.served_versions()
+
+    def wrap(api_key: int, make: Callable[[Handler], Handler]) -> None:
+        handler = broker.handler_of(api_key)
+        if handler is None or api_key not in served:
+            return
+        low, high = served[api_key]
+        broker.register(ApiVersionRange(api_key, low, high), make(handler))
+
+    def read_group(api_key: int) -> Callable[[Handler], Handler]:
+        return lambda handler: _single(gate, api_key, Operation.READ, handler)
+
+    for api_key in (11, 14, 12, 13, 68, 8):
+        wrap(api_key, read_group(api_key))
+    wrap(47, lambda h: _single(gate, 47, Operation.DELETE, h))
+    wrap(9, lambda h: _offset_fetch(gate, h))
+    wrap(15, lambda h: _multi(gate, 15, Operation.DESCRIBE, h, "groups", "groups",
+                              lambda g: {"group_id": g, "error_code": _GROUP_DENIED,
+                                         "group_state": "", "protocol_type": "",
+                                         "protocol_data": "", "members": []}))
+    wrap(69, lambda h: _multi(gate, 69, Operation.DESCRIBE, h, "group_ids", "groups",
+                              lambda g: {"group_id": g, "error_code": _GROUP_DENIED,
+                                         "error_message": "Not authorized to describe the "
+                                         "group", "group_state": "", "assignor_name": "",
+                                         "members": []}))
+    wrap(42, lambda h: _multi(gate, 42, Operation.DELETE, h, "groups_names", "results",
+                              lambda g: {"group_id": g, "error_code": _GROUP_DENIED}))
+    wrap(16, lambda h: _list_groups(gate, h))
+    return authorizer
