@@ -37,6 +37,9 @@ _TLS_HANDSHAKE_TIMEOUT_S = 10.0
 # Served on a SASL listener before authentication: ApiVersions, SaslHandshake, SaslAuthenticate.
 _BEFORE_AUTHENTICATION = frozenset({18, 17, 36})
 _SASL_HANDSHAKE = 17
+# Kafka's sasl.server.max.receive.size: the largest frame a client may send before it is
+# authenticated, so that an anonymous peer cannot make the broker buffer 100 MB frames.
+SASL_MAX_RECEIVE_BYTES = 524288
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +100,8 @@ class KafkaServer:
         connection.listener = listener
         if sasl is not None:
             connection.sasl = sasl()
+            connection._decoder.max_frame_bytes = min(self._max_frame_bytes,
+                                                      SASL_MAX_RECEIVE_BYTES)
         return connection
 
     def _make_protocol(self, listener: str) -> asyncio.Protocol:
@@ -215,6 +220,10 @@ class _SaslConnection(_TrackedConnection):
     does. Once a KIP-368 session has expired, only a re-authentication is."""
 
     __slots__ = ()
+
+    def authenticated(self) -> None:
+        """Authentication succeeded: frames up to socket.request.max.bytes from now on."""
+        self._decoder.max_frame_bytes = self._server_ref._max_frame_bytes
 
     def _receive(self, body: bytes) -> bool:
         sasl = self.sasl

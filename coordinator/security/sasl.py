@@ -88,6 +88,7 @@ class SaslSession:
         self.exchange = None
         self.principal_name = exchange.principal
         connection.principal = "User:" + exchange.principal
+        connection.authenticated()
         return lifetime
 
     def _failed(self, connection: Any, failure: SaslFailure, ctx: ClientRequest | None,

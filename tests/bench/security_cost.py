@@ -10,7 +10,8 @@ one heartbeat (then one OffsetCommit of one partition) in flight for `seconds`; 
 CPU (utime + stime from /proc) per request is reported. Rounds alternate the protocols, and the
 best round of each is kept (other load on the machine only adds). The SCRAM figure is the
 broker CPU of `handshakes` sequential connections on SASL_PLAINTEXT that each authenticate with
-SCRAM-SHA-256, minus as many that only send ApiVersions.
+SCRAM-SHA-256, minus as many that only send ApiVersions. `--authorizer` turns the standard
+authorizer on (the members are super users: every group request is checked and allowed).
 """
 
 from __future__ import annotations
@@ -125,6 +126,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
         "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
         "offsets.commit.fsync": "100",
+        **({"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:ANONYMOUS;User:bench"} if args.authorizer else {}),
     }).start()
     assert broker.proc is not None
     stats = ProcStats(broker.proc.pid)
@@ -161,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--handshakes", type=int, default=50)
+    parser.add_argument("--authorizer", action="store_true",
+                        help="with the standard authorizer (every group request checked)")
     args = parser.parse_args(argv)
     print(json.dumps(asyncio.run(run(args)), indent=1))
     return 0

@@ -122,3 +122,17 @@ async def test_sasl_authenticate_before_a_handshake_is_illegal(sasl_server: Kafk
     reply = await conn.call(36, 2, {"auth_bytes": b"\0alice\0alice-secret"})
     assert reply.error_code.value == 34  # ILLEGAL_SASL_STATE
     assert await _closed(conn)
+
+
+async def test_a_large_frame_before_authentication_closes_the_connection(
+        sasl_server: KafkaServer) -> None:
+    # Kafka's sasl.server.max.receive.size (512 KiB) until authenticated; after, the usual.
+    big = {"auth_bytes": b"x" * 600_000}
+    conn = await wire.Connection.open("127.0.0.1", sasl_server.port)
+    assert (await conn.call(17, 1, {"mechanism": "PLAIN"})).error_code.value == 0
+    conn.send_raw(wire.encode(36, 2, big))
+    assert await _closed(conn)
+    conn = await wire.Connection.open("127.0.0.1", sasl_server.port)
+    assert (await _plain(conn, "alice", "alice-secret")).error_code.value == 0
+    reply = await conn.call(36, 2, big)  # answered: ILLEGAL_SASL_STATE once authenticated
+    assert reply.error_code.value == 34
