@@ -210,6 +210,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from coordinator.cli.groups import main as groups_main
 
         return groups_main(arguments[1:])
+    if arguments[:1] in (["users"], ["acls"]):
+        from coordinator.cli.security import main as security_main
+
+        return security_main(arguments[0], arguments[1:])
     argv = arguments
     from coordinator.runtime.broker import Broker
     from coordinator.settings import ConfigError, load

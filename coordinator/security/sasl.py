@@ -192,10 +192,9 @@ def authenticate(ctx: ClientRequest, request: Any) -> None:
 def describe_scram(ctx: ClientRequest, request: Any, store: ScramStore) -> None:
     cls = response_type(DESCRIBE_USER_SCRAM_CREDENTIALS.api_key, ctx.version)
     users = store.users()
-    asked = [user.name for user in request.users] if request.users is not None else None
+    # No list, or an empty one, asks for every user (Kafka).
+    asked = [user.name for user in request.users or ()] or sorted(users)
     results = []
-    if asked is None:
-        asked = sorted(users)
     duplicates = {name for name, count in Counter(asked).items() if count > 1}
     for name in dict.fromkeys(asked):
         credentials = users.get(name)

@@ -6,9 +6,13 @@ admin API by a super user, and refused to others."""
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +31,7 @@ from tests.bench import wire
 from tests.broker_process import BrokerProcess, free_port
 
 pytestmark = pytest.mark.integration
+PROJECT = Path(__file__).resolve().parents[2]
 
 JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
         'user_admin="admin-secret" user_alice="alice-secret" user_bob="bob-secret";')
@@ -141,3 +146,36 @@ async def _describe_acls_as_bob(broker: BrokerProcess) -> int:
         return int(described.error_code.value)
     finally:
         await conn.close()
+
+
+def _cli(broker: BrokerProcess, config: Path, *argv: str, stdin: str = "") -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "coordinator", *argv, "--bootstrap-server",
+         f"127.0.0.1:{broker.env['SASL_PORT']}", "--command-config", str(config)],
+        input=stdin, capture_output=True, text=True, timeout=60, cwd=PROJECT)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_the_acls_and_users_commands_over_a_secured_listener(acl_broker: BrokerProcess,
+                                                             tmp_path: Path) -> None:
+    config = tmp_path / "admin.properties"
+    config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                      "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule"
+                      ' required username="admin" password="admin-secret";\n')
+    _cli(acl_broker, config, "acls", "add", "--allow-principal", "User:dave", "--operation",
+         "Read", "--operation", "Describe", "--group", "team-", "--resource-pattern-type",
+         "prefixed")
+    listed = json.loads(_cli(acl_broker, config, "acls", "list", "--json", "--group",
+                             "team-a", "--resource-pattern-type", "match"))
+    assert sorted((row["principal"], row["operation"]) for row in listed) == [
+        ("User:dave", "DESCRIBE"), ("User:dave", "READ")]
+    assert "2 ACL(s) removed" in _cli(
+        acl_broker, config, "acls", "remove", "--allow-principal", "User:dave", "--operation",
+        "Read", "--operation", "Describe", "--group", "team-", "--resource-pattern-type",
+        "prefixed")
+    added = _cli(acl_broker, config, "users", "scram", "add", "--user", "erin",
+                 "--mechanism", "SCRAM-SHA-256", "--iterations", "4096", stdin="erin-secret\n")
+    assert "erin-secret" not in added
+    users = json.loads(_cli(acl_broker, config, "users", "scram", "list", "--json"))
+    assert {"user": "erin", "mechanism": "SCRAM-SHA-256", "iterations": 4096} in users
