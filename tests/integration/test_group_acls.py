@@ -179,3 +179,19 @@ def test_the_acls_and_users_commands_over_a_secured_listener(acl_broker: BrokerP
     assert "erin-secret" not in added
     users = json.loads(_cli(acl_broker, config, "users", "scram", "list", "--json"))
     assert {"user": "erin", "mechanism": "SCRAM-SHA-256", "iterations": 4096} in users
+
+
+def test_the_groups_commands_take_a_command_config(acl_broker: BrokerProcess,
+                                                   tmp_path: Path) -> None:
+    config = tmp_path / "admin.properties"
+    config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                      "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule"
+                      ' required username="admin" password="admin-secret";\n')
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    producer = Producer(_config(acl_broker, "admin"))
+    producer.produce(topic, value=b"x")
+    assert producer.flush(15) == 0
+    assert _consume(acl_broker, "admin", "cli-group", topic) == 1
+    groups = json.loads(_cli(acl_broker, config, "groups", "list", "--json"))
+    assert "cli-group" in json.dumps(groups)
+    _cli(acl_broker, config, "groups", "delete-offsets", "cli-group", "--topic", topic)
