@@ -2,7 +2,8 @@
 
 READ GROUP for JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ConsumerGroupHeartbeat and
 OffsetCommit; DESCRIBE GROUP for OffsetFetch, DescribeGroups and ConsumerGroupDescribe, each
-group of a request on its own; DELETE GROUP for DeleteGroups (each group) and OffsetDelete;
+group of a request on its own (with the `authorized_operations` a client asks for);
+DELETE GROUP for DeleteGroups (each group) and OffsetDelete;
 ListGroups lists the groups the principal may describe (all of them with CLUSTER DESCRIBE). A
 denied group is answered GROUP_AUTHORIZATION_FAILED and logged (rate-limited).
 
@@ -43,6 +44,7 @@ from protocol.codec import response_type
 Handler = Callable[[ClientRequest, Any], None]
 _GROUP_DENIED = ErrorCode.group_authorization_failed
 _CACHE_LIMIT = 100_000
+_GROUP_OPERATIONS = (Operation.READ, Operation.DELETE, Operation.DESCRIBE)
 
 
 class GroupGate:
@@ -68,6 +70,12 @@ class GroupGate:
             decision = self._cache[key] = self.authorizer.authorize(
                 principal, ctx.client_host, operation, resource_type, name)
         return decision
+
+    def operations(self, ctx: ClientRequest, group_id: str) -> int:
+        """Kafka's authorized_operations of a group: the bits of READ, DELETE and DESCRIBE
+        this principal is allowed."""
+        return sum(1 << operation for operation in _GROUP_OPERATIONS
+                   if self.decide(ctx, operation, ResourceType.GROUP, group_id).allowed)
 
     def group(self, ctx: ClientRequest, operation: Operation, group_id: str) -> bool:
         decision = self.decide(ctx, operation, ResourceType.GROUP, group_id)
@@ -133,7 +141,9 @@ def _multi(gate: GroupGate, api_key: int, operation: Operation, handler: Handler
         refused: list[Any] = []
         for entry in entries:
             (allowed if gate.group(ctx, operation, group_of(entry)) else refused).append(entry)
-        if not refused:
+        # DescribeGroups and ConsumerGroupDescribe report what the principal may do.
+        with_operations = bool(getattr(request, "include_authorized_operations", False))
+        if not refused and not with_operations:
             handler(ctx, request)
             return
         only_denials = build(response_type(api_key, ctx.version), throttle_time=0, **{
@@ -141,11 +151,16 @@ def _multi(gate: GroupGate, api_key: int, operation: Operation, handler: Handler
         if not allowed:
             ctx.respond(only_denials)
             return
-        denials = getattr(only_denials, response_field)
+        denials = tuple(getattr(only_denials, response_field))
 
         def merge(response: Any) -> Any:
-            return dataclasses.replace(response, **{
-                response_field: tuple(getattr(response, response_field)) + tuple(denials)})
+            answered = tuple(getattr(response, response_field))
+            if with_operations:
+                answered = tuple(
+                    dataclasses.replace(entry, authorized_operations=gate.operations(
+                        ctx, entry.group_id)) if entry.error_code == ErrorCode.none else entry
+                    for entry in answered)
+            return dataclasses.replace(response, **{response_field: answered + denials})
 
         handler(_Merged(ctx, merge),  # type: ignore[arg-type]
                 dataclasses.replace(request, **{request_field: tuple(allowed)}))
