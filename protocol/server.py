@@ -7,6 +7,7 @@ import functools
 import math
 import signal
 import ssl
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -82,6 +83,8 @@ class KafkaServer:
         self.max_connections = max_connections
         self.max_connections_per_ip = max_connections_per_ip
         self.per_ip: dict[str, int] = {}
+        self.handshaking = 0
+        self.handshakes_per_ip: dict[str, int] = {}
         self.budget = ReadBudget(max_buffered_bytes)
         self._sweeper: asyncio.Task[None] | None = None
         self._refused = 0
@@ -110,17 +113,40 @@ class KafkaServer:
             return _TlsAcceptor(self, listener, security)
         return self._make_connection(listener)
 
-    def admit(self, connection: Connection, host: str) -> bool:
-        """Count a new connection in, or refuse it (False) when a limit is reached."""
-        if len(self.connections) >= self.max_connections:
+    def _within_limits(self, host: str) -> bool:
+        # TLS handshakes under way count: a flood of them holds sockets as connections do.
+        if len(self.connections) + self.handshaking >= self.max_connections:
             self._refuse(host, "max.connections", self.max_connections)
             return False
-        if self.per_ip.get(host, 0) >= self.max_connections_per_ip:
+        if (self.per_ip.get(host, 0) + self.handshakes_per_ip.get(host, 0)
+                >= self.max_connections_per_ip):
             self._refuse(host, "max.connections.per.ip", self.max_connections_per_ip)
+            return False
+        return True
+
+    def admit(self, connection: Connection, host: str) -> bool:
+        """Count a new connection in, or refuse it (False) when a limit is reached."""
+        if not self._within_limits(host):
             return False
         self.connections.add(connection)
         self.per_ip[host] = self.per_ip.get(host, 0) + 1
         return True
+
+    def begin_handshake(self, host: str) -> bool:
+        """Count a TLS handshake in, or refuse it (False) when a limit is reached."""
+        if not self._within_limits(host):
+            return False
+        self.handshaking += 1
+        self.handshakes_per_ip[host] = self.handshakes_per_ip.get(host, 0) + 1
+        return True
+
+    def end_handshake(self, host: str) -> None:
+        self.handshaking -= 1
+        left = self.handshakes_per_ip.get(host, 1) - 1
+        if left:
+            self.handshakes_per_ip[host] = left
+        else:
+            self.handshakes_per_ip.pop(host, None)
 
     def release(self, connection: Connection, host: str) -> None:
         if connection in self.connections:
@@ -280,13 +306,29 @@ class _TlsAcceptor(asyncio.Protocol):
         # What arrives before the TLS layer takes the socket over (uvloop reads the first
         # bytes, the ClientHello, before the handshake task runs) is handed to it then.
         self._hello: list[bytes] = []
+        peer = transport.get_extra_info("peername")
+        self._host = sys.intern(f"/{peer[0]}") if peer else ""
+        self._counted = self._server.begin_handshake(self._host)
+        if not self._counted:
+            transport.close()
+            return
         task = asyncio.get_running_loop().create_task(self._handshake(transport))
         self._server._handshakes.add(task)
         task.add_done_callback(self._server._handshakes.discard)
 
     async def _handshake(self, transport: Any) -> None:
-        peer = transport.get_extra_info("peername")
-        host = f"/{peer[0]}" if peer else ""
+        try:
+            await self._handshake_counted(transport)
+        finally:
+            self._handshake_done()
+
+    def _handshake_done(self) -> None:
+        if self._counted:
+            self._counted = False
+            self._server.end_handshake(self._host)
+
+    async def _handshake_counted(self, transport: Any) -> None:
+        host = self._host
         connection = self._server._make_connection(self._listener)
         context = self._security.tls
         assert context is not None
@@ -330,6 +372,7 @@ class _TlsAcceptor(asyncio.Protocol):
                              "add a rule for this subject to ssl.principal.mapping.rules")
                 tls.close()
                 return
+        self._handshake_done()  # from here on it counts as a connection (or is refused)
         tls.set_protocol(connection)
         connection.connection_made(tls)
         if principal is not None:

@@ -5,6 +5,7 @@ certificate, or with one from another CA, does not get in. The broker runs in th
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -109,6 +110,37 @@ async def test_a_certificate_no_rule_maps_is_refused(tmp_path: Path) -> None:
             finally:
                 await conn.close()
         assert not server.connections
+    finally:
+        await server.stop()
+        await broker.stop()
+
+
+async def test_tls_handshakes_under_way_count_against_max_connections(tmp_path: Path) -> None:
+    pki = Pki.create(tmp_path / "pki")
+    broker = await started_broker(tmp_path / "data", {
+        "listeners": "SSL://127.0.0.1:0",
+        "ssl.keystore.location": str(pki.issue("server", server=True, CN="localhost")),
+    }, partitions=None)
+    server = KafkaServer(broker, listeners=[("SSL", "127.0.0.1", 0)],
+                         security=listener_security(broker.settings), max_frame_bytes=1 << 20,
+                         max_connections=2)
+    await server.start()
+    try:
+        # Two sockets that never finish their handshake hold both places ...
+        stalled = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(2)]
+        await until(lambda: server.handshaking == 2, "handshakes counted")
+        with pytest.raises((wire.WireError, ConnectionError, OSError, ssl.SSLError)):
+            conn = await wire.Connection.open("127.0.0.1", server.port,
+                                              tls=_client_context(pki, None), timeout=3)
+            await wire.api_versions(conn)
+        # ... until they go.
+        for _, writer in stalled:
+            writer.close()
+        await until(lambda: server.handshaking == 0, "handshakes released")
+        conn = await wire.Connection.open("127.0.0.1", server.port,
+                                          tls=_client_context(pki, None))
+        assert 18 in await wire.api_versions(conn)
+        await conn.close()
     finally:
         await server.stop()
         await broker.stop()
