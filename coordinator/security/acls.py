@@ -31,9 +31,9 @@ from protocol.codec import response_type
 
 log = structlog.get_logger("rebalanced.security")
 
-DESCRIBE_ACLS = ApiVersionRange(29, 1, 3)
-CREATE_ACLS = ApiVersionRange(30, 1, 3)
-DELETE_ACLS = ApiVersionRange(31, 1, 3)
+DESCRIBE_ACLS = ApiVersionRange(29, 0, 3)  # v0: protocol.legacy_versions
+CREATE_ACLS = ApiVersionRange(30, 0, 3)
+DELETE_ACLS = ApiVersionRange(31, 0, 3)
 FILE_NAME = "acls.json"
 # What `authorizer.class.name` may name: Kafka's authorizers, both served by this one.
 AUTHORIZER_CLASSES = frozenset({
