@@ -37,7 +37,7 @@ _REFUSAL_LOG_INTERVAL_S = 10.0
 _TLS_HANDSHAKE_TIMEOUT_S = 10.0
 # Served on a SASL listener before authentication: ApiVersions, SaslHandshake, SaslAuthenticate.
 _BEFORE_AUTHENTICATION = frozenset({18, 17, 36})
-_SASL_HANDSHAKE = 17
+_REAUTHENTICATION = frozenset({17, 36})  # SaslHandshake, SaslAuthenticate
 # Kafka's sasl.server.max.receive.size: the largest frame a client may send before it is
 # authenticated, so that an anonymous peer cannot make the broker buffer 100 MB frames.
 SASL_MAX_RECEIVE_BYTES = 524288
@@ -266,7 +266,8 @@ class _SaslConnection(_TrackedConnection):
         except MalformedRequest as exc:
             return self._refuse_unauthenticated(body, None, None, str(exc))
         if sasl.authenticated:
-            if (api_key != _SASL_HANDSHAKE
+            # A re-authentication begun before the end may finish after it.
+            if (api_key not in _REAUTHENTICATION
                     and asyncio.get_running_loop().time() >= sasl.expires_at):
                 return self._refuse_unauthenticated(
                     body, api_key, api_version, "the SASL session expired without "
@@ -301,11 +302,11 @@ class _TlsAcceptor(asyncio.Protocol):
         self._server = server
         self._listener = listener
         self._security = security
+        self._hello: list[bytes] = []
+        self._host = ""
+        self._counted = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # What arrives before the TLS layer takes the socket over (uvloop reads the first
-        # bytes, the ClientHello, before the handshake task runs) is handed to it then.
-        self._hello: list[bytes] = []
         peer = transport.get_extra_info("peername")
         self._host = sys.intern(f"/{peer[0]}") if peer else ""
         self._counted = self._server.begin_handshake(self._host)
@@ -390,6 +391,8 @@ class _TlsAcceptor(asyncio.Protocol):
                          listener=self._listener, reason=reason)
 
     def data_received(self, data: bytes) -> None:
+        # What arrives before the TLS layer takes the socket over (uvloop reads the first
+        # bytes, the ClientHello, before the handshake task runs) is handed to it then.
         self._hello.append(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
