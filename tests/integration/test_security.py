@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -316,3 +317,45 @@ async def test_plaintext_on_a_tls_port_is_closed_cleanly(secured: Secured) -> No
                                          cafile=str(secured.pki.ca_path)))
     assert 17 in await wire.api_versions(tls)
     await tls.close()
+
+
+def test_librdkafka_reauthenticates_within_the_session_lifetime(tmp_path: Path) -> None:
+    import urllib.request
+
+    plain, sasl, metrics = free_port(), free_port(), free_port()
+    broker = BrokerProcess(tmp_path / "data", port=plain, settings={
+        "listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl}",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+        "connections.max.reauth.ms": "1500",
+        "metrics.listener": f"127.0.0.1:{metrics}",
+    }).start()
+    config = {"bootstrap.servers": f"127.0.0.1:{sasl}", "security.protocol": "SASL_PLAINTEXT",
+              "sasl.mechanism": "PLAIN", "sasl.username": "alice",
+              "sasl.password": "alice-secret"}
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    producer = Producer(config)
+    consumer = Consumer({**config, "group.id": f"g-{uuid.uuid4().hex[:8]}",
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    consumed = 0
+    try:
+        deadline = time.monotonic() + 6  # four session lifetimes
+        while time.monotonic() < deadline:
+            producer.produce(topic, b"x")
+            producer.poll(0)
+            message = consumer.poll(0.1)
+            if message is not None and message.error() is None:
+                consumed += 1
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=10) as page:
+            text = page.read().decode()
+    finally:
+        consumer.close()
+        producer.flush(5)
+        broker.stop()
+    handshakes = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                     if line.startswith('rebalanced_requests_total{api="17"'))
+    log = broker.log_path.read_text(errors="replace")
+    assert consumed > 10
+    assert handshakes >= 6  # each connection authenticated again, more than once
+    assert "SASL session expired" not in log and "Traceback" not in log
