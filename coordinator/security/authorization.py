@@ -198,6 +198,153 @@ def _offset_fetch(gate: GroupGate, handler: Handler) -> Handler:
     return checked
 
 
+# Topics --------------------------------------------------------------------------------------
+
+_TOPIC_DENIED = ErrorCode.topic_authorization_failed
+
+
+def _topic_allowed(gate: GroupGate, ctx: ClientRequest, operation: Operation,
+                   name: str) -> bool:
+    decision = gate.decide(ctx, operation, ResourceType.TOPIC, name)
+    if not decision.allowed:
+        denied(ctx, operation, ResourceType.TOPIC, name, decision)
+    return decision.allowed
+
+
+def _per_topic(gate: GroupGate, api_key: int, operation: Operation, handler: Handler,
+               request_field: Callable[[int], str], response_field: str,
+               name_of: Callable[[Any], str | None],
+               denial: Callable[[Any, str], dict[str, Any]],
+               cluster_operation: Operation | None = None) -> Handler:
+    """Each topic of the request checked on its own (or all at once by `cluster_operation`
+    on the cluster): the allowed ones go to the handler, the denied ones are answered
+    TOPIC_AUTHORIZATION_FAILED in the same response."""
+
+    def checked(ctx: ClientRequest, request: Any) -> None:
+        if cluster_operation is not None and gate.decide(
+                ctx, cluster_operation, ResourceType.CLUSTER, CLUSTER_NAME).allowed:
+            handler(ctx, request)
+            return
+        field = request_field(ctx.version)
+        allowed: list[Any] = []
+        refused: list[tuple[Any, str]] = []
+        for entry in getattr(request, field):
+            name = name_of(entry)
+            if name is None or _topic_allowed(gate, ctx, operation, name):
+                allowed.append(entry)  # an unknown topic id is the handler's to answer
+            else:
+                refused.append((entry, name))
+        if not refused:
+            handler(ctx, request)
+            return
+        if api_key == 0 and int(request.acks) == 0:
+            # Produce without acknowledgements has no answer to carry the error: Kafka closes.
+            close = getattr(ctx.connection, "close", None)
+            if close is not None:
+                close()
+            return
+        only_denials = build(response_type(api_key, ctx.version), throttle_time=0, **{
+            response_field: [denial(entry, name) for entry, name in refused]})
+        if not allowed:
+            ctx.respond(only_denials)
+            return
+        denials = tuple(getattr(only_denials, response_field))
+
+        def merge(response: Any) -> Any:
+            return dataclasses.replace(response, **{
+                response_field: tuple(getattr(response, response_field)) + denials})
+
+        handler(_Merged(ctx, merge),  # type: ignore[arg-type]
+                dataclasses.replace(request, **{field: tuple(allowed)}))
+
+    return checked
+
+
+def _metadata(gate: GroupGate, broker: Any, handler: Handler) -> Handler:
+    """DESCRIBE on each topic named (TOPIC_AUTHORIZATION_FAILED otherwise), CREATE (on the
+    cluster or the topic) to have it auto-created; all topics: those the principal may
+    DESCRIBE."""
+
+    def visible(ctx: ClientRequest, name: str) -> bool:
+        return gate.decide(ctx, Operation.DESCRIBE, ResourceType.TOPIC, name).allowed
+
+    def checked(ctx: ClientRequest, request: Any) -> None:
+        topics = request.topics
+        if topics is None or (ctx.version == 0 and not topics):
+            def keep(response: Any) -> Any:
+                return dataclasses.replace(response, topics=tuple(
+                    t for t in response.topics if t.name is None or visible(ctx, t.name)))
+
+            handler(_Merged(ctx, keep), request)  # type: ignore[arg-type]
+            return
+        creates = bool(getattr(request, "allow_auto_topic_creation", True))
+        may_create_all = creates and gate.decide(ctx, Operation.CREATE, ResourceType.CLUSTER,
+                                                 CLUSTER_NAME).allowed
+        allowed: list[Any] = []
+        refused: list[str] = []
+        for entry in topics:
+            name = entry.name
+            if name is None:
+                allowed.append(entry)
+            elif not _topic_allowed(gate, ctx, Operation.DESCRIBE, name) or (
+                    creates and not may_create_all and broker.topics.get(name) is None
+                    and not _topic_allowed(gate, ctx, Operation.CREATE, name)):
+                refused.append(name)
+            else:
+                allowed.append(entry)
+        if not refused:
+            handler(ctx, request)
+            return
+        denials = tuple(build(response_type(3, ctx.version), topics=[
+            {"name": name, "error_code": _TOPIC_DENIED, "partitions": [],
+             "is_internal": False} for name in refused]).topics)
+
+        def merge(response: Any) -> Any:
+            # With no topic allowed the handler was asked for none (v0: for all, whose
+            # listing is dropped here); the brokers and the cluster are still its answer.
+            answered = tuple(response.topics) if allowed else ()
+            return dataclasses.replace(response, topics=answered + denials)
+
+        handler(_Merged(ctx, merge),  # type: ignore[arg-type]
+                dataclasses.replace(request, topics=tuple(allowed)))
+
+    return checked
+
+
+def _install_topic_checks(gate: GroupGate, broker: Any,
+                          wrap: Callable[[int, Callable[[Handler], Handler]], None]) -> None:
+    wrap(0, lambda h: _per_topic(
+        gate, 0, Operation.WRITE, h, lambda v: "topic_data", "responses",
+        lambda t: t.name, lambda t, name: {"name": name, "partition_responses": [
+            {"index": p.index, "error_code": _TOPIC_DENIED, "base_offset": -1}
+            for p in t.partition_data]}))
+    wrap(3, lambda h: _metadata(gate, broker, h))
+    wrap(19, lambda h: _per_topic(
+        gate, 19, Operation.CREATE, h, lambda v: "topics", "topics", lambda t: t.name,
+        lambda t, name: {"name": name, "error_code": _TOPIC_DENIED,
+                         "error_message": "Authorization failed.", "num_partitions": -1,
+                         "replication_factor": -1, "configs": []},
+        cluster_operation=Operation.CREATE))
+
+    def deleted_name(entry: Any) -> str | None:
+        if isinstance(entry, str):
+            return entry
+        if entry.name:
+            return str(entry.name)
+        topic = broker.topics.by_id(entry.topic_id) if entry.topic_id else None
+        return topic.name if topic is not None else None
+
+    wrap(20, lambda h: _per_topic(
+        gate, 20, Operation.DELETE, h, lambda v: "topics" if v >= 6 else "topic_names",
+        "responses", deleted_name,
+        lambda t, name: {"name": name, "topic_id": getattr(t, "topic_id", None),
+                         "error_code": _TOPIC_DENIED}))
+    wrap(37, lambda h: _per_topic(
+        gate, 37, Operation.ALTER, h, lambda v: "topics", "results", lambda t: t.name,
+        lambda t, name: {"name": name, "error_code": _TOPIC_DENIED,
+                         "error_message": "Authorization failed."}))
+
+
 def install(broker: Any, settings: BrokerSettings) -> Authorizer | None:
     """Serve the ACL APIs on `broker` and, with `authorizer.class.name` set, check the group
     APIs (call once every API is registered)."""
@@ -239,4 +386,5 @@ def install(broker: Any, settings: BrokerSettings) -> Authorizer | None:
     wrap(42, lambda h: _multi(gate, 42, Operation.DELETE, h, "groups_names", "results",
                               lambda g: {"group_id": g, "error_code": _GROUP_DENIED}))
     wrap(16, lambda h: _list_groups(gate, h))
+    _install_topic_checks(gate, broker, wrap)
     return authorizer

@@ -23,6 +23,7 @@ from confluent_kafka.admin import (
     AclOperation,
     AclPermissionType,
     AdminClient,
+    NewTopic,
     ResourcePatternType,
     ResourceType,
 )
@@ -56,6 +57,9 @@ def acl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProce
                    "*", AclOperation.READ, AclPermissionType.ALLOW),
         AclBinding(ResourceType.GROUP, "billing-secret", ResourcePatternType.LITERAL,
                    "User:alice", "*", AclOperation.ALL, AclPermissionType.DENY),
+        # Every user may read (and so describe) the tests' topics, none may write them.
+        AclBinding(ResourceType.TOPIC, "t-", ResourcePatternType.PREFIXED, "User:*", "*",
+                   AclOperation.READ, AclPermissionType.ALLOW),
     ])
     for future in futures.values():
         future.result(timeout=15)
@@ -111,6 +115,39 @@ def test_a_group_works_only_for_the_principal_allowed_to_read_it(
     assert "authorization denied" in log and "User:bob" in log
 
 
+def test_topics_need_write_to_produce_and_describe_to_be_seen(
+        acl_broker: BrokerProcess) -> None:
+    errors: list[KafkaError] = []
+
+    def delivered(error: KafkaError | None, _: Any) -> None:
+        if error is not None:
+            errors.append(error)
+
+    producer = Producer(_config(acl_broker, "alice"))
+    producer.produce(f"t-{uuid.uuid4().hex[:8]}", value=b"x", on_delivery=delivered)
+    producer.flush(15)
+    assert [e.code() for e in errors] == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
+    # A topic alice may not describe is not auto-created for her, and not listed.
+    admin = AdminClient(_config(acl_broker, "alice"))
+    hidden = f"hidden-{uuid.uuid4().hex[:8]}"
+    metadata = admin.list_topics(hidden, timeout=10)
+    error = metadata.topics[hidden].error
+    assert error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    super_admin = AdminClient(_config(acl_broker, "admin"))
+    assert hidden not in super_admin.list_topics(timeout=10).topics
+    assert all(name.startswith("t-") or name == "__consumer_offsets"
+               for name in admin.list_topics(timeout=10).topics)
+    # Creating and deleting topics: CREATE (on the cluster or the topic), DELETE.
+    existing = f"t-{uuid.uuid4().hex[:8]}"
+    super_admin.create_topics([NewTopic(existing, 1)])[existing].result(timeout=15)
+    for future in (admin.create_topics([NewTopic(f"t-{uuid.uuid4().hex[:8]}", 1)]),
+                   admin.delete_topics([existing])):
+        with pytest.raises(KafkaException) as failure:
+            next(iter(future.values())).result(timeout=15)
+        assert failure.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert existing in super_admin.list_topics(timeout=10).topics
+
+
 def test_describe_groups_answers_each_group_on_its_own(acl_broker: BrokerProcess) -> None:
     admin = AdminClient(_config(acl_broker, "alice"))
     futures = admin.describe_consumer_groups(["billing-1", "other"],
@@ -131,7 +168,8 @@ def test_acls_are_read_by_a_super_user_and_refused_to_others(acl_broker: BrokerP
     admin = AdminClient(_config(acl_broker, "admin"))
     found = admin.describe_acls(everything).result(timeout=15)
     assert {(b.name, b.permission_type) for b in found} == {
-        ("billing-", AclPermissionType.ALLOW), ("billing-secret", AclPermissionType.DENY)}
+        ("billing-", AclPermissionType.ALLOW), ("billing-secret", AclPermissionType.DENY),
+        ("t-", AclPermissionType.ALLOW)}
     # librdkafka hands a DescribeAcls error back as an empty list: asked over raw frames.
     assert asyncio.run(_describe_acls_as_bob(acl_broker)) == 31  # CLUSTER_AUTHORIZATION_FAILED
 
