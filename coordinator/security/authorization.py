@@ -319,6 +319,28 @@ def _install_topic_checks(gate: GroupGate, broker: Any,
             {"index": p.index, "error_code": _TOPIC_DENIED, "base_offset": -1}
             for p in t.partition_data]}))
     wrap(3, lambda h: _metadata(gate, broker, h))
+
+    def fetched_name(entry: Any) -> str | None:
+        name = getattr(entry, "topic", None)  # by name before v13, by id from v13
+        if name is not None:
+            return str(name)
+        topic_id = getattr(entry, "topic_id", None)
+        topic = broker.topics.by_id(topic_id) if topic_id is not None else None
+        return topic.name if topic is not None else None
+
+    # Fetch is sessionless here (session id 0): filtering a request changes no session.
+    wrap(1, lambda h: _per_topic(
+        gate, 1, Operation.READ, h, lambda v: "topics", "responses", fetched_name,
+        lambda t, name: {"topic": name, "topic_id": getattr(t, "topic_id", None),
+                         "partitions": [{"partition_index": p.partition,
+                                         "error_code": _TOPIC_DENIED, "high_watermark": -1,
+                                         "records": b""} for p in t.partitions]}))
+    wrap(2, lambda h: _per_topic(
+        gate, 2, Operation.DESCRIBE, h, lambda v: "topics", "topics", lambda t: t.name,
+        lambda t, name: {"name": name, "partitions": [
+            {"partition_index": p.partition_index, "error_code": _TOPIC_DENIED,
+             "timestamp": -1, "offset": -1, "old_style_offsets": []}
+            for p in t.partitions]}))
     wrap(19, lambda h: _per_topic(
         gate, 19, Operation.CREATE, h, lambda v: "topics", "topics", lambda t: t.name,
         lambda t, name: {"name": name, "error_code": _TOPIC_DENIED,

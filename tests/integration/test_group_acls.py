@@ -57,9 +57,12 @@ def acl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProce
                    "*", AclOperation.READ, AclPermissionType.ALLOW),
         AclBinding(ResourceType.GROUP, "billing-secret", ResourcePatternType.LITERAL,
                    "User:alice", "*", AclOperation.ALL, AclPermissionType.DENY),
-        # Every user may read (and so describe) the tests' topics, none may write them.
+        # Every user may read (and so describe) the tests' topics, none may write them;
+        # "w-" topics may only be described.
         AclBinding(ResourceType.TOPIC, "t-", ResourcePatternType.PREFIXED, "User:*", "*",
                    AclOperation.READ, AclPermissionType.ALLOW),
+        AclBinding(ResourceType.TOPIC, "w-", ResourcePatternType.PREFIXED, "User:*", "*",
+                   AclOperation.DESCRIBE, AclPermissionType.ALLOW),
     ])
     for future in futures.values():
         future.result(timeout=15)
@@ -148,6 +151,29 @@ def test_topics_need_write_to_produce_and_describe_to_be_seen(
     assert existing in super_admin.list_topics(timeout=10).topics
 
 
+def test_fetching_needs_read_on_the_topic(acl_broker: BrokerProcess) -> None:
+    topic = f"w-{uuid.uuid4().hex[:8]}"
+    producer = Producer(_config(acl_broker, "admin"))
+    producer.produce(topic, value=b"x")
+    assert producer.flush(15) == 0
+    consumer = Consumer({**_config(acl_broker, "alice"), "group.id": "billing-w",
+                         "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition(topic, 0)])
+    deadline = time.monotonic() + 20
+    seen: list[int] = []
+    try:
+        while time.monotonic() < deadline and not seen:
+            message = consumer.poll(0.5)
+            if message is not None:
+                error = message.error()
+                assert error is not None, "alice may only describe w- topics"
+                if error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                    seen.append(error.code())
+    finally:
+        consumer.close()
+    assert seen == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
+
+
 def test_describe_groups_answers_each_group_on_its_own(acl_broker: BrokerProcess) -> None:
     admin = AdminClient(_config(acl_broker, "alice"))
     futures = admin.describe_consumer_groups(["billing-1", "other"],
@@ -169,7 +195,7 @@ def test_acls_are_read_by_a_super_user_and_refused_to_others(acl_broker: BrokerP
     found = admin.describe_acls(everything).result(timeout=15)
     assert {(b.name, b.permission_type) for b in found} == {
         ("billing-", AclPermissionType.ALLOW), ("billing-secret", AclPermissionType.DENY),
-        ("t-", AclPermissionType.ALLOW)}
+        ("t-", AclPermissionType.ALLOW), ("w-", AclPermissionType.ALLOW)}
     # librdkafka hands a DescribeAcls error back as an empty list: asked over raw frames.
     assert asyncio.run(_describe_acls_as_bob(acl_broker)) == 31  # CLUSTER_AUTHORIZATION_FAILED
 
