@@ -262,3 +262,36 @@ def test_the_groups_commands_take_a_command_config(acl_broker: BrokerProcess,
     groups = json.loads(_cli(acl_broker, config, "groups", "list", "--json"))
     assert "cli-group" in json.dumps(groups)
     _cli(acl_broker, config, "groups", "delete-offsets", "cli-group", "--topic", topic)
+
+
+async def _commit_as_alice(broker: BrokerProcess, group: str, topics: list[str],
+                           version: int) -> dict[str, int]:
+    conn = await wire.Connection.open("127.0.0.1", int(broker.env["SASL_PORT"]))
+    try:
+        assert (await conn.call(17, 1, {"mechanism": "PLAIN"})).error_code.value == 0
+        reply = await conn.call(36, 2, {"auth_bytes": b"\0alice\0alice-secret"})
+        assert reply.error_code.value == 0
+        committed = await conn.call(8, version, {
+            "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+            "group_instance_id": None, "retention_time": -1, "topics": [
+                {"name": topic, "partitions": [{"partition_index": 0, "committed_offset": 1,
+                                                "committed_leader_epoch": -1,
+                                                "committed_metadata": None}]}
+                for topic in topics]})
+        return {t.name: int(t.partitions[0].error_code.value) for t in committed.topics}
+    finally:
+        await conn.close()
+
+
+@pytest.mark.parametrize("version", [7, 9])  # v9: the hand-read, hand-answered fast path
+def test_a_commit_needs_read_on_each_topic(acl_broker: BrokerProcess, version: int) -> None:
+    readable, described = f"t-{uuid.uuid4().hex[:8]}", f"w-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient(_config(acl_broker, "admin"))
+    for future in admin.create_topics([NewTopic(readable, 1), NewTopic(described, 1)]).values():
+        future.result(timeout=15)
+    errors = asyncio.run(_commit_as_alice(acl_broker, "billing-c", [readable, described],
+                                          version))
+    assert errors == {readable: 0, described: 29}  # TOPIC_AUTHORIZATION_FAILED
+    # A group alice may not read: every partition is GROUP_AUTHORIZATION_FAILED.
+    errors = asyncio.run(_commit_as_alice(acl_broker, "other", [readable, described], version))
+    assert errors == {readable: 30, described: 30}
