@@ -1,10 +1,11 @@
 """ACLs checked as Kafka checks them, in front of the group and topic APIs' handlers.
 
 READ GROUP for JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ConsumerGroupHeartbeat and
-OffsetCommit (then READ TOPIC for each topic committed to); DESCRIBE GROUP for OffsetFetch, DescribeGroups and ConsumerGroupDescribe, each
-group of a request on its own (with the `authorized_operations` a client asks for);
-DELETE GROUP for DeleteGroups (each group) and OffsetDelete;
-ListGroups lists the groups the principal may describe (all of them with CLUSTER DESCRIBE).
+OffsetCommit (then READ TOPIC for each topic committed to); DESCRIBE GROUP for OffsetFetch,
+DescribeGroups and ConsumerGroupDescribe, each group of a request on its own (with the
+`authorized_operations` a client asks for); DELETE GROUP for DeleteGroups (each group) and
+OffsetDelete; ListGroups lists the groups the principal may describe (all of them with
+CLUSTER DESCRIBE).
 WRITE TOPIC for Produce, READ for Fetch, DESCRIBE for ListOffsets and Metadata (CREATE to
 auto-create), CREATE for CreateTopics, DELETE for DeleteTopics, ALTER for CreatePartitions. A
 denied group or topic is answered GROUP_ or TOPIC_AUTHORIZATION_FAILED and logged
@@ -56,23 +57,25 @@ class GroupGate:
 
     def __init__(self, authorizer: Authorizer) -> None:
         self.authorizer = authorizer
+        self._store = authorizer.store
         self._cache: dict[tuple[str, str, int, int, str], Decision] = {}
         self._bindings: object = None
 
     def decide(self, ctx: ClientRequest, operation: Operation, resource_type: int,
                name: str) -> Decision:
-        principal = str(getattr(ctx.connection, "principal", "User:ANONYMOUS"))
-        bindings = self.authorizer.store.bindings
+        connection = ctx.connection
+        principal: str = getattr(connection, "principal", "User:ANONYMOUS")
+        bindings = self._store.bindings
         if bindings is not self._bindings:  # the store replaces its list on every change
             self._cache.clear()
             self._bindings = bindings
-        key = (principal, ctx.client_host, operation, resource_type, name)
+        key = (principal, connection.client_host, operation, resource_type, name)
         decision = self._cache.get(key)
         if decision is None:
             if len(self._cache) >= _CACHE_LIMIT:
                 self._cache.clear()
             decision = self._cache[key] = self.authorizer.authorize(
-                principal, ctx.client_host, operation, resource_type, name)
+                principal, connection.client_host, operation, resource_type, name)
         return decision
 
     def operations(self, ctx: ClientRequest, group_id: str) -> int:
@@ -279,8 +282,9 @@ def _per_topic(gate: GroupGate, api_key: int, operation: Operation, handler: Han
 
 
 def _offset_commit_topics(gate: GroupGate, handler: Handler) -> Handler:
-    """READ on each topic committed to (after READ on the group, which `handler` checks):
-    a denied topic's partitions are answered TOPIC_AUTHORIZATION_FAILED."""
+    """READ on the group, then on each topic committed to: a denied topic's partitions are
+    answered TOPIC_AUTHORIZATION_FAILED. One cached decision per group and topic on the
+    allowed path."""
 
     def name_of(topic: Any) -> str:
         return str(topic[0] if isinstance(topic, tuple) else topic.name)
@@ -294,12 +298,18 @@ def _offset_commit_topics(gate: GroupGate, handler: Handler) -> Handler:
     per_topic = _per_topic(gate, 8, Operation.READ, handler, lambda v: "topics", "topics",
                            name_of, denial)
 
+    decide = gate.decide
+
     def checked(ctx: ClientRequest, request: Any) -> None:
         # The group first, as Kafka: a denied group answers every partition with its error.
-        if not gate.decide(ctx, Operation.READ, ResourceType.GROUP, request.group_id).allowed:
-            handler(ctx, request)
+        if not gate.group(ctx, Operation.READ, request.group_id):
+            ctx.respond(_single_group_denial(8, ctx, request))
             return
-        per_topic(ctx, request)
+        for topic in request.topics:
+            if not decide(ctx, Operation.READ, ResourceType.TOPIC, name_of(topic)).allowed:
+                per_topic(ctx, request)  # the rare path: split, answer, merge
+                return
+        handler(ctx, request)
 
     return checked
 
@@ -436,7 +446,7 @@ def install(broker: Any, settings: BrokerSettings) -> Authorizer | None:
     def read_group(api_key: int) -> Callable[[Handler], Handler]:
         return lambda handler: _single(gate, api_key, Operation.READ, handler)
 
-    for api_key in (11, 14, 12, 13, 68, 8):
+    for api_key in (11, 14, 12, 13, 68):
         wrap(api_key, read_group(api_key))
     wrap(8, lambda h: _offset_commit_topics(gate, h))
     wrap(47, lambda h: _single(gate, 47, Operation.DELETE, h))

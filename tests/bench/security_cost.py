@@ -159,40 +159,51 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def gate_cost(repeat: int = 5, number: int = 200_000) -> dict[str, float]:
-    """The authorizer's cost per group request alone: a wrapped handler that does nothing
-    against the bare one (best of `repeat`), with one PREFIXED ALLOW binding."""
+    """The authorizer's cost per request alone: the checked Heartbeat (READ GROUP) and
+    OffsetCommit (READ GROUP, READ TOPIC of one topic) handlers that do nothing, against the
+    bare one (best of `repeat`), with PREFIXED and LITERAL ALLOW bindings."""
     import timeit
 
     from coordinator.security.acls import AclBinding, AclStore, Authorizer, Operation
-    from coordinator.security.authorization import GroupGate, _single
+    from coordinator.security.authorization import GroupGate, _offset_commit_topics, _single
 
     class Connection:
         principal = "User:alice"
+        client_host = "/127.0.0.1"
 
     class Context:
         connection = Connection()
         client_host = "/127.0.0.1"
+        version = 7
+
+    class Topic:
+        name = "bench"
+        partitions = ()
 
     class Request:
         group_id = "billing-1"
+        topics = (Topic(),)
 
     store = AclStore(Path(tempfile.mkdtemp(prefix="acl-cost-")))
-    store.replace([AclBinding(3, "billing-", 4, "User:alice", "*", 3, 3)])
+    store.replace([AclBinding(3, "billing-", 4, "User:alice", "*", 3, 3),
+                   AclBinding(2, "bench", 3, "User:alice", "*", 3, 3)])
+    gate = GroupGate(Authorizer(store, (), False))
 
     def bare(ctx: Any, request: Any) -> None:
         return None
 
-    checked = _single(GroupGate(Authorizer(store, (), False)), 12, Operation.READ, bare)
     ctx, request = Context(), Request()
-    timings = {}
-    for name, handler in (("checked", checked), ("bare", bare)):
-        def call(handler: Any = handler) -> None:
+
+    def best_us(handler: Any) -> float:
+        def call() -> None:
             handler(ctx, request)
 
-        best = min(timeit.repeat(call, number=number, repeat=repeat))
-        timings[f"{name}_us"] = round(best / number * 1e6, 3)
-    timings["check_us"] = round(timings["checked_us"] - timings["bare_us"], 3)
-    return timings
+        return min(timeit.repeat(call, number=number, repeat=repeat)) / number * 1e6
+
+    base = best_us(bare)
+    return {"heartbeat_check_us": round(best_us(_single(gate, 12, Operation.READ, bare))
+                                        - base, 3),
+            "commit_check_us": round(best_us(_offset_commit_topics(gate, bare)) - base, 3)}
 
 
 def main(argv: list[str] | None = None) -> int:
