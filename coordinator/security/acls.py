@@ -142,8 +142,7 @@ class AclFilter:
                    int(request.permission_type))
 
     def problem(self) -> str | None:
-        if ResourceType.UNKNOWN in (self.resource_type,) or self.pattern_type == 0 or \
-                self.operation == 0 or self.permission == 0:
+        if 0 in (self.resource_type, self.pattern_type, self.operation, self.permission):
             return "the filter has an UNKNOWN element"
         return None
 
