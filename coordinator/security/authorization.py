@@ -4,8 +4,8 @@ READ GROUP for JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ConsumerGroupHeartbe
 OffsetCommit (then READ TOPIC for each topic committed to); DESCRIBE GROUP for OffsetFetch,
 DescribeGroups and ConsumerGroupDescribe, each group of a request on its own (with the
 `authorized_operations` a client asks for); DELETE GROUP for DeleteGroups (each group) and
-OffsetDelete; ListGroups lists the groups the principal may describe (all of them with
-CLUSTER DESCRIBE).
+OffsetDelete (then READ TOPIC); ListGroups lists the groups the principal may describe (all
+of them with CLUSTER DESCRIBE).
 WRITE TOPIC for Produce, READ for Fetch, DESCRIBE for ListOffsets and Metadata (CREATE to
 auto-create), CREATE for CreateTopics, DELETE for DeleteTopics, ALTER for CreatePartitions. A
 denied group or topic is answered GROUP_ or TOPIC_AUTHORIZATION_FAILED and logged
@@ -281,10 +281,11 @@ def _per_topic(gate: GroupGate, api_key: int, operation: Operation, handler: Han
     return checked
 
 
-def _offset_commit_topics(gate: GroupGate, handler: Handler) -> Handler:
-    """READ on the group, then on each topic committed to: a denied topic's partitions are
-    answered TOPIC_AUTHORIZATION_FAILED. One cached decision per group and topic on the
-    allowed path."""
+def _offset_commit_topics(gate: GroupGate, handler: Handler, api_key: int = 8,
+                          group_operation: Operation = Operation.READ) -> Handler:
+    """`group_operation` on the group (READ for OffsetCommit, DELETE for OffsetDelete), then
+    READ on each topic: a denied topic's partitions are answered TOPIC_AUTHORIZATION_FAILED.
+    One cached decision per group and topic on the allowed path."""
 
     def name_of(topic: Any) -> str:
         return str(topic[0] if isinstance(topic, tuple) else topic.name)
@@ -295,15 +296,15 @@ def _offset_commit_topics(gate: GroupGate, handler: Handler) -> Handler:
         return {"name": name, "partitions": [
             {"partition_index": index, "error_code": _TOPIC_DENIED} for index in indexes]}
 
-    per_topic = _per_topic(gate, 8, Operation.READ, handler, lambda v: "topics", "topics",
-                           name_of, denial)
+    per_topic = _per_topic(gate, api_key, Operation.READ, handler, lambda v: "topics",
+                           "topics", name_of, denial)
 
     decide = gate.decide
 
     def checked(ctx: ClientRequest, request: Any) -> None:
         # The group first, as Kafka: a denied group answers every partition with its error.
-        if not gate.group(ctx, Operation.READ, request.group_id):
-            ctx.respond(_single_group_denial(8, ctx, request))
+        if not gate.group(ctx, group_operation, request.group_id):
+            ctx.respond(_single_group_denial(api_key, ctx, request))
             return
         for topic in request.topics:
             if not decide(ctx, Operation.READ, ResourceType.TOPIC, name_of(topic)).allowed:
@@ -449,7 +450,7 @@ def install(broker: Any, settings: BrokerSettings) -> Authorizer | None:
     for api_key in (11, 14, 12, 13, 68):
         wrap(api_key, read_group(api_key))
     wrap(8, lambda h: _offset_commit_topics(gate, h))
-    wrap(47, lambda h: _single(gate, 47, Operation.DELETE, h))
+    wrap(47, lambda h: _offset_commit_topics(gate, h, 47, Operation.DELETE))
     wrap(9, lambda h: _offset_fetch(gate, h))
     wrap(15, lambda h: _multi(gate, 15, Operation.DESCRIBE, h, "groups", "groups",
                               lambda g: {"group_id": g, "error_code": _GROUP_DENIED,

@@ -295,3 +295,45 @@ def test_a_commit_needs_read_on_each_topic(acl_broker: BrokerProcess, version: i
     # A group alice may not read: every partition is GROUP_AUTHORIZATION_FAILED.
     errors = asyncio.run(_commit_as_alice(acl_broker, "other", [readable, described], version))
     assert errors == {readable: 30, described: 30}
+
+
+async def _delete_offsets_as(broker: BrokerProcess, user: str, group: str,
+                             topics: list[str]) -> tuple[int, dict[str, int]]:
+    conn = await wire.Connection.open("127.0.0.1", int(broker.env["SASL_PORT"]))
+    try:
+        assert (await conn.call(17, 1, {"mechanism": "PLAIN"})).error_code.value == 0
+        auth = f"\0{user}\0{user}-secret".encode()
+        assert (await conn.call(36, 2, {"auth_bytes": auth})).error_code.value == 0
+        reply = await conn.call(47, 0, {"group_id": group, "topics": [
+            {"name": topic, "partitions": [{"partition_index": 0}]} for topic in topics]})
+        return int(reply.error_code.value), {
+            t.name: int(t.partitions[0].error_code.value) for t in reply.topics}
+    finally:
+        await conn.close()
+
+
+def test_offset_delete_needs_delete_on_the_group_and_read_on_each_topic(
+        acl_broker: BrokerProcess) -> None:
+    readable, described = f"t-{uuid.uuid4().hex[:8]}", f"w-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient(_config(acl_broker, "admin"))
+    futures = admin.create_acls([AclBinding(
+        ResourceType.GROUP, "cleanup", ResourcePatternType.LITERAL, "User:bob", "*",
+        AclOperation.DELETE, AclPermissionType.ALLOW)])
+    for future in futures.values():
+        future.result(timeout=15)
+    try:
+        for future in admin.create_topics([NewTopic(readable, 1),
+                                           NewTopic(described, 1)]).values():
+            future.result(timeout=15)
+        top, errors = asyncio.run(_delete_offsets_as(acl_broker, "bob", "cleanup",
+                                                     [readable, described]))
+        assert errors[described] == 29 and errors.get(readable) != 29
+        top, errors = asyncio.run(_delete_offsets_as(acl_broker, "alice", "billing-1",
+                                                     [readable]))
+        assert top == 30  # alice may read billing-*, not delete it
+    finally:
+        cleanup = AclBindingFilter(ResourceType.GROUP, "cleanup", ResourcePatternType.LITERAL,
+                                   "User:bob", "*", AclOperation.DELETE,
+                                   AclPermissionType.ALLOW)
+        for future in admin.delete_acls([cleanup]).values():
+            future.result(timeout=15)
