@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from coordinator.ops.http import OpsServer
     from coordinator.ops.loop_lag import LoopLagMonitor
     from coordinator.runtime.broker import Broker
-    from protocol.server import KafkaServer
+    from protocol.server import KafkaServer, ListenerSecurity
 
 # Log lines are written through a buffer flushed every 100 ms (and at exit) rather than one
 # write syscall per line: a join storm logs an event per member.
@@ -108,8 +108,10 @@ def _watch_loop(broker: Broker) -> LoopLagMonitor:
     return monitor
 
 
-async def serve(broker: Broker, server_factory: type[KafkaServer] | None = None) -> None:
+async def serve(broker: Broker, server_factory: type[KafkaServer] | None = None,
+                security: Mapping[str, ListenerSecurity] | None = None) -> None:
     from coordinator.runtime.broker import connection_limit
+    from coordinator.security.listeners import listener_security
     from protocol.server import KafkaServer, install_signal_handlers
 
     server_factory = server_factory or KafkaServer
@@ -117,12 +119,15 @@ async def serve(broker: Broker, server_factory: type[KafkaServer] | None = None)
     open_files = raise_open_files_limit()
     flusher = asyncio.get_running_loop().create_task(_flush_logs_periodically())
     settings = broker.settings
+    if security is None:
+        security = listener_security(settings)
     await broker.start()
     _tune_gc()
     loop_lag = _watch_loop(broker)
     server = server_factory(broker,
                             listeners=[(listener.name, listener.host, listener.port)
                                        for listener in settings.listeners],
+                            security=security,
                             max_frame_bytes=settings["socket.request.max.bytes"],
                             max_in_flight=settings["queued.max.requests"],
                             idle_ms=settings["connections.max.idle.ms"],
@@ -137,7 +142,10 @@ async def serve(broker: Broker, server_factory: type[KafkaServer] | None = None)
     ops = await _start_ops(broker, server)
     listening = {listener.name: f"{listener.host}:{server.bound[listener.name]}"
                  for listener in settings.listeners}
+    protocols = settings["listener.security.protocol.map"]
     log.info("broker started", host=settings.listen[0], port=bound, listeners=listening,
+             security_protocols={listener.name: protocols.get(listener.name, "PLAINTEXT")
+                                 for listener in settings.listeners},
              advertised={name: f"{host}:{port}"
                          for name, (host, port) in settings.advertised_by_listener().items()},
              node_id=broker.node_id, data_dir=str(broker.data_dir),
@@ -213,6 +221,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from coordinator.cli.groups import main as groups_main
 
         return groups_main(arguments[1:])
+    if arguments[:1] in (["users"], ["acls"]):
+        from coordinator.cli.security import main as security_main
+
+        return security_main(arguments[0], arguments[1:])
     argv = arguments
     from coordinator.runtime.broker import Broker
     from coordinator.settings import ConfigError, load
@@ -225,6 +237,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rebalanced: configuration error: {exc}", file=sys.stderr)
         return 2
     configure_logging(log_format=settings["log.format"])
+    from coordinator.security.listeners import listener_security
+
+    try:
+        security = listener_security(settings)
+    except ConfigError as exc:
+        print(f"rebalanced: configuration error: {exc}", file=sys.stderr)
+        return 2
     unwritable = _unwritable_data_dir(settings.data_dir)
     if unwritable:
         print(f"rebalanced: {unwritable}", file=sys.stderr)
@@ -233,7 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
     try:
-        loop.run_until_complete(serve(broker))
+        loop.run_until_complete(serve(broker, security=security))
     except Exception as exc:
         structlog.get_logger("rebalanced").error("broker failed", error=str(exc))
         print(f"rebalanced: {exc}", file=sys.stderr)

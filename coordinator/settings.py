@@ -164,6 +164,15 @@ def _migration_policy(text: str) -> str:
     return value
 
 
+def _authorizer(text: str) -> str:
+    name = text.strip()
+    known = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+             "kafka.security.authorizer.AclAuthorizer")
+    if name and name not in known:
+        raise ValueError(f"the authorizers served are {' and '.join(known)}")
+    return name
+
+
 @dataclass(frozen=True, slots=True)
 class Setting:
     key: str
@@ -179,8 +188,8 @@ SETTINGS: tuple[Setting, ...] = (
             "NAME://host:port,... clients are told to connect to, per listener they came in "
             "on (default: the listener's own address)"),
     Setting("listener.security.protocol.map", _protocol_map, _DEFAULT_PROTOCOL_MAP,
-            "NAME:PROTOCOL,... the security protocol of each listener (only PLAINTEXT is "
-            "served)"),
+            "NAME:PROTOCOL,... the security protocol of each listener: PLAINTEXT, SSL, "
+            "SASL_PLAINTEXT or SASL_SSL"),
     Setting("node.id", _int(0), "1", "this broker's node id"),
     Setting("log.dirs", str, "./data", "data directory (topics and the group log)"),
     Setting("num.partitions", _int(1), "1", "partitions of an auto-created topic"),
@@ -288,7 +297,66 @@ SETTINGS += (
             "upgrade an empty classic group to a consumer group: "
             "bidirectional, upgrade, downgrade or disabled"),
 )
+# Listener security (docs/security.md): Kafka's names, each also per listener as
+# `listener.name.<name>.<key>`.
+SETTINGS += (
+    Setting("ssl.keystore.type", str, "PEM", "PEM or PKCS12 (JKS: convert it)"),
+    Setting("ssl.keystore.location", str, "",
+            "PEM file with the private key and certificate chain, or a PKCS12 file"),
+    Setting("ssl.keystore.password", str, "", "the PKCS12 keystore's password"),
+    Setting("ssl.key.password", str, "", "the password of an encrypted PEM private key"),
+    Setting("ssl.keystore.key", str, "", "PEM private key given inline"),
+    Setting("ssl.keystore.certificate.chain", str, "", "PEM certificate chain given inline"),
+    Setting("ssl.truststore.type", str, "PEM", "PEM or PKCS12"),
+    Setting("ssl.truststore.location", str, "", "CA certificates client certificates are "
+            "checked against"),
+    Setting("ssl.truststore.password", str, "", "the PKCS12 truststore's password"),
+    Setting("ssl.truststore.certificates", str, "", "PEM CA certificates given inline"),
+    Setting("ssl.client.auth", str, "none", "client certificates: none, requested or required"),
+    Setting("ssl.enabled.protocols", str, "TLSv1.2,TLSv1.3", "TLS versions served"),
+    Setting("ssl.protocol", str, "TLSv1.3", "accepted for Kafka compatibility; the versions "
+            "served are ssl.enabled.protocols"),
+    Setting("ssl.cipher.suites", str, "", "TLS 1.2 cipher suites, OpenSSL's names (default: "
+            "OpenSSL's)"),
+    Setting("ssl.principal.mapping.rules", str, "DEFAULT",
+            "client certificate subject -> principal name (RULE:pattern/replacement/[LU],"
+            "...,DEFAULT)"),
+    Setting("sasl.enabled.mechanisms", str, "",
+            "SASL mechanisms of SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, "
+            "OAUTHBEARER"),
+    Setting("connections.max.reauth.ms", _int(0), "0",
+            "SASL session lifetime: clients re-authenticate within it or are disconnected "
+            "(KIP-368; 0: no limit)"),
+    Setting("connection.failed.authentication.delay.ms", _int(0), "100",
+            "delay before a failed authentication is answered and the connection closed"),
+)
+# ACLs (docs/security.md).
+SETTINGS += (
+    Setting("authorizer.class.name", lambda s: _authorizer(s), "",
+            "org.apache.kafka.metadata.authorizer.StandardAuthorizer (or Kafka's older "
+            "AclAuthorizer) checks ACLs; empty: no authorization"),
+    Setting("super.users", lambda s: tuple(p.strip() for p in s.split(";") if p.strip()), "",
+            "principals allowed everything, separated by ';' (User:admin;User:ops)"),
+    Setting("allow.everyone.if.no.acl.found", _bool, "false",
+            "allow a request on a resource no ACL names"),
+)
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+# What `listener.name.<name>.` may prefix; the JAAS entries exist only per listener, as in
+# Kafka (`listener.name.sasl_ssl.plain.sasl.jaas.config`).
+LISTENER_SCOPED = frozenset(
+    {s.key for s in SETTINGS if s.key.startswith(("ssl.", "sasl."))}
+    | {"connections.max.reauth.ms"}
+    | {f"{mechanism.lower()}.sasl.jaas.config" for mechanism in SASL_MECHANISMS})
+_LISTENER_KEY = re.compile(r"listener\.name\.([A-Za-z][A-Za-z0-9_]*)\.(.+)\Z")
 _BY_KEY = {s.key: s for s in SETTINGS}
+
+
+def _listener_key(key: str) -> tuple[str, str] | None:
+    """`listener.name.sasl_ssl.ssl.client.auth` -> ("SASL_SSL", "ssl.client.auth")."""
+    match = _LISTENER_KEY.match(key)
+    if match is None:
+        return None
+    return match.group(1).upper(), match.group(2).lower()
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,14 +398,43 @@ class BrokerSettings:
     def data_dir(self) -> Path:
         return Path(self.values["log.dirs"].split(",")[0])
 
+    def for_listener(self, listener: str, key: str) -> str:
+        """`listener.name.<listener>.<key>` if set, else the broker-wide `key` ("" if none)."""
+        scoped = self.values.get("listener.name", {}).get(listener, {})
+        if key in scoped:
+            return str(scoped[key])
+        value = self.values.get(key, "")
+        return str(value)
+
     def with_overrides(self, overrides: Mapping[str, str]) -> BrokerSettings:
         values = dict(self.values)
+        scoped = {name: dict(keys) for name, keys in values.get("listener.name", {}).items()}
         for key, text in overrides.items():
-            values[key] = _parse(key, text)
+            value = _parse(key, text)
+            listener_key = _listener_key(key)
+            if listener_key is not None:
+                scoped.setdefault(listener_key[0], {})[listener_key[1]] = value
+            else:
+                values[key] = value
+        values["listener.name"] = scoped
         return BrokerSettings(values)
 
 
 def _parse(key: str, text: str) -> Any:
+    listener_key = _listener_key(key)
+    if listener_key is not None:
+        if listener_key[1] not in LISTENER_SCOPED:
+            raise ConfigError(f"unknown setting {key!r} (listener.name.<listener>. prefixes "
+                              "ssl.*, sasl.enabled.mechanisms, connections.max.reauth.ms and "
+                              "<mechanism>.sasl.jaas.config)")
+        setting = _BY_KEY.get(listener_key[1])
+        if setting is None:
+            return text.strip()
+        try:
+            setting.parse(text)
+        except ValueError as exc:
+            raise ConfigError(f"invalid value for {key}: {exc}") from exc
+        return text.strip()
     setting = _BY_KEY.get(key)
     if setting is None:
         raise ConfigError(f"unknown setting {key!r}")
@@ -363,7 +460,7 @@ def read_properties(path: Path) -> dict[str, str]:
 
 
 def defaults() -> BrokerSettings:
-    return BrokerSettings({s.key: s.parse(s.default) for s in SETTINGS})
+    return BrokerSettings({**{s.key: s.parse(s.default) for s in SETTINGS}, "listener.name": {}})
 
 
 def argument_parser() -> argparse.ArgumentParser:
@@ -387,7 +484,20 @@ def argument_parser() -> argparse.ArgumentParser:
 
 def load(argv: Sequence[str] | None = None,
          environ: Mapping[str, str] | None = None) -> tuple[BrokerSettings, argparse.Namespace]:
-    args = argument_parser().parse_args(argv)
+    parser = argument_parser()
+    args, rest = parser.parse_known_args(argv)
+    # `--listener.name.<listener>.<key> VALUE`: per-listener settings have open-ended names.
+    listener_flags: dict[str, str] = {}
+    while rest:
+        flag = rest.pop(0)
+        key, equals, value = flag[2:].partition("=") if flag.startswith("--") else ("", "", "")
+        if _listener_key(key) is None:
+            parser.error(f"unrecognized arguments: {flag}")
+        if not equals:
+            if not rest:
+                parser.error(f"argument {flag}: expected one argument")
+            value = rest.pop(0)
+        listener_flags[key] = value
     env = os.environ if environ is None else environ
     overrides: dict[str, str] = {}
     ignored: list[str] = []
@@ -397,7 +507,7 @@ def load(argv: Sequence[str] | None = None,
         except OSError as exc:
             raise ConfigError(f"cannot read --config {args.config}: {exc.strerror}") from exc
         for key, value in from_file.items():
-            if key in _BY_KEY:
+            if key in _BY_KEY or _listener_key(key) is not None:
                 overrides[key] = value
             else:
                 # A Kafka server.properties carries many settings that mean nothing here
@@ -412,12 +522,28 @@ def load(argv: Sequence[str] | None = None,
             except ConfigError as exc:
                 raise ConfigError(f"{env_key}: {exc}") from None
             overrides[s.key] = env[env_key]
-    unknown_env = sorted(name for name in env if name.startswith("REBALANCED_")
-                         and name not in _ENV_NAMES and name not in _OTHER_ENV)
     for s in SETTINGS:
         value = getattr(args, s.key)
         if value is not None:
             overrides[s.key] = value
+    # Per-listener variables are known once the listeners are: REBALANCED_LISTENER_NAME_
+    # <LISTENER>_<KEY>, e.g. REBALANCED_LISTENER_NAME_SASL_SSL_PLAIN_SASL_JAAS_CONFIG.
+    try:
+        named = defaults().with_overrides(overrides).listeners
+    except ConfigError:
+        named = ()
+    listener_env: set[str] = set()
+    for listener in named:
+        for scoped in LISTENER_SCOPED:
+            key = f"listener.name.{listener.name.lower()}.{scoped}"
+            name = env_name(key).replace("-", "_")
+            if name in env:
+                listener_env.add(name)
+                overrides[key] = env[name]
+    overrides.update(listener_flags)
+    unknown_env = sorted(name for name in env if name.startswith("REBALANCED_")
+                         and name not in _ENV_NAMES and name not in _OTHER_ENV
+                         and name not in listener_env)
     settings = defaults().with_overrides(overrides)
     if unknown_env:
         structlog.get_logger("rebalanced.settings").warning(
@@ -448,7 +574,7 @@ _OTHER_ENV = frozenset({"REBALANCED_HEALTHCHECK_ADDRESS"})
 
 def _check_listeners(settings: BrokerSettings) -> None:
     """Kafka's rules: every listener's name maps to a security protocol, and every advertised
-    listener is one of the listeners. Only PLAINTEXT is served."""
+    listener is one of the listeners."""
     protocols = settings["listener.security.protocol.map"]
     names = {listener.name for listener in settings.listeners}
     for listener in settings.listeners:
@@ -457,9 +583,10 @@ def _check_listeners(settings: BrokerSettings) -> None:
             raise ConfigError(f"listener {listener.name} has no entry in "
                               "listener.security.protocol.map (e.g. "
                               f"{listener.name}:PLAINTEXT)")
-        if protocol != "PLAINTEXT":
+        if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
             raise ConfigError(f"listener {listener.name} uses security protocol {protocol}; "
-                              "only PLAINTEXT is supported (listener.security.protocol.map)")
+                              "known: PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL "
+                              "(listener.security.protocol.map)")
     for advertised in settings["advertised.listeners"]:
         if advertised.name not in names:
             raise ConfigError(f"advertised.listeners names {advertised.name}, which is not in "

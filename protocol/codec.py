@@ -152,6 +152,17 @@ def response_type(api_key: int, api_version: int) -> type:
     return response_codec(api_key, api_version).response_type
 
 
+def decode_response_frame(api_key: int, api_version: int, framed: bytes) -> Any:
+    """Read back a response this broker encoded (size, correlation id, header tags, body): for
+    the rare path that must amend a hand-packed answer."""
+    cls = response_type(api_key, api_version)
+    # Size and correlation id, then (flexible versions) the header's empty tag buffer.
+    start = 9 if getattr(cls, "__flexible__", False) else 8
+    response: Any
+    response, _ = entity_reader(cls)(framed[start:], 0)
+    return response
+
+
 def decode_request(frame: bytes) -> tuple[RequestHeader, Any]:
     """Decode header and body.
 

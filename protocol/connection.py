@@ -134,6 +134,25 @@ class ReadBudget:
                 connection._update_reading()
 
 
+ANONYMOUS = "User:ANONYMOUS"
+
+
+class SaslGate(Protocol):
+    """A SASL listener's connection state, as the connection needs it to admit requests: none
+    but ApiVersions, SaslHandshake and SaslAuthenticate before `authenticated`."""
+
+    authenticated: bool
+    # Authentication failed: the connection closes once the client has its answer.
+    failed: bool
+    # After a SaslHandshake v0, the frames are bare SASL tokens, not Kafka requests.
+    raw_tokens: bool
+    # Event-loop time after which only a re-authentication (KIP-368) is served.
+    expires_at: float
+
+    def raw_token(self, connection: Connection, slot: ResponseSlot, token: bytes) -> None:
+        """Answer a bare token by completing `slot` with a size-prefixed bare token."""
+
+
 class RequestHandler(Protocol):
     def handle(self, connection: Connection, slot: ResponseSlot, header: RequestHeader,
                request: Any) -> None:
@@ -158,7 +177,7 @@ class Connection(asyncio.Protocol):
         "_backlog", "_backlog_bytes", "_budget", "_decoder", "_drained", "_handler", "_held",
         "_loading_codec", "_max_in_flight", "_out", "_processing", "_queue", "_reading_paused",
         "_refusals", "_transport", "_write_scheduled", "_writing_paused", "active",
-        "client_host", "closed", "closing", "id", "last_active", "listener",
+        "client_host", "closed", "closing", "id", "last_active", "listener", "principal", "sasl",
     )
 
     def __init__(self, handler: RequestHandler, *, max_frame_bytes: int,
@@ -189,6 +208,10 @@ class Connection(asyncio.Protocol):
         self.client_host = ""
         # The name of the listener it came in on (what Metadata and FindCoordinator advertise).
         self.listener = "PLAINTEXT"
+        # Who the client is: "User:ANONYMOUS" until a client certificate or SASL says more.
+        self.principal = ANONYMOUS
+        # The SASL state of a connection to a SASL listener; None on the others.
+        self.sasl: SaslGate | None = None
         self._drained: asyncio.Event | None = None
         self._budget = budget
         self._held = 0  # bytes counted against the budget
@@ -452,6 +475,11 @@ class Connection(asyncio.Protocol):
                               else "send Kafka protocol frames to this port"),
             connection=self.id, client_host=self.client_host, reason=reason)
         self.close()
+
+    @property
+    def refusals(self) -> RefusalLog:
+        """Where this connection's refused input is logged (its broker's log)."""
+        return self._refusals
 
     def close(self) -> None:
         self.closing = True

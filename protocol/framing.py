@@ -25,6 +25,14 @@ class FrameDecoder:
         self._buffer = bytearray()
         self._max_frame_bytes = max_frame_bytes
 
+    @property
+    def max_frame_bytes(self) -> int:
+        return self._max_frame_bytes
+
+    @max_frame_bytes.setter
+    def max_frame_bytes(self, value: int) -> None:
+        self._max_frame_bytes = value
+
     def feed(self, data: bytes) -> list[bytes]:
         buffer = self._buffer
         if not buffer and len(data) > 4:

@@ -20,6 +20,8 @@ All use request header v1 and response header v0 (none of them is a flexible ver
     CreateTopics v0-v1  request = v2 (v0 without validate_only); response without throttle
                         time (v0 also without error_message).
     DeleteTopics v0     request = v1; response without throttle time.
+    Describe/Create/DeleteAcls v0
+                        = v1 without the resource pattern type (LITERAL).
 """
 
 import datetime
@@ -259,6 +261,36 @@ def _read_offset_commit(version: int) -> Callable[[_Reader], OffsetCommitRequest
 BodyReader = Callable[[Any, int], tuple[Any, int]]
 
 
+# The ACL APIs' v0 is v1 without the resource pattern type: LITERAL (3) then.
+_LITERAL = 3
+_DescribeAclsV1: Any = load_request_schema(29, 1)
+_CreateAclsV1: Any = load_request_schema(30, 1)
+_AclCreation = _nested(_CreateAclsV1, "creations")
+_DeleteAclsV1: Any = load_request_schema(31, 1)
+_DeleteAclsFilter = _nested(_DeleteAclsV1, "filters")
+
+
+def _acl_filter_fields(r: _Reader) -> dict[str, Any]:
+    return {"resource_type_filter": r.i8(), "resource_name_filter": r.nullable_string(),
+            "pattern_type_filter": _LITERAL, "principal_filter": r.nullable_string(),
+            "host_filter": r.nullable_string(), "operation": r.i8(),
+            "permission_type": r.i8()}
+
+
+def _read_describe_acls(r: _Reader) -> Any:
+    return _DescribeAclsV1(**_acl_filter_fields(r))
+
+
+def _read_create_acls(r: _Reader) -> Any:
+    return _CreateAclsV1(creations=r.array(lambda: _AclCreation(
+        resource_type=r.i8(), resource_name=r.string(), resource_pattern_type=_LITERAL,
+        principal=r.string(), host=r.string(), operation=r.i8(), permission_type=r.i8())))
+
+
+def _read_delete_acls(r: _Reader) -> Any:
+    return _DeleteAclsV1(filters=r.array(lambda: _DeleteAclsFilter(**_acl_filter_fields(r))))
+
+
 def _hand_read(read: Callable[[_Reader], Any]) -> BodyReader:
     def body_reader(data: Any, offset: int) -> tuple[Any, int]:
         r = _Reader(data, offset)
@@ -297,6 +329,9 @@ LEGACY_REQUESTS: dict[tuple[int, int], BodyReader] = {
     (19, 0): _kio_read(19, 2, suffix=b"\x00"),  # validate_only = false
     (19, 1): _kio_read(19, 2),
     (20, 0): _kio_read(20, 1),
+    (29, 0): _hand_read(_read_describe_acls),
+    (30, 0): _hand_read(_read_create_acls),
+    (31, 0): _hand_read(_read_delete_acls),
 }
 
 # The request type a handler may ask for (by `protocol.codec.request_type`).
@@ -310,6 +345,9 @@ _REQUEST_TYPES: dict[tuple[int, int], type] = {
     (19, 0): load_request_schema(19, 2),
     (19, 1): load_request_schema(19, 2),
     (20, 0): load_request_schema(20, 1),
+    (29, 0): _DescribeAclsV1,
+    (30, 0): _CreateAclsV1,
+    (31, 0): _DeleteAclsV1,
 }
 
 _REQUEST_HEADER = load_request_schema(0, 3).__header_schema__  # header v1
@@ -421,6 +459,40 @@ def _write_delete_topics(out: io.BytesIO, response: Any) -> None:
         out.write(_I16.pack(topic.error_code))
 
 
+def _write_describe_acls(out: io.BytesIO, response: Any) -> None:
+    _throttle(out, response)
+    out.write(_I16.pack(response.error_code))
+    _nullable_string(out, response.error_message)
+    out.write(_I32.pack(len(response.resources)))
+    for resource in response.resources:
+        out.write(_I8.pack(resource.resource_type))
+        _string(out, resource.resource_name)
+        out.write(_I32.pack(len(resource.acls)))
+        for acl in resource.acls:
+            _string(out, acl.principal)
+            _string(out, acl.host)
+            out.write(_I8.pack(acl.operation))
+            out.write(_I8.pack(acl.permission_type))
+
+
+def _write_delete_acls(out: io.BytesIO, response: Any) -> None:
+    _throttle(out, response)
+    out.write(_I32.pack(len(response.filter_results)))
+    for result in response.filter_results:
+        out.write(_I16.pack(result.error_code))
+        _nullable_string(out, result.error_message)
+        out.write(_I32.pack(len(result.matching_acls)))
+        for acl in result.matching_acls:
+            out.write(_I16.pack(acl.error_code))
+            _nullable_string(out, acl.error_message)
+            out.write(_I8.pack(acl.resource_type))
+            _string(out, acl.resource_name)
+            _string(out, acl.principal)
+            _string(out, acl.host)
+            out.write(_I8.pack(acl.operation))
+            out.write(_I8.pack(acl.permission_type))
+
+
 def _kio_write(api_key: int, kio_version: int) -> tuple[type, BodyWriter]:
     cls = load_response_schema(api_key, kio_version)
     return cls, entity_writer(cls)
@@ -444,6 +516,9 @@ LEGACY_RESPONSES: dict[tuple[int, int], tuple[type, BodyWriter]] = {
     (19, 0): (load_response_schema(19, 2), _write_create_topics(0)),
     (19, 1): (load_response_schema(19, 2), _write_create_topics(1)),
     (20, 0): (load_response_schema(20, 1), _write_delete_topics),
+    (29, 0): (load_response_schema(29, 1), _write_describe_acls),
+    (30, 0): _kio_write(30, 1),  # the same layout
+    (31, 0): (load_response_schema(31, 1), _write_delete_acls),
 }
 
 

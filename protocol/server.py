@@ -4,15 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import signal
+import ssl
+import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
-from protocol.connection import Connection, ReadBudget, RequestHandler, start_codec_loader
-from protocol.refusals import RefusalLog
+from protocol.codec import peek_header
+from protocol.connection import (
+    Connection,
+    ReadBudget,
+    RequestHandler,
+    SaslGate,
+    start_codec_loader,
+)
+from protocol.errors import MalformedRequest
+from protocol.refusals import RefusalLog, client_id_of
 
 log = structlog.get_logger("rebalanced.server")
 
@@ -21,6 +33,25 @@ _UNLIMITED = 2**31 - 1
 # Refused connections are logged at most this often (with a count), not once each: a flood of
 # connection attempts must not become a flood of log lines.
 _REFUSAL_LOG_INTERVAL_S = 10.0
+# A TLS handshake not finished by then is abandoned (Kafka leaves it to the idle timeout).
+_TLS_HANDSHAKE_TIMEOUT_S = 10.0
+# Served on a SASL listener before authentication: ApiVersions, SaslHandshake, SaslAuthenticate.
+_BEFORE_AUTHENTICATION = frozenset({18, 17, 36})
+_REAUTHENTICATION = frozenset({17, 36})  # SaslHandshake, SaslAuthenticate
+# Kafka's sasl.server.max.receive.size: the largest frame a client may send before it is
+# authenticated, so that an anonymous peer cannot make the broker buffer 100 MB frames.
+SASL_MAX_RECEIVE_BYTES = 524288
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerSecurity:
+    """How a listener's connections are secured: TLS with `tls` (SSL, SASL_SSL), the
+    principal of a client certificate by `certificate_principal` (raises ValueError when no
+    rule maps it), SASL state made by `sasl` for each connection (SASL_PLAINTEXT, SASL_SSL)."""
+
+    tls: ssl.SSLContext | None = None
+    certificate_principal: Callable[[dict[str, Any]], str] | None = None
+    sasl: Callable[[], SaslGate] | None = None
 
 
 class KafkaServer:
@@ -31,6 +62,7 @@ class KafkaServer:
 
     def __init__(self, handler: RequestHandler, *, host: str = "", port: int = 0,
                  listeners: Sequence[tuple[str, str, int]] = (),
+                 security: Mapping[str, ListenerSecurity] | None = None,
                  max_frame_bytes: int, max_in_flight: int = 1000, idle_ms: int = -1,
                  max_connections: int = _UNLIMITED, max_connections_per_ip: int = _UNLIMITED,
                  max_buffered_bytes: int = -1, refusals: RefusalLog | None = None) -> None:
@@ -39,6 +71,9 @@ class KafkaServer:
         self.refusals = refusals if refusals is not None else RefusalLog()
         # (name, host, port) of each listening socket; `host`/`port` alone are one PLAINTEXT.
         self._listeners = list(listeners) or [("PLAINTEXT", host, port)]
+        # By listener name; a listener not named here is PLAINTEXT.
+        self._security = dict(security or {})
+        self._handshakes: set[asyncio.Task[None]] = set()
         self._port = self._listeners[0][2]
         # The port each listener is bound to, by name (known after `start`).
         self.bound: dict[str, int] = {}
@@ -50,30 +85,70 @@ class KafkaServer:
         self.max_connections = max_connections
         self.max_connections_per_ip = max_connections_per_ip
         self.per_ip: dict[str, int] = {}
+        self.handshaking = 0
+        self.handshakes_per_ip: dict[str, int] = {}
         self.budget = ReadBudget(max_buffered_bytes)
         self._sweeper: asyncio.Task[None] | None = None
         self._refused = 0
         self._refusal_logged_at = -_REFUSAL_LOG_INTERVAL_S
 
     def _make_connection(self, listener: str) -> Connection:
-        connection = _TrackedConnection(
+        security = self._security.get(listener)
+        sasl = security.sasl if security is not None else None
+        # Only SASL listeners' connections check each request: a PLAINTEXT or SSL connection
+        # is the plain class, with nothing added to its request path.
+        kind = _TrackedConnection if sasl is None else _SaslConnection
+        connection = kind(
             self, self._handler, max_frame_bytes=self._max_frame_bytes,
             max_in_flight=self._max_in_flight, budget=self.budget, refusals=self.refusals,
         )
         connection.listener = listener
+        if sasl is not None:
+            connection.sasl = sasl()
+            connection._decoder.max_frame_bytes = min(self._max_frame_bytes,
+                                                      SASL_MAX_RECEIVE_BYTES)
         return connection
+
+    def _make_protocol(self, listener: str) -> asyncio.Protocol:
+        security = self._security.get(listener)
+        if security is not None and security.tls is not None:
+            return _TlsAcceptor(self, listener, security)
+        return self._make_connection(listener)
+
+    def _within_limits(self, host: str) -> bool:
+        # TLS handshakes under way count: a flood of them holds sockets as connections do.
+        if len(self.connections) + self.handshaking >= self.max_connections:
+            self._refuse(host, "max.connections", self.max_connections)
+            return False
+        if (self.per_ip.get(host, 0) + self.handshakes_per_ip.get(host, 0)
+                >= self.max_connections_per_ip):
+            self._refuse(host, "max.connections.per.ip", self.max_connections_per_ip)
+            return False
+        return True
 
     def admit(self, connection: Connection, host: str) -> bool:
         """Count a new connection in, or refuse it (False) when a limit is reached."""
-        if len(self.connections) >= self.max_connections:
-            self._refuse(host, "max.connections", self.max_connections)
-            return False
-        if self.per_ip.get(host, 0) >= self.max_connections_per_ip:
-            self._refuse(host, "max.connections.per.ip", self.max_connections_per_ip)
+        if not self._within_limits(host):
             return False
         self.connections.add(connection)
         self.per_ip[host] = self.per_ip.get(host, 0) + 1
         return True
+
+    def begin_handshake(self, host: str) -> bool:
+        """Count a TLS handshake in, or refuse it (False) when a limit is reached."""
+        if not self._within_limits(host):
+            return False
+        self.handshaking += 1
+        self.handshakes_per_ip[host] = self.handshakes_per_ip.get(host, 0) + 1
+        return True
+
+    def end_handshake(self, host: str) -> None:
+        self.handshaking -= 1
+        left = self.handshakes_per_ip.get(host, 1) - 1
+        if left:
+            self.handshakes_per_ip[host] = left
+        else:
+            self.handshakes_per_ip.pop(host, None)
 
     def release(self, connection: Connection, host: str) -> None:
         if connection in self.connections:
@@ -114,7 +189,7 @@ class KafkaServer:
         loop = asyncio.get_running_loop()
         for name, host, port in self._listeners:
             server = await loop.create_server(
-                functools.partial(self._make_connection, name), host or None, port,
+                functools.partial(self._make_protocol, name), host or None, port,
                 reuse_address=True, backlog=1024)
             self._servers.append(server)
             sockets = server.sockets
@@ -132,6 +207,8 @@ class KafkaServer:
         """Stop accepting, let in-flight responses go out (bounded), then close connections."""
         for server in self._servers:
             server.close()
+        for handshake in list(self._handshakes):
+            handshake.cancel()
         if self._sweeper is not None:
             self._sweeper.cancel()
         pending = [c.drained.wait() for c in list(self.connections) if not c.drained.is_set()]
@@ -163,6 +240,199 @@ class _TrackedConnection(Connection):
     def connection_lost(self, exc: Exception | None) -> None:
         self._server_ref.release(self, self.client_host)
         super().connection_lost(exc)
+
+
+class _SaslConnection(_TrackedConnection):
+    """A connection to a SASL listener: until authenticated, only ApiVersions and the SASL
+    requests are served; any other request closes it, as Kafka's SaslServerAuthenticator
+    does. Once a KIP-368 session has expired, only a re-authentication is."""
+
+    __slots__ = ()
+
+    def authenticated(self) -> None:
+        """Authentication succeeded: frames up to socket.request.max.bytes from now on."""
+        self._decoder.max_frame_bytes = self._server_ref._max_frame_bytes
+
+    def _receive(self, body: bytes) -> bool:
+        sasl = self.sasl
+        assert sasl is not None
+        if sasl.authenticated and sasl.expires_at == math.inf:
+            return super()._receive(body)
+        if sasl.failed:
+            return True  # closing once the failure's answer is out
+        if sasl.raw_tokens and not sasl.authenticated:
+            sasl.raw_token(self, self._reserve(None), body)
+            return True
+        try:
+            api_key, api_version, _ = peek_header(body)
+        except MalformedRequest as exc:
+            return self._refuse_unauthenticated(body, None, None, str(exc))
+        if sasl.authenticated:
+            # A re-authentication begun before the end may finish after it.
+            if (api_key not in _REAUTHENTICATION
+                    and asyncio.get_running_loop().time() >= sasl.expires_at):
+                return self._refuse_unauthenticated(
+                    body, api_key, api_version, "the SASL session expired without "
+                    "re-authentication (connections.max.reauth.ms)")
+            return super()._receive(body)
+        if api_key not in _BEFORE_AUTHENTICATION:
+            return self._refuse_unauthenticated(body, api_key, api_version,
+                                                "request before SASL authentication")
+        return super()._receive(body)
+
+    def _refuse_unauthenticated(self, body: bytes, api_key: int | None,
+                                api_version: int | None, reason: str) -> bool:
+        self._refusals.refused(
+            "connection closed on bad input", client_id=client_id_of(body) or self.client_host,
+            api_key=api_key, api_version=api_version, problem="not authenticated",
+            advice="configure the client for this listener's security protocol "
+                   "(security.protocol=SASL_PLAINTEXT or SASL_SSL, sasl.mechanism and its "
+                   "credentials)",
+            connection=self.id, client_host=self.client_host, listener=self.listener,
+            reason=reason)
+        self.close()
+        return True
+
+
+class _TlsAcceptor(asyncio.Protocol):
+    """The TCP side of a TLS listener's connection until its handshake is done; then the
+    Kafka connection is started on the TLS transport. A failed handshake (a plaintext client,
+    an untrusted or missing client certificate, garbage) is one rate-limited line and a
+    close."""
+
+    def __init__(self, server: KafkaServer, listener: str, security: ListenerSecurity) -> None:
+        self._server = server
+        self._listener = listener
+        self._security = security
+        self._hello: list[bytes] = []
+        self._host = ""
+        self._counted = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        peer = transport.get_extra_info("peername")
+        self._host = sys.intern(f"/{peer[0]}") if peer else ""
+        self._counted = self._server.begin_handshake(self._host)
+        if not self._counted:
+            transport.close()
+            return
+        task = asyncio.get_running_loop().create_task(self._handshake(transport))
+        self._server._handshakes.add(task)
+        task.add_done_callback(self._server._handshakes.discard)
+
+    async def _handshake(self, transport: Any) -> None:
+        try:
+            await self._handshake_counted(transport)
+        finally:
+            self._handshake_done()
+
+    def _handshake_done(self) -> None:
+        if self._counted:
+            self._counted = False
+            self._server.end_handshake(self._host)
+
+    async def _handshake_counted(self, transport: Any) -> None:
+        host = self._host
+        connection = self._server._make_connection(self._listener)
+        context = self._security.tls
+        assert context is not None
+        # What the TLS layer delivers before the connection is started (a request sent with
+        # the handshake's last flight) waits here, and is handed over in order.
+        early = _Early()
+        loop = asyncio.get_running_loop()
+        try:
+            starting = loop.create_task(loop.start_tls(
+                transport, early, context, server_side=True,
+                ssl_handshake_timeout=_TLS_HANDSHAKE_TIMEOUT_S))
+            # `start_tls` installs its TLS protocol in its first step and starts it with two
+            # callbacks; after those, the bytes read so far are that protocol's to read.
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            hello, self._hello = b"".join(self._hello), []
+            if hello and not transport.is_closing():
+                _feed(transport.get_protocol(), hello)
+            tls = await starting
+        except asyncio.CancelledError:
+            starting.cancel()
+            transport.close()
+            raise
+        except Exception as exc:  # every way a handshake fails ends the same
+            self._refuse(host, "TLS handshake failed", str(exc) or type(exc).__name__,
+                         "configure the client with security.protocol=SSL or SASL_SSL and "
+                         "the CA that signed this listener's certificate (and, with "
+                         "ssl.client.auth, a client certificate this listener trusts)")
+            transport.close()
+            return
+        if tls is None or tls.is_closing():
+            return
+        principal = None
+        certificate = tls.get_extra_info("peercert")
+        mapping = self._security.certificate_principal
+        if certificate and mapping is not None:
+            try:
+                principal = "User:" + mapping(certificate)
+            except ValueError as exc:
+                self._refuse(host, "client certificate not mapped to a principal", str(exc),
+                             "add a rule for this subject to ssl.principal.mapping.rules")
+                tls.close()
+                return
+        self._handshake_done()  # from here on it counts as a connection (or is refused)
+        tls.set_protocol(connection)
+        connection.connection_made(tls)
+        if principal is not None:
+            connection.principal = principal
+        for chunk in early.chunks:
+            connection.data_received(chunk)
+        if early.lost:
+            connection.connection_lost(early.error)
+        elif early.eof and not connection.eof_received():
+            tls.close()
+
+    def _refuse(self, host: str, problem: str, reason: str, advice: str) -> None:
+        self._server.refusals.refused(
+            "connection closed on bad input", client_id=host, api_key=None, api_version=None,
+            problem=problem, advice=advice, client_host=host, listener=self._listener,
+            reason=reason)
+
+    def data_received(self, data: bytes) -> None:
+        # What arrives before the TLS layer takes the socket over (uvloop reads the first
+        # bytes, the ClientHello, before the handshake task runs) is handed to it then.
+        self._hello.append(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        pass
+
+
+def _feed(protocol: Any, data: bytes) -> None:
+    """Hand `data` to a protocol as if its transport had read it."""
+    if not hasattr(protocol, "get_buffer"):
+        protocol.data_received(data)
+        return
+    view = memoryview(data)
+    while view:
+        buffer = protocol.get_buffer(len(view))
+        size = min(len(buffer), len(view))
+        buffer[:size] = view[:size]
+        protocol.buffer_updated(size)
+        view = view[size:]
+
+
+class _Early(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+        self.eof = False
+        self.lost = False
+        self.error: Exception | None = None
+
+    def data_received(self, data: bytes) -> None:
+        self.chunks.append(data)
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        return True  # the connection decides once started
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self.error = exc
 
 
 def install_signal_handlers(stop: Callable[[], None]) -> None:

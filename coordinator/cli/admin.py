@@ -76,10 +76,22 @@ def split_bootstrap(text: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
+# librdkafka's security settings -> kafka-python's (delete-offsets goes through kafka-python).
+_KAFKA_PYTHON_NAMES = {
+    "security.protocol": "security_protocol", "sasl.mechanism": "sasl_mechanism",
+    "sasl.username": "sasl_plain_username", "sasl.password": "sasl_plain_password",
+    "ssl.ca.location": "ssl_cafile", "ssl.certificate.location": "ssl_certfile",
+    "ssl.key.location": "ssl_keyfile",
+}
+
+
 class GroupAdmin:
-    def __init__(self, bootstrap: str, timeout_s: float) -> None:
+    def __init__(self, bootstrap: str, timeout_s: float,
+                 security: Mapping[str, str] | None = None) -> None:
         self.bootstrap = bootstrap
         self.timeout_s = timeout_s
+        # librdkafka settings from --command-config (security.protocol, sasl.*, ssl.*).
+        self.security = dict(security or {})
         host, port = split_bootstrap(bootstrap)
         try:
             from confluent_kafka.admin import AdminClient
@@ -99,6 +111,7 @@ class GroupAdmin:
             "socket.timeout.ms": max(timeout_ms, 10),
             "logger": _silent_logger(),
             "log.connection.close": False,
+            **self.security,
         }
         self._client = AdminClient(config)
 
@@ -297,7 +310,10 @@ class GroupAdmin:
             client = KafkaAdminClient(bootstrap_servers=self.bootstrap,
                                       request_timeout_ms=max(timeout_ms, 1000),
                                       bootstrap_timeout_ms=max(timeout_ms, 1000),
-                                      client_id="rebalanced-groups")
+                                      client_id="rebalanced-groups",
+                                      **{_KAFKA_PYTHON_NAMES[key]: value
+                                         for key, value in self.security.items()
+                                         if key in _KAFKA_PYTHON_NAMES})
         except KafkaError as exc:
             raise AdminError(f"cannot reach a broker at {self.bootstrap}: {exc}") from None
         try:

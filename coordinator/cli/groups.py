@@ -17,6 +17,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from coordinator.cli.admin import AdminError, GroupAdmin, GroupDescription, Member
@@ -31,6 +32,7 @@ from coordinator.cli.reset import (
     parse_duration_ms,
     parse_topic_scope,
 )
+from coordinator.cli.security import CommandError, client_config
 
 PROG = "rebalanced groups"
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -51,6 +53,9 @@ def argument_parser() -> argparse.ArgumentParser:
     common.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
                         help="give up on the broker after this long (default: 5)")
     common.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    common.add_argument("--command-config", type=Path, metavar="FILE",
+                        help="client properties for a secured listener (security.protocol, "
+                             "sasl.*, ssl.*)")
 
     parser = _Parser(prog=PROG, allow_abbrev=False,
                      description="Inspect and manage consumer groups, like Kafka's "
@@ -372,7 +377,11 @@ def main(argv: Sequence[str]) -> int:
     admin: GroupAdmin | None = None
     try:
         _check_before_connecting(args)
-        admin = GroupAdmin(args.bootstrap_server, args.timeout)
+        try:
+            security = client_config(args.command_config)
+        except CommandError as exc:
+            raise AdminError(str(exc)) from None
+        admin = GroupAdmin(args.bootstrap_server, args.timeout, security)
         return COMMANDS[args.command](admin, args)
     except (AdminError, ResetSpecError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

@@ -38,6 +38,8 @@ from coordinator.ops.metrics import BrokerMetrics
 from coordinator.runtime.clock import Clock, SystemClock
 from coordinator.runtime.groups import GroupRuntime
 from coordinator.runtime.ops_view import BrokerOpsView
+from coordinator.security import authorization, sasl
+from coordinator.security.scram_store import ScramStore
 from coordinator.settings import BrokerSettings
 from protocol.codec import RequestHeader
 from protocol.connection import Connection, ResponseSlot
@@ -146,6 +148,7 @@ class Broker:
                       lambda ctx, req: producers.init_producer_id(self, ctx, req))
         self.register(topics_admin.CREATE_PARTITIONS_VERSIONS,
                       lambda ctx, req: topics_admin.create_partitions(self, ctx, req))
+        sasl.register(self, ScramStore(self.data_dir))
         # Request and group counters for /metrics; None (no cost) unless metrics.listener is set.
         self.metrics: BrokerMetrics | None = (
             BrokerMetrics(settings["metrics.max.groups"]) if settings["metrics.listener"]
@@ -156,6 +159,8 @@ class Broker:
         self.ops_view = BrokerOpsView(self)
         if self.metrics is not None:
             self.metrics.rebalances.consumer_groups = self.ops_view
+        # Last: the authorizer wraps the group APIs' handlers registered above.
+        self.authorizer = authorization.install(self, settings)
         planned = filesystem_from_env()  # a test's fault plan; None in production
         if planned is not None:
             log.warning("disk fault plan active", rules=len(planned.rules))
@@ -493,6 +498,9 @@ class Broker:
     def connection_closed(self, connection: Connection) -> None:
         self.fetches.connection_closed(connection.id)
         self.groups.connection_closed(connection.id)
+
+    def handler_of(self, api_key: int) -> Handler | None:
+        return self._handlers.get(api_key)
 
     def register(self, versions: ApiVersionRange, handler: Handler) -> None:
         """Serve `versions` of an API with `handler`: from now on ApiVersions advertises them."""

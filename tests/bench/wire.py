@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import ssl
 import struct
 from collections import deque
 from collections.abc import Mapping
@@ -147,11 +148,12 @@ class Connection:
         self._next_corr = 1
 
     @classmethod
-    async def open(cls, host: str, port: int, timeout: float = 10.0) -> Connection:
+    async def open(cls, host: str, port: int, timeout: float = 10.0,
+                   tls: ssl.SSLContext | None = None) -> Connection:
         loop = asyncio.get_running_loop()
         try:
             transport, protocol = await asyncio.wait_for(
-                loop.create_connection(_Protocol, host, port), timeout)
+                loop.create_connection(_Protocol, host, port, ssl=tls), timeout)
         except (OSError, TimeoutError) as exc:
             raise WireError(f"connect {host}:{port}: {exc!r}") from exc
         return cls(cast(asyncio.Transport, transport), protocol)

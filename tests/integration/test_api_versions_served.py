@@ -47,16 +47,25 @@ BODIES: dict[int, dict[str, Any]] = {
          "protocol_type": "consumer", "protocol_name": "range", "assignments": []},
     15: {"groups": ["classic", "standalone", "missing"]},
     16: {"states_filter": [], "types_filter": []},
+    17: {"mechanism": "PLAIN"},  # ILLEGAL_SASL_STATE on a PLAINTEXT listener
     18: {"client_software_name": "served-test", "client_software_version": "1.0"},
     19: {"topics": [{"name": "created", "num_partitions": 1, "replication_factor": 1,
                      "assignments": [], "configs": []}], "timeout": 5000 * _MS},
     20: {"topics": [{"name": "created", "topic_id": None}], "timeout": 5000 * _MS},
     22: {"transactional_id": None, "transaction_timeout": 60_000 * _MS, "producer_id": -1,
          "producer_epoch": -1},
+    # The ACL APIs: SECURITY_DISABLED without authorizer.class.name.
+    29: {"resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1,
+         "principal_filter": None, "host_filter": None, "operation": 1, "permission_type": 1},
+    30: {"creations": []},
+    31: {"filters": []},
+    36: {"auth_bytes": b""},  # ILLEGAL_SASL_STATE on a PLAINTEXT listener
     37: {"topics": [{"name": TOPIC, "count": 2, "assignments": None}],
          "timeout": 5000 * _MS},
     42: {"groups_names": ["missing"]},
     47: {"group_id": "standalone", "topics": []},
+    50: {"users": None},
+    51: {"deletions": [], "upsertions": []},
     68: {"group_id": "consumer", "member_id": str(uuid.uuid4()), "member_epoch": 0,
          "rebalance_timeout": 10_000 * _MS, "subscribed_topic_names": [TOPIC],
          "topic_partitions": []},
@@ -84,6 +93,8 @@ async def test_the_highest_advertised_version_of_every_api_is_answered(
     # The same connection still serves requests after all of them.
     assert (await connection.call(18, 0, {})).error_code.value == 0
 
+    assert answered[17].error_code.value == answered[36].error_code.value == 34
+    assert answered[29].error_code.value == 54  # SECURITY_DISABLED
     assert answered[15].groups[2].error_code.value == 69  # GROUP_ID_NOT_FOUND from v6 on
     assert answered[11].error_code.value == 79  # MEMBER_ID_REQUIRED
     assert [p.error_code.value for t in answered[2].topics for p in t.partitions] == [0, 0]

@@ -189,3 +189,41 @@ def test_delete_topics_v0() -> None:
 def test_malformed_legacy_requests_are_refused(frame: bytes) -> None:
     with pytest.raises(MalformedRequest):
         decode_request(frame)
+
+
+def test_acl_apis_v0_are_v1_with_literal_patterns() -> None:
+    create = kp_admin.CreateAclsRequest
+    _, body = _decode(create(version=0, creations=[create.AclCreation(
+        resource_type=3, resource_name="billing", principal="User:alice", host="*",
+        operation=3, permission_type=3)]))
+    [creation] = body.creations
+    assert (creation.resource_name, creation.resource_pattern_type, creation.principal,
+            creation.operation) == ("billing", 3, "User:alice", 3)
+    decoded = _client_decode(kp_admin.CreateAclsResponse, 30, 0, build(
+        response_type(30, 0), throttle_time=0, results=[{"error_code": ErrorCode.none,
+                                                          "error_message": None}]))
+    assert decoded.results[0].error_code == 0
+
+    _, body = _decode(kp_admin.DescribeAclsRequest(
+        version=0, resource_type_filter=3, resource_name_filter=None, principal_filter=None,
+        host_filter="*", operation=1, permission_type=1))
+    assert (body.resource_type_filter, body.pattern_type_filter, body.host_filter) == (3, 3, "*")
+    decoded = _client_decode(kp_admin.DescribeAclsResponse, 29, 0, build(
+        response_type(29, 0), throttle_time=0, error_code=ErrorCode.none, error_message=None,
+        resources=[{"resource_type": 3, "resource_name": "billing", "pattern_type": 3,
+                    "acls": [{"principal": "User:alice", "host": "*", "operation": 3,
+                              "permission_type": 3}]}]))
+    assert decoded.resources[0].acls[0].principal == "User:alice"
+
+    delete = kp_admin.DeleteAclsRequest
+    _, body = _decode(delete(version=0, filters=[delete.DeleteAclsFilter(
+        resource_type_filter=1, resource_name_filter=None, principal_filter="User:alice",
+        host_filter=None, operation=1, permission_type=1)]))
+    assert body.filters[0].principal_filter == "User:alice"
+    decoded = _client_decode(kp_admin.DeleteAclsResponse, 31, 0, build(
+        response_type(31, 0), throttle_time=0, filter_results=[{
+            "error_code": ErrorCode.none, "error_message": None, "matching_acls": [{
+                "error_code": ErrorCode.none, "error_message": None, "resource_type": 3,
+                "resource_name": "billing", "pattern_type": 3, "principal": "User:alice",
+                "host": "*", "operation": 3, "permission_type": 3}]}]))
+    assert decoded.filter_results[0].matching_acls[0].resource_name == "billing"

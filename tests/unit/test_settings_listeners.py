@@ -46,7 +46,8 @@ def test_the_single_plaintext_listener_needs_no_map() -> None:
 @pytest.mark.parametrize(("argv", "message"), [
     (["--listeners", "INTERNAL://:9092"], "listener INTERNAL has no entry in "
                                           "listener.security.protocol.map"),
-    (["--listeners", "SSL://:9093"], "listener SSL uses security protocol SSL; only PLAINTEXT"),
+    (["--listeners", "X://:9093", "--listener.security.protocol.map", "X:KERBEROS"],
+     "listener X uses security protocol KERBEROS; known: PLAINTEXT, SSL, SASL_PLAINTEXT"),
     (["--listeners", "PLAINTEXT://:9092", "--advertised.listeners", "EXTERNAL://h:1"],
      "advertised.listeners names EXTERNAL, which is not in listeners (PLAINTEXT)"),
     (["--listeners", "PLAINTEXT://:9092", "--advertised.listeners", "PLAINTEXT://0.0.0.0:9092"],

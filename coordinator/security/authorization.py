@@ -1,0 +1,463 @@
+"""ACLs checked as Kafka checks them, in front of the group and topic APIs' handlers.
+
+READ GROUP for JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ConsumerGroupHeartbeat and
+OffsetCommit (then READ TOPIC for each topic committed to); DESCRIBE GROUP for OffsetFetch,
+DescribeGroups and ConsumerGroupDescribe, each group of a request on its own (with the
+`authorized_operations` a client asks for); DELETE GROUP for DeleteGroups (each group) and
+OffsetDelete (then READ TOPIC); ListGroups lists the groups the principal may describe (all
+of them with CLUSTER DESCRIBE).
+WRITE TOPIC for Produce, READ for Fetch, DESCRIBE for ListOffsets and Metadata (CREATE to
+auto-create), CREATE for CreateTopics, DELETE for DeleteTopics, ALTER for CreatePartitions. A
+denied group or topic is answered GROUP_ or TOPIC_AUTHORIZATION_FAILED and logged
+(rate-limited).
+
+Nothing is wrapped unless `authorizer.class.name` is set: without an authorizer the handlers
+are the bare ones, and the hot paths pay nothing. With one, a check is one dictionary lookup
+once the (principal, host, operation, group) has been decided; the cache is emptied whenever
+the ACLs change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from coordinator.api.context import ApiVersionRange, ClientRequest
+from coordinator.security.acls import (
+    CLUSTER_NAME,
+    CREATE_ACLS,
+    DELETE_ACLS,
+    DESCRIBE_ACLS,
+    AclStore,
+    Authorizer,
+    Decision,
+    Operation,
+    ResourceType,
+    create_acls,
+    delete_acls,
+    denied,
+    describe_acls,
+)
+from coordinator.settings import BrokerSettings
+from protocol.build import build
+from protocol.codec import decode_response_frame, response_type
+
+Handler = Callable[[ClientRequest, Any], None]
+_GROUP_DENIED = ErrorCode.group_authorization_failed
+_CACHE_LIMIT = 100_000
+_GROUP_OPERATIONS = (Operation.READ, Operation.DELETE, Operation.DESCRIBE)
+
+
+class GroupGate:
+    """Decisions on groups, cached until the ACLs change."""
+
+    def __init__(self, authorizer: Authorizer) -> None:
+        self.authorizer = authorizer
+        self._store = authorizer.store
+        self._cache: dict[tuple[str, str, int, int, str], Decision] = {}
+        self._bindings: object = None
+
+    def decide(self, ctx: ClientRequest, operation: Operation, resource_type: int,
+               name: str) -> Decision:
+        connection = ctx.connection
+        principal: str = getattr(connection, "principal", "User:ANONYMOUS")
+        bindings = self._store.bindings
+        if bindings is not self._bindings:  # the store replaces its list on every change
+            self._cache.clear()
+            self._bindings = bindings
+        key = (principal, connection.client_host, operation, resource_type, name)
+        decision = self._cache.get(key)
+        if decision is None:
+            if len(self._cache) >= _CACHE_LIMIT:
+                self._cache.clear()
+            decision = self._cache[key] = self.authorizer.authorize(
+                principal, connection.client_host, operation, resource_type, name)
+        return decision
+
+    def operations(self, ctx: ClientRequest, group_id: str) -> int:
+        """Kafka's authorized_operations of a group: the bits of READ, DELETE and DESCRIBE
+        this principal is allowed."""
+        return sum(1 << operation for operation in _GROUP_OPERATIONS
+                   if self.decide(ctx, operation, ResourceType.GROUP, group_id).allowed)
+
+    def group(self, ctx: ClientRequest, operation: Operation, group_id: str) -> bool:
+        decision = self.decide(ctx, operation, ResourceType.GROUP, group_id)
+        if not decision.allowed:
+            denied(self.authorizer.refusals, ctx, operation, ResourceType.GROUP, group_id,
+                   decision)
+        return decision.allowed
+
+
+def _single_group_denial(api_key: int, ctx: ClientRequest, request: Any) -> Any:
+    cls = response_type(api_key, ctx.version)
+    if api_key == 8:  # OffsetCommit: every partition
+        topics = request.topics
+        if topics and isinstance(topics[0], tuple):  # the hand-read v8/v9 form
+            shaped = [{"name": name, "partitions": [
+                {"partition_index": p[0], "error_code": _GROUP_DENIED} for p in partitions]}
+                for name, partitions in topics]
+        else:
+            shaped = [{"name": t.name, "partitions": [
+                {"partition_index": p.partition_index, "error_code": _GROUP_DENIED}
+                for p in t.partitions]} for t in topics]
+        return build(cls, throttle_time=0, topics=shaped)
+    if api_key == 9:  # OffsetFetch before v8: one group
+        return build(cls, throttle_time=0, error_code=_GROUP_DENIED, topics=[])
+    return build(cls, throttle_time=0, error_code=_GROUP_DENIED, generation_id=-1,
+                 member_id=getattr(request, "member_id", "") or "", member_epoch=-1,
+                 error_message="Not authorized to access group", members=[], topics=[])
+
+
+def _single(gate: GroupGate, api_key: int, operation: Operation, handler: Handler) -> Handler:
+    def checked(ctx: ClientRequest, request: Any) -> None:
+        if gate.group(ctx, operation, request.group_id):
+            handler(ctx, request)
+        else:
+            ctx.respond(_single_group_denial(api_key, ctx, request))
+
+    return checked
+
+
+class _Merged:
+    """A request context whose response gets the denied entries added."""
+
+    def __init__(self, ctx: ClientRequest, merge: Callable[[Any], Any]) -> None:
+        self._ctx = ctx
+        self._merge = merge
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ctx, name)
+
+    def respond(self, response: Any) -> None:
+        self._ctx.respond(self._merge(response))
+
+    def respond_raw(self, framed: bytes | None) -> None:
+        # A hand-encoded answer (OffsetCommit's fast path) is read back, on this rare path
+        # only, to add the denied entries.
+        if framed is None:
+            self._ctx.respond_raw(None)
+            return
+        ctx = self._ctx
+        self.respond(decode_response_frame(ctx.header.api_key, ctx.version, framed))
+
+
+def _multi(gate: GroupGate, api_key: int, operation: Operation, handler: Handler,
+           request_field: str, response_field: str,
+           denial: Callable[[str], dict[str, Any]],
+           group_of: Callable[[Any], str] = str) -> Handler:
+    """Each group of the request checked on its own: the allowed ones go to the handler, the
+    denied ones are answered GROUP_AUTHORIZATION_FAILED in the same response."""
+
+    def checked(ctx: ClientRequest, request: Any) -> None:
+        entries = getattr(request, request_field)
+        allowed: list[Any] = []
+        refused: list[Any] = []
+        for entry in entries:
+            (allowed if gate.group(ctx, operation, group_of(entry)) else refused).append(entry)
+        # DescribeGroups and ConsumerGroupDescribe report what the principal may do.
+        with_operations = bool(getattr(request, "include_authorized_operations", False))
+        if not refused and not with_operations:
+            handler(ctx, request)
+            return
+        only_denials = build(response_type(api_key, ctx.version), throttle_time=0, **{
+            response_field: [denial(group_of(entry)) for entry in refused]})
+        if not allowed:
+            ctx.respond(only_denials)
+            return
+        denials = tuple(getattr(only_denials, response_field))
+
+        def merge(response: Any) -> Any:
+            answered = tuple(getattr(response, response_field))
+            if with_operations:
+                answered = tuple(
+                    dataclasses.replace(entry, authorized_operations=gate.operations(
+                        ctx, entry.group_id)) if entry.error_code == ErrorCode.none else entry
+                    for entry in answered)
+            return dataclasses.replace(response, **{response_field: answered + denials})
+
+        handler(_Merged(ctx, merge),  # type: ignore[arg-type]
+                dataclasses.replace(request, **{request_field: tuple(allowed)}))
+
+    return checked
+
+
+def _list_groups(gate: GroupGate, handler: Handler) -> Handler:
+    def checked(ctx: ClientRequest, request: Any) -> None:
+        if gate.decide(ctx, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME).allowed:
+            handler(ctx, request)
+            return
+
+        def keep(response: Any) -> Any:
+            return dataclasses.replace(response, groups=tuple(
+                g for g in response.groups
+                if gate.decide(ctx, Operation.DESCRIBE, ResourceType.GROUP,
+                               g.group_id).allowed))
+
+        handler(_Merged(ctx, keep), request)  # type: ignore[arg-type]
+
+    return checked
+
+
+def _offset_fetch(gate: GroupGate, handler: Handler) -> Handler:
+    single = _single(gate, 9, Operation.DESCRIBE, handler)
+    multi = _multi(gate, 9, Operation.DESCRIBE, handler, "groups", "groups",
+                   lambda group: {"group_id": group, "error_code": _GROUP_DENIED,
+                                  "topics": []},
+                   group_of=lambda entry: entry.group_id)
+
+    def checked(ctx: ClientRequest, request: Any) -> None:
+        (multi if ctx.version >= 8 else single)(ctx, request)
+
+    return checked
+
+
+# Topics --------------------------------------------------------------------------------------
+
+_TOPIC_DENIED = ErrorCode.topic_authorization_failed
+
+
+def _topic_allowed(gate: GroupGate, ctx: ClientRequest, operation: Operation,
+                   name: str) -> bool:
+    decision = gate.decide(ctx, operation, ResourceType.TOPIC, name)
+    if not decision.allowed:
+        denied(gate.authorizer.refusals, ctx, operation, ResourceType.TOPIC, name, decision)
+    return decision.allowed
+
+
+def _per_topic(gate: GroupGate, api_key: int, operation: Operation, handler: Handler,
+               request_field: Callable[[int], str], response_field: str,
+               name_of: Callable[[Any], str | None],
+               denial: Callable[[Any, str], dict[str, Any]],
+               cluster_operation: Operation | None = None) -> Handler:
+    """Each topic of the request checked on its own (or all at once by `cluster_operation`
+    on the cluster): the allowed ones go to the handler, the denied ones are answered
+    TOPIC_AUTHORIZATION_FAILED in the same response."""
+
+    def checked(ctx: ClientRequest, request: Any) -> None:
+        if cluster_operation is not None and gate.decide(
+                ctx, cluster_operation, ResourceType.CLUSTER, CLUSTER_NAME).allowed:
+            handler(ctx, request)
+            return
+        field = request_field(ctx.version)
+        allowed: list[Any] = []
+        refused: list[tuple[Any, str]] = []
+        for entry in getattr(request, field):
+            name = name_of(entry)
+            if name is None or _topic_allowed(gate, ctx, operation, name):
+                allowed.append(entry)  # an unknown topic id is the handler's to answer
+            else:
+                refused.append((entry, name))
+        if not refused:
+            handler(ctx, request)
+            return
+        if api_key == 0 and int(request.acks) == 0:
+            # Produce without acknowledgements has no answer to carry the error: Kafka closes.
+            close = getattr(ctx.connection, "close", None)
+            if close is not None:
+                close()
+            return
+        only_denials = build(response_type(api_key, ctx.version), throttle_time=0, **{
+            response_field: [denial(entry, name) for entry, name in refused]})
+        if not allowed:
+            ctx.respond(only_denials)
+            return
+        denials = tuple(getattr(only_denials, response_field))
+
+        def merge(response: Any) -> Any:
+            return dataclasses.replace(response, **{
+                response_field: tuple(getattr(response, response_field)) + denials})
+
+        handler(_Merged(ctx, merge),  # type: ignore[arg-type]
+                dataclasses.replace(request, **{field: tuple(allowed)}))
+
+    return checked
+
+
+def _offset_commit_topics(gate: GroupGate, handler: Handler, api_key: int = 8,
+                          group_operation: Operation = Operation.READ) -> Handler:
+    """`group_operation` on the group (READ for OffsetCommit, DELETE for OffsetDelete), then
+    READ on each topic: a denied topic's partitions are answered TOPIC_AUTHORIZATION_FAILED.
+    One cached decision per group and topic on the allowed path."""
+
+    def name_of(topic: Any) -> str:
+        return str(topic[0] if isinstance(topic, tuple) else topic.name)
+
+    def denial(topic: Any, name: str) -> dict[str, Any]:
+        indexes = ([p[0] for p in topic[1]] if isinstance(topic, tuple)
+                   else [p.partition_index for p in topic.partitions])
+        return {"name": name, "partitions": [
+            {"partition_index": index, "error_code": _TOPIC_DENIED} for index in indexes]}
+
+    per_topic = _per_topic(gate, api_key, Operation.READ, handler, lambda v: "topics",
+                           "topics", name_of, denial)
+
+    decide = gate.decide
+
+    def checked(ctx: ClientRequest, request: Any) -> None:
+        # The group first, as Kafka: a denied group answers every partition with its error.
+        if not gate.group(ctx, group_operation, request.group_id):
+            ctx.respond(_single_group_denial(api_key, ctx, request))
+            return
+        for topic in request.topics:
+            if not decide(ctx, Operation.READ, ResourceType.TOPIC, name_of(topic)).allowed:
+                per_topic(ctx, request)  # the rare path: split, answer, merge
+                return
+        handler(ctx, request)
+
+    return checked
+
+
+def _metadata(gate: GroupGate, broker: Any, handler: Handler) -> Handler:
+    """DESCRIBE on each topic named (TOPIC_AUTHORIZATION_FAILED otherwise), CREATE (on the
+    cluster or the topic) to have it auto-created; all topics: those the principal may
+    DESCRIBE."""
+
+    def visible(ctx: ClientRequest, name: str) -> bool:
+        return gate.decide(ctx, Operation.DESCRIBE, ResourceType.TOPIC, name).allowed
+
+    def checked(ctx: ClientRequest, request: Any) -> None:
+        topics = request.topics
+        if topics is None or (ctx.version == 0 and not topics):
+            def keep(response: Any) -> Any:
+                return dataclasses.replace(response, topics=tuple(
+                    t for t in response.topics if t.name is None or visible(ctx, t.name)))
+
+            handler(_Merged(ctx, keep), request)  # type: ignore[arg-type]
+            return
+        creates = bool(getattr(request, "allow_auto_topic_creation", True))
+        may_create_all = creates and gate.decide(ctx, Operation.CREATE, ResourceType.CLUSTER,
+                                                 CLUSTER_NAME).allowed
+        allowed: list[Any] = []
+        refused: list[str] = []
+        for entry in topics:
+            name = entry.name
+            if name is None:
+                allowed.append(entry)
+            elif not _topic_allowed(gate, ctx, Operation.DESCRIBE, name) or (
+                    creates and not may_create_all and broker.topics.get(name) is None
+                    and not _topic_allowed(gate, ctx, Operation.CREATE, name)):
+                refused.append(name)
+            else:
+                allowed.append(entry)
+        if not refused:
+            handler(ctx, request)
+            return
+        denials = tuple(build(response_type(3, ctx.version), topics=[
+            {"name": name, "error_code": _TOPIC_DENIED, "partitions": [],
+             "is_internal": False} for name in refused]).topics)
+
+        def merge(response: Any) -> Any:
+            # With no topic allowed the handler was asked for none (v0: for all, whose
+            # listing is dropped here); the brokers and the cluster are still its answer.
+            answered = tuple(response.topics) if allowed else ()
+            return dataclasses.replace(response, topics=answered + denials)
+
+        handler(_Merged(ctx, merge),  # type: ignore[arg-type]
+                dataclasses.replace(request, topics=tuple(allowed)))
+
+    return checked
+
+
+def _install_topic_checks(gate: GroupGate, broker: Any,
+                          wrap: Callable[[int, Callable[[Handler], Handler]], None]) -> None:
+    wrap(0, lambda h: _per_topic(
+        gate, 0, Operation.WRITE, h, lambda v: "topic_data", "responses",
+        lambda t: t.name, lambda t, name: {"name": name, "partition_responses": [
+            {"index": p.index, "error_code": _TOPIC_DENIED, "base_offset": -1}
+            for p in t.partition_data]}))
+    wrap(3, lambda h: _metadata(gate, broker, h))
+
+    def fetched_name(entry: Any) -> str | None:
+        name = getattr(entry, "topic", None)  # by name before v13, by id from v13
+        if name is not None:
+            return str(name)
+        topic_id = getattr(entry, "topic_id", None)
+        topic = broker.topics.by_id(topic_id) if topic_id is not None else None
+        return topic.name if topic is not None else None
+
+    # Fetch is sessionless here (session id 0): filtering a request changes no session.
+    wrap(1, lambda h: _per_topic(
+        gate, 1, Operation.READ, h, lambda v: "topics", "responses", fetched_name,
+        lambda t, name: {"topic": name, "topic_id": getattr(t, "topic_id", None),
+                         "partitions": [{"partition_index": p.partition,
+                                         "error_code": _TOPIC_DENIED, "high_watermark": -1,
+                                         "records": b""} for p in t.partitions]}))
+    wrap(2, lambda h: _per_topic(
+        gate, 2, Operation.DESCRIBE, h, lambda v: "topics", "topics", lambda t: t.name,
+        lambda t, name: {"name": name, "partitions": [
+            {"partition_index": p.partition_index, "error_code": _TOPIC_DENIED,
+             "timestamp": -1, "offset": -1, "old_style_offsets": []}
+            for p in t.partitions]}))
+    wrap(19, lambda h: _per_topic(
+        gate, 19, Operation.CREATE, h, lambda v: "topics", "topics", lambda t: t.name,
+        lambda t, name: {"name": name, "error_code": _TOPIC_DENIED,
+                         "error_message": "Authorization failed.", "num_partitions": -1,
+                         "replication_factor": -1, "configs": []},
+        cluster_operation=Operation.CREATE))
+
+    def deleted_name(entry: Any) -> str | None:
+        if isinstance(entry, str):
+            return entry
+        if entry.name:
+            return str(entry.name)
+        topic = broker.topics.by_id(entry.topic_id) if entry.topic_id else None
+        return topic.name if topic is not None else None
+
+    wrap(20, lambda h: _per_topic(
+        gate, 20, Operation.DELETE, h, lambda v: "topics" if v >= 6 else "topic_names",
+        "responses", deleted_name,
+        lambda t, name: {"name": name, "topic_id": getattr(t, "topic_id", None),
+                         "error_code": _TOPIC_DENIED}))
+    wrap(37, lambda h: _per_topic(
+        gate, 37, Operation.ALTER, h, lambda v: "topics", "results", lambda t: t.name,
+        lambda t, name: {"name": name, "error_code": _TOPIC_DENIED,
+                         "error_message": "Authorization failed."}))
+
+
+def install(broker: Any, settings: BrokerSettings) -> Authorizer | None:
+    """Serve the ACL APIs on `broker` and, with `authorizer.class.name` set, check the group
+    APIs (call once every API is registered)."""
+    authorizer = None
+    if settings["authorizer.class.name"]:
+        authorizer = Authorizer(AclStore(settings.data_dir), settings["super.users"],
+                                settings["allow.everyone.if.no.acl.found"], broker.refusals)
+    broker.register(CREATE_ACLS, lambda ctx, req: create_acls(ctx, req, authorizer))
+    broker.register(DESCRIBE_ACLS, lambda ctx, req: describe_acls(ctx, req, authorizer))
+    broker.register(DELETE_ACLS, lambda ctx, req: delete_acls(ctx, req, authorizer))
+    if authorizer is None:
+        return None
+    gate = GroupGate(authorizer)
+    served = broker.served_versions()
+
+    def wrap(api_key: int, make: Callable[[Handler], Handler]) -> None:
+        handler = broker.handler_of(api_key)
+        if handler is None or api_key not in served:
+            return
+        low, high = served[api_key]
+        broker.register(ApiVersionRange(api_key, low, high), make(handler))
+
+    def read_group(api_key: int) -> Callable[[Handler], Handler]:
+        return lambda handler: _single(gate, api_key, Operation.READ, handler)
+
+    for api_key in (11, 14, 12, 13, 68):
+        wrap(api_key, read_group(api_key))
+    wrap(8, lambda h: _offset_commit_topics(gate, h))
+    wrap(47, lambda h: _offset_commit_topics(gate, h, 47, Operation.DELETE))
+    wrap(9, lambda h: _offset_fetch(gate, h))
+    wrap(15, lambda h: _multi(gate, 15, Operation.DESCRIBE, h, "groups", "groups",
+                              lambda g: {"group_id": g, "error_code": _GROUP_DENIED,
+                                         "group_state": "", "protocol_type": "",
+                                         "protocol_data": "", "members": []}))
+    wrap(69, lambda h: _multi(gate, 69, Operation.DESCRIBE, h, "group_ids", "groups",
+                              lambda g: {"group_id": g, "error_code": _GROUP_DENIED,
+                                         "error_message": "Not authorized to describe the "
+                                         "group", "group_state": "", "assignor_name": "",
+                                         "members": []}))
+    wrap(42, lambda h: _multi(gate, 42, Operation.DELETE, h, "groups_names", "results",
+                              lambda g: {"group_id": g, "error_code": _GROUP_DENIED}))
+    wrap(16, lambda h: _list_groups(gate, h))
+    _install_topic_checks(gate, broker, wrap)
+    return authorizer

@@ -1,0 +1,339 @@
+"""Group ACLs on a real broker with the standard authorizer, driven by librdkafka: a consumer
+group works for the principal allowed to READ it and gets GROUP_AUTHORIZATION_FAILED
+otherwise; DescribeGroups answers each group on its own; the ACLs are made and read with the
+admin API by a super user, and refused to others."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from tests.bench import wire
+from tests.broker_process import BrokerProcess, free_port
+
+pytestmark = pytest.mark.integration
+PROJECT = Path(__file__).resolve().parents[2]
+
+JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'user_admin="admin-secret" user_alice="alice-secret" user_bob="bob-secret";')
+
+
+@pytest.fixture(scope="module")
+def acl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    root = tmp_path_factory.mktemp("acls")
+    plain, sasl = free_port(), free_port()
+    broker = BrokerProcess(root / "data", port=plain, settings={
+        "listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl}",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:admin",
+    })
+    broker.env["SASL_PORT"] = str(sasl)
+    broker.start()
+    admin = AdminClient(_config(broker, "admin"))
+    futures = admin.create_acls([
+        AclBinding(ResourceType.GROUP, "billing-", ResourcePatternType.PREFIXED, "User:alice",
+                   "*", AclOperation.READ, AclPermissionType.ALLOW),
+        AclBinding(ResourceType.GROUP, "billing-secret", ResourcePatternType.LITERAL,
+                   "User:alice", "*", AclOperation.ALL, AclPermissionType.DENY),
+        # Every user may read (and so describe) the tests' topics, none may write them;
+        # "w-" topics may only be described.
+        AclBinding(ResourceType.TOPIC, "t-", ResourcePatternType.PREFIXED, "User:*", "*",
+                   AclOperation.READ, AclPermissionType.ALLOW),
+        AclBinding(ResourceType.TOPIC, "w-", ResourcePatternType.PREFIXED, "User:*", "*",
+                   AclOperation.DESCRIBE, AclPermissionType.ALLOW),
+    ])
+    for future in futures.values():
+        future.result(timeout=15)
+    try:
+        yield broker
+    finally:
+        broker.stop()
+    assert "Traceback" not in broker.log_path.read_text(errors="replace")
+
+
+def _config(broker: BrokerProcess, user: str) -> dict[str, Any]:
+    return {"bootstrap.servers": f"127.0.0.1:{broker.env['SASL_PORT']}",
+            "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+            "sasl.username": user, "sasl.password": f"{user}-secret"}
+
+
+def _consume(broker: BrokerProcess, user: str, group: str, topic: str) -> KafkaError | int:
+    """The committed offset after reading one message, or the error the group got."""
+    consumer = Consumer({**_config(broker, user), "group.id": group,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    deadline = time.monotonic() + 20
+    try:
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+                    return error
+                continue
+            consumer.commit(message=message, asynchronous=False)
+            committed = consumer.committed([TopicPartition(topic, 0)], timeout=10)
+            return int(committed[0].offset)
+        raise AssertionError("neither a message nor an authorization error")
+    finally:
+        consumer.close()
+
+
+def test_a_group_works_only_for_the_principal_allowed_to_read_it(
+        acl_broker: BrokerProcess) -> None:
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    producer = Producer(_config(acl_broker, "admin"))
+    producer.produce(topic, value=b"x")
+    assert producer.flush(15) == 0
+    assert _consume(acl_broker, "alice", "billing-1", topic) == 1
+    for user, group in (("bob", "billing-1"), ("alice", "other"), ("alice", "billing-secret")):
+        outcome = _consume(acl_broker, user, group, topic)
+        assert isinstance(outcome, KafkaError), (user, group)
+        assert outcome.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+    log = acl_broker.log_path.read_text(errors="replace")
+    assert "authorization denied" in log and "User:bob" in log
+
+
+def test_topics_need_write_to_produce_and_describe_to_be_seen(
+        acl_broker: BrokerProcess) -> None:
+    errors: list[KafkaError] = []
+
+    def delivered(error: KafkaError | None, _: Any) -> None:
+        if error is not None:
+            errors.append(error)
+
+    producer = Producer(_config(acl_broker, "alice"))
+    producer.produce(f"t-{uuid.uuid4().hex[:8]}", value=b"x", on_delivery=delivered)
+    producer.flush(15)
+    assert [e.code() for e in errors] == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
+    # A topic alice may not describe is not auto-created for her, and not listed.
+    admin = AdminClient(_config(acl_broker, "alice"))
+    hidden = f"hidden-{uuid.uuid4().hex[:8]}"
+    metadata = admin.list_topics(hidden, timeout=10)
+    error = metadata.topics[hidden].error
+    assert error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    super_admin = AdminClient(_config(acl_broker, "admin"))
+    assert hidden not in super_admin.list_topics(timeout=10).topics
+    assert all(name.startswith("t-") or name == "__consumer_offsets"
+               for name in admin.list_topics(timeout=10).topics)
+    # Creating and deleting topics: CREATE (on the cluster or the topic), DELETE.
+    existing = f"t-{uuid.uuid4().hex[:8]}"
+    super_admin.create_topics([NewTopic(existing, 1)])[existing].result(timeout=15)
+    for future in (admin.create_topics([NewTopic(f"t-{uuid.uuid4().hex[:8]}", 1)]),
+                   admin.delete_topics([existing])):
+        with pytest.raises(KafkaException) as failure:
+            next(iter(future.values())).result(timeout=15)
+        assert failure.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert existing in super_admin.list_topics(timeout=10).topics
+
+
+def test_fetching_needs_read_on_the_topic(acl_broker: BrokerProcess) -> None:
+    topic = f"w-{uuid.uuid4().hex[:8]}"
+    producer = Producer(_config(acl_broker, "admin"))
+    producer.produce(topic, value=b"x")
+    assert producer.flush(15) == 0
+    consumer = Consumer({**_config(acl_broker, "alice"), "group.id": "billing-w",
+                         "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition(topic, 0)])
+    deadline = time.monotonic() + 20
+    seen: list[int] = []
+    try:
+        while time.monotonic() < deadline and not seen:
+            message = consumer.poll(0.5)
+            if message is not None:
+                error = message.error()
+                assert error is not None, "alice may only describe w- topics"
+                if error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                    seen.append(error.code())
+    finally:
+        consumer.close()
+    assert seen == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
+
+
+def test_describe_groups_answers_each_group_on_its_own(acl_broker: BrokerProcess) -> None:
+    admin = AdminClient(_config(acl_broker, "alice"))
+    futures = admin.describe_consumer_groups(["billing-1", "other"],
+                                             include_authorized_operations=True)
+    described = futures["billing-1"].result(timeout=15)
+    # alice may READ billing-* (which implies DESCRIBE), not DELETE.
+    assert set(described.authorized_operations) == {AclOperation.READ, AclOperation.DESCRIBE}
+    with pytest.raises(KafkaException) as failure:
+        futures["other"].result(timeout=15)
+    assert failure.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+
+
+def test_acls_are_read_by_a_super_user_and_refused_to_others(acl_broker: BrokerProcess) -> None:
+    # None matches any name, principal and host (the stubs say str).
+    anything: Any = None
+    everything = AclBindingFilter(ResourceType.ANY, anything, ResourcePatternType.ANY,
+                                  anything, anything, AclOperation.ANY, AclPermissionType.ANY)
+    admin = AdminClient(_config(acl_broker, "admin"))
+    found = admin.describe_acls(everything).result(timeout=15)
+    assert {(b.name, b.permission_type) for b in found} == {
+        ("billing-", AclPermissionType.ALLOW), ("billing-secret", AclPermissionType.DENY),
+        ("t-", AclPermissionType.ALLOW), ("w-", AclPermissionType.ALLOW)}
+    # librdkafka hands a DescribeAcls error back as an empty list: asked over raw frames.
+    assert asyncio.run(_describe_acls_as_bob(acl_broker)) == 31  # CLUSTER_AUTHORIZATION_FAILED
+
+
+async def _describe_acls_as_bob(broker: BrokerProcess) -> int:
+    conn = await wire.Connection.open("127.0.0.1", int(broker.env["SASL_PORT"]))
+    try:
+        assert (await conn.call(17, 1, {"mechanism": "PLAIN"})).error_code.value == 0
+        reply = await conn.call(36, 2, {"auth_bytes": b"\0bob\0bob-secret"})
+        assert reply.error_code.value == 0
+        described = await conn.call(29, 3, {
+            "resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1,
+            "principal_filter": None, "host_filter": None, "operation": 1,
+            "permission_type": 1})
+        return int(described.error_code.value)
+    finally:
+        await conn.close()
+
+
+def _cli(broker: BrokerProcess, config: Path, *argv: str, stdin: str = "") -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "coordinator", *argv, "--bootstrap-server",
+         f"127.0.0.1:{broker.env['SASL_PORT']}", "--command-config", str(config)],
+        input=stdin, capture_output=True, text=True, timeout=60, cwd=PROJECT)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_the_acls_and_users_commands_over_a_secured_listener(acl_broker: BrokerProcess,
+                                                             tmp_path: Path) -> None:
+    config = tmp_path / "admin.properties"
+    config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                      "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule"
+                      ' required username="admin" password="admin-secret";\n')
+    _cli(acl_broker, config, "acls", "add", "--allow-principal", "User:dave", "--operation",
+         "Read", "--operation", "Describe", "--group", "team-", "--resource-pattern-type",
+         "prefixed")
+    listed = json.loads(_cli(acl_broker, config, "acls", "list", "--json", "--group",
+                             "team-a", "--resource-pattern-type", "match"))
+    assert sorted((row["principal"], row["operation"]) for row in listed) == [
+        ("User:dave", "DESCRIBE"), ("User:dave", "READ")]
+    assert "2 ACL(s) removed" in _cli(
+        acl_broker, config, "acls", "remove", "--allow-principal", "User:dave", "--operation",
+        "Read", "--operation", "Describe", "--group", "team-", "--resource-pattern-type",
+        "prefixed")
+    added = _cli(acl_broker, config, "users", "scram", "add", "--user", "erin",
+                 "--mechanism", "SCRAM-SHA-256", "--iterations", "4096", stdin="erin-secret\n")
+    assert "erin-secret" not in added
+    users = json.loads(_cli(acl_broker, config, "users", "scram", "list", "--json"))
+    assert {"user": "erin", "mechanism": "SCRAM-SHA-256", "iterations": 4096} in users
+
+
+def test_the_groups_commands_take_a_command_config(acl_broker: BrokerProcess,
+                                                   tmp_path: Path) -> None:
+    config = tmp_path / "admin.properties"
+    config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                      "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule"
+                      ' required username="admin" password="admin-secret";\n')
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    producer = Producer(_config(acl_broker, "admin"))
+    producer.produce(topic, value=b"x")
+    assert producer.flush(15) == 0
+    assert _consume(acl_broker, "admin", "cli-group", topic) == 1
+    groups = json.loads(_cli(acl_broker, config, "groups", "list", "--json"))
+    assert "cli-group" in json.dumps(groups)
+    _cli(acl_broker, config, "groups", "delete-offsets", "cli-group", "--topic", topic)
+
+
+async def _commit_as_alice(broker: BrokerProcess, group: str, topics: list[str],
+                           version: int) -> dict[str, int]:
+    conn = await wire.Connection.open("127.0.0.1", int(broker.env["SASL_PORT"]))
+    try:
+        assert (await conn.call(17, 1, {"mechanism": "PLAIN"})).error_code.value == 0
+        reply = await conn.call(36, 2, {"auth_bytes": b"\0alice\0alice-secret"})
+        assert reply.error_code.value == 0
+        committed = await conn.call(8, version, {
+            "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+            "group_instance_id": None, "retention_time": -1, "topics": [
+                {"name": topic, "partitions": [{"partition_index": 0, "committed_offset": 1,
+                                                "committed_leader_epoch": -1,
+                                                "committed_metadata": None}]}
+                for topic in topics]})
+        return {t.name: int(t.partitions[0].error_code.value) for t in committed.topics}
+    finally:
+        await conn.close()
+
+
+@pytest.mark.parametrize("version", [7, 9])  # v9: the hand-read, hand-answered fast path
+def test_a_commit_needs_read_on_each_topic(acl_broker: BrokerProcess, version: int) -> None:
+    readable, described = f"t-{uuid.uuid4().hex[:8]}", f"w-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient(_config(acl_broker, "admin"))
+    for future in admin.create_topics([NewTopic(readable, 1), NewTopic(described, 1)]).values():
+        future.result(timeout=15)
+    errors = asyncio.run(_commit_as_alice(acl_broker, "billing-c", [readable, described],
+                                          version))
+    assert errors == {readable: 0, described: 29}  # TOPIC_AUTHORIZATION_FAILED
+    # A group alice may not read: every partition is GROUP_AUTHORIZATION_FAILED.
+    errors = asyncio.run(_commit_as_alice(acl_broker, "other", [readable, described], version))
+    assert errors == {readable: 30, described: 30}
+
+
+async def _delete_offsets_as(broker: BrokerProcess, user: str, group: str,
+                             topics: list[str]) -> tuple[int, dict[str, int]]:
+    conn = await wire.Connection.open("127.0.0.1", int(broker.env["SASL_PORT"]))
+    try:
+        assert (await conn.call(17, 1, {"mechanism": "PLAIN"})).error_code.value == 0
+        auth = f"\0{user}\0{user}-secret".encode()
+        assert (await conn.call(36, 2, {"auth_bytes": auth})).error_code.value == 0
+        reply = await conn.call(47, 0, {"group_id": group, "topics": [
+            {"name": topic, "partitions": [{"partition_index": 0}]} for topic in topics]})
+        return int(reply.error_code.value), {
+            t.name: int(t.partitions[0].error_code.value) for t in reply.topics}
+    finally:
+        await conn.close()
+
+
+def test_offset_delete_needs_delete_on_the_group_and_read_on_each_topic(
+        acl_broker: BrokerProcess) -> None:
+    readable, described = f"t-{uuid.uuid4().hex[:8]}", f"w-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient(_config(acl_broker, "admin"))
+    futures = admin.create_acls([AclBinding(
+        ResourceType.GROUP, "cleanup", ResourcePatternType.LITERAL, "User:bob", "*",
+        AclOperation.DELETE, AclPermissionType.ALLOW)])
+    for future in futures.values():
+        future.result(timeout=15)
+    try:
+        for future in admin.create_topics([NewTopic(readable, 1),
+                                           NewTopic(described, 1)]).values():
+            future.result(timeout=15)
+        top, errors = asyncio.run(_delete_offsets_as(acl_broker, "bob", "cleanup",
+                                                     [readable, described]))
+        assert errors[described] == 29 and errors.get(readable) != 29
+        top, errors = asyncio.run(_delete_offsets_as(acl_broker, "alice", "billing-1",
+                                                     [readable]))
+        assert top == 30  # alice may read billing-*, not delete it
+    finally:
+        cleanup = AclBindingFilter(ResourceType.GROUP, "cleanup", ResourcePatternType.LITERAL,
+                                   "User:bob", "*", AclOperation.DELETE,
+                                   AclPermissionType.ALLOW)
+        for future in admin.delete_acls([cleanup]).values():
+            future.result(timeout=15)
