@@ -82,12 +82,15 @@ def _topic_entries(result: OffsetFetchGroupResult) -> list[dict[str, Any]]:
 
 
 def to_response(outcome: OffsetFetchOutcome, version: int) -> Any:
-    cls = response_type(API_KEY, version)
+    return build(response_type(API_KEY, version), to_values(outcome, version))
+
+
+def to_values(outcome: OffsetFetchOutcome, version: int) -> dict[str, Any]:
+    """The response as plain values (for `build`, or `respond_in_slices` when it is large)."""
     if version >= BATCH_MIN_VERSION:
-        return build(
-            cls,
-            throttle_time=0,
-            groups=[
+        return {
+            "throttle_time": 0,
+            "groups": [
                 {
                     "group_id": g.group_id,
                     "error_code": g.error,
@@ -95,10 +98,10 @@ def to_response(outcome: OffsetFetchOutcome, version: int) -> Any:
                 }
                 for g in outcome.groups
             ],
-        )
+        }
     if len(outcome.groups) != 1:
         raise AssertionError(f"OffsetFetch v{version} answers exactly one group")
     group = outcome.groups[0]
     if version >= 2 and group.error.value:
-        return build(cls, throttle_time=0, error_code=group.error, topics=[])
-    return build(cls, throttle_time=0, error_code=group.error, topics=_topic_entries(group))
+        return {"throttle_time": 0, "error_code": group.error, "topics": []}
+    return {"throttle_time": 0, "error_code": group.error, "topics": _topic_entries(group)}

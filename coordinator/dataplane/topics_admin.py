@@ -20,7 +20,7 @@ from typing import Any, Protocol, get_args, get_type_hints
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.api.context import ApiVersionRange, ClientRequest
+from coordinator.api.context import ApiVersionRange, ClientRequest, respond_in_slices
 from coordinator.dataplane.internal_topic import (
     OFFSETS_TOPIC,
     InternalTopic,
@@ -180,15 +180,14 @@ def _requested_entry(broker: TopicsHost, wanted: Any, allow_create: bool) -> Any
 
 def _respond_metadata(broker: TopicsHost, ctx: ClientRequest, topics: list[Any]) -> None:
     host, port = broker.advertised_to(ctx.connection.listener)
-    ctx.respond(build(
-        response_type(METADATA, ctx.version),
-        throttle_time=0,
-        brokers=[{"node_id": broker.node_id, "host": host, "port": port, "rack": None}],
-        cluster_id=broker.cluster_id,
-        controller_id=broker.node_id,
-        topics=topics,
-        error_code=ErrorCode.none,
-    ))
+    respond_in_slices(ctx, {
+        "throttle_time": 0,
+        "brokers": [{"node_id": broker.node_id, "host": host, "port": port, "rack": None}],
+        "cluster_id": broker.cluster_id,
+        "controller_id": broker.node_id,
+        "topics": topics,
+        "error_code": ErrorCode.none,
+    })
 
 
 # Partitions an all-topics Metadata answer describes per event-loop turn (~10 us each).
