@@ -127,3 +127,13 @@ def offsets_before(partition_log: Any, timestamp: int, max_num_offsets: int,
         below = [offset for offset in found if offset < high_watermark]
         found = [high_watermark, *below]
     return tuple(found)
+
+
+def error_values(request: Any, version: int, error: ErrorCode) -> dict[str, Any]:
+    """Every requested partition answered `error`, as Kafka's error response does."""
+    return {"throttle_time": 0, "topics": [
+        {"name": topic.name, "partitions": [
+            {"partition_index": wanted.partition_index, "error_code": error, "timestamp": -1,
+             "offset": -1, "leader_epoch": -1, "old_style_offsets": ()}
+            for wanted in topic.partitions]}
+        for topic in request.topics]}

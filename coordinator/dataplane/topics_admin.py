@@ -154,6 +154,23 @@ def metadata(broker: TopicsHost, ctx: ClientRequest, request: Any) -> None:
 NAMES_PER_TURN = 250
 
 
+def metadata_error_values(broker: TopicsHost, ctx: ClientRequest, request: Any,
+                          error: ErrorCode) -> dict[str, Any]:
+    """Every requested topic answered `error` with no partitions, as Kafka's error response
+    does; the brokers are listed as in any Metadata answer."""
+    host, port = broker.advertised_to(ctx.connection.listener)
+    return {
+        "throttle_time": 0,
+        "brokers": [{"node_id": broker.node_id, "host": host, "port": port, "rack": None}],
+        "cluster_id": broker.cluster_id,
+        "controller_id": broker.node_id,
+        "topics": [{"error_code": error, "name": wanted.name,
+                    "topic_id": getattr(wanted, "topic_id", None), "is_internal": False,
+                    "partitions": ()} for wanted in request.topics or ()],
+        "error_code": ErrorCode.none,
+    }
+
+
 def _requested_entry(broker: TopicsHost, wanted: Any, allow_create: bool) -> Any:
     """The Metadata answer for one requested topic (by name, or by id from v10)."""
     name = wanted.name
