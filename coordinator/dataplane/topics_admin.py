@@ -95,6 +95,7 @@ class TopicsHost(TopicDirectory, Protocol):
 def _partitions(broker: TopicsHost, topic: Topic | InternalTopic) -> list[dict[str, Any]]:
     node = broker.node_id
     return [
+        _offline_partition(node, index) if getattr(partition, "offline", None) is not None else
         {
             "error_code": ErrorCode.none,
             "partition_index": index,
@@ -104,8 +105,23 @@ def _partitions(broker: TopicsHost, topic: Topic | InternalTopic) -> list[dict[s
             "isr_nodes": (node,),
             "offline_replicas": (),
         }
-        for index in range(len(topic.partitions))
+        for index, partition in enumerate(topic.partitions)
     ]
+
+
+def _offline_partition(node: int, index: int) -> dict[str, Any]:
+    """A partition whose log a disk error took offline, as Kafka describes a partition whose
+    only replica's log directory failed: no leader (LEADER_NOT_AVAILABLE, leader -1), the
+    replica listed offline. Clients stop sending it Produce and Fetch and keep asking."""
+    return {
+        "error_code": ErrorCode.leader_not_available,
+        "partition_index": index,
+        "leader_id": -1,
+        "leader_epoch": 0,
+        "replica_nodes": (node,),
+        "isr_nodes": (node,),
+        "offline_replicas": (node,),
+    }
 
 
 def _topic_entry(broker: TopicsHost, topic: Topic | InternalTopic) -> dict[str, Any]:
