@@ -71,9 +71,10 @@ _VALUE_OVERHEAD = {
 # far above what clients send: a consumer's OffsetFetch names every partition assigned to it,
 # its Metadata every topic it subscribes to by name, and an admin tool describes every group in
 # one request. Metadata is handled a slice of names per loop turn (`topics_admin`). Above a
-# limit the request is refused like an over-budget one. A request that names nothing (Metadata
+# limit the request is answered INVALID_REQUEST (below). A request that names nothing (Metadata
 # of every topic, OffsetFetch of every partition of a group) holds no element: its answer is
 # bounded by what the broker holds.
+#
 # Up to this many times its limit, a request is still decoded and answered INVALID_REQUEST for
 # each element (`protocol.errors.AnsweredOverLimits`), which costs less than handling it and is
 # built a slice per loop turn; beyond, the connection is closed with one warning.
