@@ -172,6 +172,7 @@ class GroupRuntime:
                                        config, settings["offsets.commit.fsync"], self.fs,
                                        repair=repair)
         self.group_log.on_failure = self.host.fail  # fail-stop on a failed fsync
+        self.group_log.on_segments_lost = self.maintenance.rewrite_lost
         for part in (self.applier, self.loader, self.maintenance):
             part.group_log = self.group_log
         self.topics_changed()
