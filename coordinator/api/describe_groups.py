@@ -43,8 +43,13 @@ def to_command(
 
 
 def to_response(outcome: DescribeGroupsOutcome, api_version: int) -> Any:
-    return build(
-        response_type(API_KEY, api_version),
+    return build(response_type(API_KEY, api_version), to_values(outcome, api_version))
+
+
+def to_values(outcome: DescribeGroupsOutcome, api_version: int) -> dict[str, Any]:
+    """The response as plain values (for `build`, or `respond_in_slices`: an admin tool may
+    describe thousands of groups in one request)."""
+    return dict(
         throttle_time=0,
         groups=[
             {
