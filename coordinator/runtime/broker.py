@@ -521,7 +521,12 @@ class Broker:
         metrics = self.metrics
         ctx = (RequestContext(connection, slot, header) if metrics is None
                else metrics.context(connection, slot, header))
-        respond_in_slices(ctx, answer(ctx, request, ErrorCode.invalid_request))
+        try:
+            respond_in_slices(ctx, answer(ctx, request, ErrorCode.invalid_request))
+        except Exception:
+            log.exception("request failed", api_key=header.api_key, version=header.api_version,
+                          client_id=header.client_id)
+            connection.close()
 
     def connection_closed(self, connection: Connection) -> None:
         self.fetches.connection_closed(connection.id)
