@@ -20,9 +20,9 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 from kio.static.primitive import i16, i32
 
-from protocol.errors import MalformedRequest, UnsupportedApi
+from protocol.errors import AnsweredOverLimits, MalformedRequest, UnsupportedApi
 from protocol.fast_requests import HAND_DECODERS
-from protocol.guard import ELEMENT_LIMITS, Guard, compile_guard
+from protocol.guard import ELEMENT_LIMITS, ElementsToAnswer, Guard, compile_guard
 from protocol.legacy_versions import LEGACY_REQUESTS, legacy_request, legacy_response
 from storage.varint import VarintError, read_uvarint
 
@@ -183,9 +183,16 @@ def decode_request(frame: bytes) -> tuple[RequestHeader, Any]:
     try:
         header, offset = codec.header_reader(frame, 0)
         if codec.guard is not None:
-            codec.guard(frame, offset, len(frame))
+            try:
+                codec.guard(frame, offset, len(frame))
+            except ElementsToAnswer as over:
+                # Walked whole and within the decoded budget: safe to decode, to answer.
+                body, _ = codec.body_reader(frame, offset)
+                raise AnsweredOverLimits(
+                    RequestHeader(api_key, api_version, header.correlation_id, header.client_id),
+                    body, str(over)) from None
         body, _ = codec.body_reader(frame, offset)
-    except MalformedRequest:
+    except (MalformedRequest, AnsweredOverLimits):
         raise
     except (SerialError, KeyError, ValueError, TypeError, IndexError, OverflowError) as exc:
         # kio raises KeyError on tagged fields it does not know; see _skip_unknown_tags below.

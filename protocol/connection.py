@@ -27,7 +27,7 @@ from protocol.codec import (
     load_codecs,
     peek_header,
 )
-from protocol.errors import MalformedRequest, UnsupportedApi
+from protocol.errors import AnsweredOverLimits, MalformedRequest, UnsupportedApi
 from protocol.framing import FrameDecoder, FrameError
 from protocol.guard import OverLimits
 from protocol.refusals import RefusalLog, client_id_of
@@ -161,6 +161,11 @@ class RequestHandler(Protocol):
     def unsupported(self, connection: Connection, slot: ResponseSlot, api_key: int,
                     api_version: int, correlation_id: int) -> bool:
         """Answer an unknown (key, version) if the API has a defined answer; else False."""
+
+    def over_limits(self, connection: Connection, slot: ResponseSlot, header: RequestHeader,
+                    request: Any, reason: str) -> None:
+        """Answer a request over its API's element limit with INVALID_REQUEST for each
+        element (or close the connection)."""
 
     def connection_closed(self, connection: Connection) -> None: ...
 
@@ -346,6 +351,10 @@ class Connection(asyncio.Protocol):
                                         api_version=api_version, connection=self.id,
                                         client_host=self.client_host)
                 self.close()
+            return True
+        except AnsweredOverLimits as over:
+            slot = self._reserve(over.header)
+            self._handler.over_limits(self, slot, over.header, over.request, over.reason)
             return True
         except OverLimits as exc:
             self._reject(str(exc), body, api_key, api_version, problem="request over limits",

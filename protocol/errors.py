@@ -1,6 +1,9 @@
-"""Errors raised while decoding a request; each one closes only the offending connection."""
+"""Errors raised while decoding a request; each one closes only the offending connection, but
+`AnsweredOverLimits`, which is answered."""
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class MalformedRequest(ValueError):
@@ -14,3 +17,15 @@ class UnsupportedApi(ValueError):
         super().__init__(f"unsupported api_key={api_key} api_version={api_version}")
         self.api_key = api_key
         self.api_version = api_version
+
+
+class AnsweredOverLimits(Exception):
+    """A well-formed request over its API's element limit, but within `ANSWERED_ELEMENTS_FACTOR`
+    times it: decoded, to be answered with INVALID_REQUEST for each of its elements (Kafka's
+    error response for a request it refuses) instead of a closed connection."""
+
+    def __init__(self, header: Any, request: Any, reason: str) -> None:
+        super().__init__(reason)
+        self.header = header
+        self.request = request
+        self.reason = reason

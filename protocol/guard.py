@@ -72,9 +72,14 @@ _VALUE_OVERHEAD = {
 # far above what clients send: a consumer's OffsetFetch names every partition assigned to it,
 # its Metadata every topic it subscribes to by name, and an admin tool describes every group in
 # one request. Metadata is handled a slice of names per loop turn (`topics_admin`). Above a
-# limit the request is refused like an over-budget one. A request that names nothing (Metadata
+# limit the request is answered INVALID_REQUEST (below). A request that names nothing (Metadata
 # of every topic, OffsetFetch of every partition of a group) holds no element: its answer is
 # bounded by what the broker holds.
+#
+# Up to this many times its limit, a request is still decoded and answered INVALID_REQUEST for
+# each element (`protocol.errors.AnsweredOverLimits`), which costs less than handling it and is
+# built a slice per loop turn; beyond, the connection is closed with one warning.
+ANSWERED_ELEMENTS_FACTOR = 2
 ELEMENT_LIMITS = {
     2: 5_000,   # ListOffsets: topics and their partitions
     3: 10_000,  # Metadata: topics
@@ -111,6 +116,11 @@ class OverLimits(MalformedRequest):
 
 class TooManyElements(OverLimits):
     """A request holding more array elements than its API allows in one request."""
+
+
+class ElementsToAnswer(TooManyElements):
+    """More elements than the API allows, but few enough to answer each one: the whole body
+    was walked (counts bounded by the frame, decoded size within the budget)."""
 
 
 def _too_many_elements(name: str, elements: int, limit: int) -> MalformedRequest:
@@ -426,12 +436,19 @@ def decoded_size_limit(body_bytes: int) -> int:
 def _wrapped(check: Callable[..., tuple[int, int, int]], request_type: type,
              max_elements: int) -> Guard:
 
+    answered = (max_elements * ANSWERED_ELEMENTS_FACTOR if max_elements < _NO_ELEMENT_LIMIT
+                else max_elements)
+
     def guard(buf: Any, pos: int, end: int) -> None:
         try:
-            check(buf, pos, end, 0, decoded_size_limit(end - pos), 0, max_elements)
+            _, _, elements = check(buf, pos, end, 0, decoded_size_limit(end - pos), 0,
+                                   answered)
         except (IndexError, struct.error) as exc:
             raise MalformedRequest(f"{request_type.__name__}: truncated ({exc})") from exc
         except VarintError as exc:
             raise MalformedRequest(f"{request_type.__name__}: {exc}") from exc
+        if elements > max_elements:
+            raise ElementsToAnswer(f"{request_type.__name__}: {elements} elements in one "
+                                   f"request, more than the {max_elements} this API allows")
 
     return guard

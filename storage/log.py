@@ -222,6 +222,9 @@ class PartitionLog:
         # Set once for good when the files can no longer be trusted (see `LogOfflineError`).
         self.offline: LogOfflineError | None = None
         self._reported_missing: set[int] = set()
+        # (first offset, end offset) of each segment noticed missing, until its owner takes
+        # them (`take_lost_segments`): what it held can only be written again from elsewhere.
+        self.lost_segments: list[tuple[int, int]] = []
 
     # ---------------------------------------------------------------- open and recovery
 
@@ -590,8 +593,10 @@ class PartitionLog:
             raise OffsetOutOfRange(offset, segments[0].base_offset, end)
         i = bisect_right(self._bases, offset) - 1
         seg = segments[i]
-        while offset >= seg.next_offset and i + 1 < len(segments):
-            # In a gap (a segment lost, or damage a repair cut out): go on after it.
+        missing = self._reported_missing
+        while (offset >= seg.next_offset or seg.base_offset in missing) and i + 1 < len(segments):
+            # In a gap (a segment lost, or damage a repair cut out) or a segment whose file
+            # disappeared: go on after it.
             i += 1
             seg = segments[i]
             offset = seg.base_offset
@@ -672,9 +677,15 @@ class PartitionLog:
         if seg.base_offset in self._reported_missing:
             return
         self._reported_missing.add(seg.base_offset)
+        self.lost_segments.append((seg.base_offset, seg.next_offset))
         log.error("log segment missing", path=str(seg.path), first_offset=seg.base_offset,
                   end_offset=seg.next_offset,
                   advice="its records are lost; a restart keeps the segments around it")
+
+    def take_lost_segments(self) -> list[tuple[int, int]]:
+        """The offset ranges of segments noticed missing since the last call."""
+        lost, self.lost_segments = self.lost_segments, []
+        return lost
 
     # ---------------------------------------------------------------- retention, truncation
 

@@ -152,6 +152,9 @@ class ParkingHandler:
     def unsupported(self, *args: Any) -> bool:
         return False
 
+    def over_limits(self, connection: Connection, *args: Any) -> None:
+        connection.close()
+
     def connection_closed(self, connection: Connection) -> None:
         self.closed.append(connection.id)
 

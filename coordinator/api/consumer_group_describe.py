@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from coordinator.api.context import ApiVersionRange
 from coordinator.group.consumer.commands import ConsumerGroupDescribe, ConsumerGroupDescribeOutcome
 from coordinator.group.result import RequestRef
@@ -69,3 +71,11 @@ def to_response(outcome: ConsumerGroupDescribeOutcome, api_version: int) -> Any:
             for g in outcome.groups
         ],
     )
+
+
+def error_values(request: Any, api_version: int, error: ErrorCode) -> dict[str, Any]:
+    """Every requested group answered `error`, as Kafka's error response does."""
+    return {"throttle_time": 0, "groups": [
+        {"error_code": error, "error_message": None, "group_id": group_id, "group_state": "",
+         "members": (), "authorized_operations": -(2**31)}
+        for group_id in request.group_ids]}

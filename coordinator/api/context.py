@@ -7,11 +7,14 @@ their own implementation of the same protocol (`tests/fakes.py`).
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from protocol.codec import RequestHeader, encode_response
 from protocol.connection import Connection, ResponseSlot
+from protocol.slices import encode_in_slices
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,3 +131,27 @@ class RequestContext(RequestFacts):
 
     def respond_raw(self, framed: bytes | None) -> None:
         self.connection.complete(self.slot, framed)
+
+
+def respond_in_slices(ctx: ClientRequest, values: Mapping[str, Any]) -> None:
+    """Answer with the response `values` describe (as for `protocol.build`), built and encoded
+    a slice of elements per event-loop turn (`protocol.slices`): an answer of thousands of
+    topics or partitions must not hold every group up. A small one is answered at once."""
+    header = ctx.header
+    pieces = encode_in_slices(header.api_key, header.api_version, header.correlation_id, values)
+
+    def step() -> None:
+        if not ctx.open:
+            pieces.close()
+            return
+        for piece in pieces:
+            if piece is not None:
+                ctx.respond_raw(piece)
+                return
+            try:
+                asyncio.get_running_loop().call_soon(step)
+            except RuntimeError:  # no event loop (a test answering in memory): carry on
+                continue
+            return
+
+    step()

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from coordinator.api.context import ApiVersionRange
 from coordinator.group.offset_commands import DeleteGroups, DeleteGroupsOutcome
 from coordinator.group.result import RequestRef
@@ -32,3 +34,9 @@ def to_response(outcome: DeleteGroupsOutcome, version: int) -> Any:
             {"group_id": group_id, "error_code": error} for group_id, error in outcome.results
         ],
     )
+
+
+def error_values(request: Any, version: int, error: ErrorCode) -> dict[str, Any]:
+    """Every named group answered `error`, as Kafka's error response does."""
+    return {"throttle_time": 0, "results": [
+        {"group_id": group_id, "error_code": error} for group_id in request.groups_names]}

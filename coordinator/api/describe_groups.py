@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from coordinator.api.context import ApiVersionRange
 from coordinator.group.commands import DescribeGroups
 from coordinator.group.outcomes import DescribeGroupsOutcome
@@ -41,8 +43,13 @@ def to_command(
 
 
 def to_response(outcome: DescribeGroupsOutcome, api_version: int) -> Any:
-    return build(
-        response_type(API_KEY, api_version),
+    return build(response_type(API_KEY, api_version), to_values(outcome, api_version))
+
+
+def to_values(outcome: DescribeGroupsOutcome, api_version: int) -> dict[str, Any]:
+    """The response as plain values (for `build`, or `respond_in_slices`: an admin tool may
+    describe thousands of groups in one request)."""
+    return dict(
         throttle_time=0,
         groups=[
             {
@@ -68,3 +75,11 @@ def to_response(outcome: DescribeGroupsOutcome, api_version: int) -> Any:
             for g in outcome.groups
         ],
     )
+
+
+def error_values(request: Any, api_version: int, error: ErrorCode) -> dict[str, Any]:
+    """Every requested group answered `error`, as Kafka's error response does."""
+    return {"throttle_time": 0, "groups": [
+        {"error_code": error, "group_id": group_id, "group_state": "", "protocol_type": "",
+         "protocol_data": "", "members": (), "authorized_operations": -(2**31)}
+        for group_id in request.groups]}

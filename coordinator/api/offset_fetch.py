@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from coordinator.api.context import ApiVersionRange
 from coordinator.group.offset_commands import (
     ZOOKEEPER_OFFSETS_VERSION,
@@ -82,12 +84,15 @@ def _topic_entries(result: OffsetFetchGroupResult) -> list[dict[str, Any]]:
 
 
 def to_response(outcome: OffsetFetchOutcome, version: int) -> Any:
-    cls = response_type(API_KEY, version)
+    return build(response_type(API_KEY, version), to_values(outcome, version))
+
+
+def to_values(outcome: OffsetFetchOutcome, version: int) -> dict[str, Any]:
+    """The response as plain values (for `build`, or `respond_in_slices` when it is large)."""
     if version >= BATCH_MIN_VERSION:
-        return build(
-            cls,
-            throttle_time=0,
-            groups=[
+        return {
+            "throttle_time": 0,
+            "groups": [
                 {
                     "group_id": g.group_id,
                     "error_code": g.error,
@@ -95,10 +100,24 @@ def to_response(outcome: OffsetFetchOutcome, version: int) -> Any:
                 }
                 for g in outcome.groups
             ],
-        )
+        }
     if len(outcome.groups) != 1:
         raise AssertionError(f"OffsetFetch v{version} answers exactly one group")
     group = outcome.groups[0]
     if version >= 2 and group.error.value:
-        return build(cls, throttle_time=0, error_code=group.error, topics=[])
-    return build(cls, throttle_time=0, error_code=group.error, topics=_topic_entries(group))
+        return {"throttle_time": 0, "error_code": group.error, "topics": []}
+    return {"throttle_time": 0, "error_code": group.error, "topics": _topic_entries(group)}
+
+
+def error_values(request: Any, version: int, error: ErrorCode) -> dict[str, Any]:
+    """The request answered `error` as Kafka's error response does: each group (v8+), else
+    each requested partition, and the top-level error (v2+)."""
+    if version >= BATCH_MIN_VERSION:
+        return {"throttle_time": 0, "groups": [
+            {"group_id": group.group_id, "error_code": error, "topics": ()}
+            for group in request.groups]}
+    return {"throttle_time": 0, "error_code": error, "topics": [
+        {"name": topic.name, "partitions": [
+            {"partition_index": index, "committed_offset": -1, "committed_leader_epoch": -1,
+             "metadata": "", "error_code": error} for index in topic.partition_indexes]}
+        for topic in request.topics or ()]}

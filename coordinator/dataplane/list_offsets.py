@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.api.context import ApiVersionRange, ClientRequest
+from coordinator.api.context import ApiVersionRange, ClientRequest, respond_in_slices
 from coordinator.dataplane.internal_topic import TopicDirectory, topic_by_name
 from protocol.build import build
 from protocol.codec import response_type
@@ -81,8 +81,7 @@ def handle(broker: ListOffsetsHost, ctx: ClientRequest, request: Any) -> None:
                 entry.update(error_code=ErrorCode.kafka_storage_error, offset=-1, timestamp=-1)
             partitions_out.append(entry)
         topics_out.append({"name": wanted_topic.name, "partitions": partitions_out})
-    ctx.respond(build(response_type(LIST_OFFSETS, ctx.version), throttle_time=0,
-                      topics=topics_out))
+    respond_in_slices(ctx, {"throttle_time": 0, "topics": topics_out})
 
 
 def _handle_v0(broker: ListOffsetsHost, ctx: ClientRequest, request: Any) -> None:
@@ -128,3 +127,13 @@ def offsets_before(partition_log: Any, timestamp: int, max_num_offsets: int,
         below = [offset for offset in found if offset < high_watermark]
         found = [high_watermark, *below]
     return tuple(found)
+
+
+def error_values(request: Any, version: int, error: ErrorCode) -> dict[str, Any]:
+    """Every requested partition answered `error`, as Kafka's error response does."""
+    return {"throttle_time": 0, "topics": [
+        {"name": topic.name, "partitions": [
+            {"partition_index": wanted.partition_index, "error_code": error, "timestamp": -1,
+             "offset": -1, "leader_epoch": -1, "old_style_offsets": ()}
+            for wanted in topic.partitions]}
+        for topic in request.topics]}

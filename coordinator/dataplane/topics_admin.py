@@ -20,7 +20,7 @@ from typing import Any, Protocol, get_args, get_type_hints
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.api.context import ApiVersionRange, ClientRequest
+from coordinator.api.context import ApiVersionRange, ClientRequest, respond_in_slices
 from coordinator.dataplane.internal_topic import (
     OFFSETS_TOPIC,
     InternalTopic,
@@ -95,6 +95,7 @@ class TopicsHost(TopicDirectory, Protocol):
 def _partitions(broker: TopicsHost, topic: Topic | InternalTopic) -> list[dict[str, Any]]:
     node = broker.node_id
     return [
+        _offline_partition(node, index) if getattr(partition, "offline", None) is not None else
         {
             "error_code": ErrorCode.none,
             "partition_index": index,
@@ -104,8 +105,23 @@ def _partitions(broker: TopicsHost, topic: Topic | InternalTopic) -> list[dict[s
             "isr_nodes": (node,),
             "offline_replicas": (),
         }
-        for index in range(len(topic.partitions))
+        for index, partition in enumerate(topic.partitions)
     ]
+
+
+def _offline_partition(node: int, index: int) -> dict[str, Any]:
+    """A partition whose log a disk error took offline, as Kafka describes a partition whose
+    only replica's log directory failed: no leader (LEADER_NOT_AVAILABLE, leader -1), the
+    replica listed offline. Clients stop sending it Produce and Fetch and keep asking."""
+    return {
+        "error_code": ErrorCode.leader_not_available,
+        "partition_index": index,
+        "leader_id": -1,
+        "leader_epoch": 0,
+        "replica_nodes": (node,),
+        "isr_nodes": (node,),
+        "offline_replicas": (node,),
+    }
 
 
 def _topic_entry(broker: TopicsHost, topic: Topic | InternalTopic) -> dict[str, Any]:
@@ -154,6 +170,23 @@ def metadata(broker: TopicsHost, ctx: ClientRequest, request: Any) -> None:
 NAMES_PER_TURN = 250
 
 
+def metadata_error_values(broker: TopicsHost, ctx: ClientRequest, request: Any,
+                          error: ErrorCode) -> dict[str, Any]:
+    """Every requested topic answered `error` with no partitions, as Kafka's error response
+    does; the brokers are listed as in any Metadata answer."""
+    host, port = broker.advertised_to(ctx.connection.listener)
+    return {
+        "throttle_time": 0,
+        "brokers": [{"node_id": broker.node_id, "host": host, "port": port, "rack": None}],
+        "cluster_id": broker.cluster_id,
+        "controller_id": broker.node_id,
+        "topics": [{"error_code": error, "name": wanted.name,
+                    "topic_id": getattr(wanted, "topic_id", None), "is_internal": False,
+                    "partitions": ()} for wanted in request.topics or ()],
+        "error_code": ErrorCode.none,
+    }
+
+
 def _requested_entry(broker: TopicsHost, wanted: Any, allow_create: bool) -> Any:
     """The Metadata answer for one requested topic (by name, or by id from v10)."""
     name = wanted.name
@@ -180,15 +213,14 @@ def _requested_entry(broker: TopicsHost, wanted: Any, allow_create: bool) -> Any
 
 def _respond_metadata(broker: TopicsHost, ctx: ClientRequest, topics: list[Any]) -> None:
     host, port = broker.advertised_to(ctx.connection.listener)
-    ctx.respond(build(
-        response_type(METADATA, ctx.version),
-        throttle_time=0,
-        brokers=[{"node_id": broker.node_id, "host": host, "port": port, "rack": None}],
-        cluster_id=broker.cluster_id,
-        controller_id=broker.node_id,
-        topics=topics,
-        error_code=ErrorCode.none,
-    ))
+    respond_in_slices(ctx, {
+        "throttle_time": 0,
+        "brokers": [{"node_id": broker.node_id, "host": host, "port": port, "rack": None}],
+        "cluster_id": broker.cluster_id,
+        "controller_id": broker.node_id,
+        "topics": topics,
+        "error_code": ErrorCode.none,
+    })
 
 
 # Partitions an all-topics Metadata answer describes per event-loop turn (~10 us each).

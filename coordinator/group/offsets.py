@@ -454,6 +454,25 @@ class OffsetStore:
             group: {(t, p): v for t, p, v in self._iter_group(group)} for group in self._offsets
         }
 
+    def commit_in_flight(self, key: OffsetCommitKey) -> bool:
+        """Whether a commit of `key` is written but not yet durable (or failed)."""
+        return (key.topic, key.partition) in self._pending.get(key.group, {})
+
+    def durable_records(self, wanted: Callable[[str], bool]) -> list[OffsetCommitRecord]:
+        """A record of every durable offset of the wanted groups, but those with a commit in
+        flight (whose record, newer, is already written)."""
+        records: list[OffsetCommitRecord] = []
+        for group_id in self._offsets:
+            if not wanted(group_id):
+                continue
+            pending = self._pending.get(group_id, {})
+            records.extend(
+                OffsetCommitRecord(key=OffsetCommitKey(group=group_id, topic=topic,
+                                                       partition=partition), value=value)
+                for topic, partition, value in self._iter_group(group_id)
+                if (topic, partition) not in pending)
+        return records
+
     def _iter_group(self, group_id: str) -> Iterator[tuple[str, int, OffsetCommitValue]]:
         for topic, partitions in sorted(self._offsets.get(group_id, {}).items()):
             for partition, value in sorted(partitions.items()):

@@ -86,6 +86,9 @@ class GroupLog:
         # `on_failure` is told once (the broker stops).
         self.failure: OSError | None = None
         self.on_failure: Callable[[BaseException], None] | None = None
+        # Told (partition, lost offset ranges) when a sealed segment is noticed missing (the
+        # roll or read after its file was deleted): the owner writes its state again.
+        self.on_segments_lost: Callable[[int, list[tuple[int, int]]], None] | None = None
 
     @classmethod
     def open(cls, data_dir: Path, num_partitions: int, config: LogConfig, fsync_policy: str,
@@ -221,6 +224,9 @@ class GroupLog:
                 self._fail_stop(cut_failed)
             return future
         self.appends += 1
+        for partition, _ in written:
+            if self.logs[partition].lost_segments:
+                self._segments_lost(partition)
         if not self.fsync_always:
             future.set_result(None)
             for partition, _ in written:
@@ -232,6 +238,11 @@ class GroupLog:
             self._flushing = True
             loop.call_soon(self._start_flush)
         return future
+
+    def _segments_lost(self, partition: int) -> None:
+        lost = self.logs[partition].take_lost_segments()
+        if self.on_segments_lost is not None:
+            asyncio.get_running_loop().call_soon(self.on_segments_lost, partition, lost)
 
     def _start_flush(self) -> None:
         waiting, self._waiting = self._waiting, []

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import structlog
 from kio.schema.errors import ErrorCode
 
-from coordinator.api.context import ClientRequest
+from coordinator.api.context import ClientRequest, respond_in_slices
 from coordinator.group.consumer.heartbeat import GROUP_TYPE as CONSUMER_GROUP_TYPE
 from coordinator.group.events import RebalanceStarted
 from coordinator.group.manager import GroupCoordinator
@@ -270,6 +270,10 @@ class ResultApplier:
             encode = getattr(pending.module, "encode", None)
             if encode is not None:
                 ctx.respond_raw(encode(reply.outcome, ctx.version, ctx.header.correlation_id))
+                continue
+            values = getattr(pending.module, "to_values", None)
+            if values is not None:  # answers that may be large: built a slice per loop turn
+                respond_in_slices(ctx, values(reply.outcome, ctx.version))
             else:
                 ctx.respond(pending.module.to_response(reply.outcome, ctx.version))
 

@@ -20,7 +20,13 @@ from typing import IO, Any
 import structlog
 from kio.schema.errors import ErrorCode
 
-from coordinator.api.context import ApiVersionRange, ClientRequest, RequestContext
+from coordinator.api import consumer_group_describe, delete_groups, describe_groups, offset_fetch
+from coordinator.api.context import (
+    ApiVersionRange,
+    ClientRequest,
+    RequestContext,
+    respond_in_slices,
+)
 from coordinator.dataplane import (
     api_versions,
     fetch,
@@ -149,6 +155,23 @@ class Broker:
         self.register(topics_admin.CREATE_PARTITIONS_VERSIONS,
                       lambda ctx, req: topics_admin.create_partitions(self, ctx, req))
         sasl.register(self, ScramStore(self.data_dir))
+        # Kafka's error answer of each API with an element limit (`protocol.guard`): a request
+        # over it is answered INVALID_REQUEST for each element.
+        self._error_answers: dict[int, Callable[[ClientRequest, Any, ErrorCode],
+                                                dict[str, Any]]] = {
+            list_offsets.LIST_OFFSETS: lambda ctx, req, error: list_offsets.error_values(
+                req, ctx.version, error),
+            topics_admin.METADATA_VERSIONS.api_key: lambda ctx, req, error: (
+                topics_admin.metadata_error_values(self, ctx, req, error)),
+            offset_fetch.API_KEY: lambda ctx, req, error: offset_fetch.error_values(
+                req, ctx.version, error),
+            describe_groups.API_KEY: lambda ctx, req, error: describe_groups.error_values(
+                req, ctx.version, error),
+            delete_groups.API_KEY: lambda ctx, req, error: delete_groups.error_values(
+                req, ctx.version, error),
+            consumer_group_describe.API_KEY: lambda ctx, req, error: (
+                consumer_group_describe.error_values(req, ctx.version, error)),
+        }
         # Request and group counters for /metrics; None (no cost) unless metrics.listener is set.
         self.metrics: BrokerMetrics | None = (
             BrokerMetrics(settings["metrics.max.groups"]) if settings["metrics.listener"]
@@ -495,6 +518,33 @@ class Broker:
             return True
         return False
 
+    def over_limits(self, connection: Connection, slot: ResponseSlot, header: RequestHeader,
+                    request: Any, reason: str) -> None:
+        answer = self._error_answers.get(header.api_key)
+        served = self._served.get(header.api_key)
+        if answer is None or served is None or not served[0] <= header.api_version <= served[1]:
+            self.refusals.refused(
+                "connection closed on bad input", client_id=header.client_id or "",
+                api_key=header.api_key, api_version=header.api_version,
+                problem="request over limits", advice=_OVER_LIMITS_ADVICE,
+                connection=connection.id, client_host=connection.client_host, reason=reason)
+            connection.close()
+            return
+        self.refusals.refused(
+            "request answered INVALID_REQUEST", client_id=header.client_id or "",
+            api_key=header.api_key, api_version=header.api_version,
+            problem="request over limits", advice=_OVER_LIMITS_ADVICE,
+            connection=connection.id, client_host=connection.client_host, reason=reason)
+        metrics = self.metrics
+        ctx = (RequestContext(connection, slot, header) if metrics is None
+               else metrics.context(connection, slot, header))
+        try:
+            respond_in_slices(ctx, answer(ctx, request, ErrorCode.invalid_request))
+        except Exception:
+            log.exception("request failed", api_key=header.api_key, version=header.api_version,
+                          client_id=header.client_id)
+            connection.close()
+
     def connection_closed(self, connection: Connection) -> None:
         self.fetches.connection_closed(connection.id)
         self.groups.connection_closed(connection.id)
@@ -506,6 +556,9 @@ class Broker:
         """Serve `versions` of an API with `handler`: from now on ApiVersions advertises them."""
         self._handlers[versions.api_key] = handler
         self._served[versions.api_key] = (versions.min_version, versions.max_version)
+
+
+_OVER_LIMITS_ADVICE = "send fewer elements in one request (README: Hostile input)"
 
 
 class DataDirInUse(RuntimeError):

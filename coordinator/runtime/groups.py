@@ -34,7 +34,7 @@ from coordinator.api import (
     offset_fetch,
     sync_group,
 )
-from coordinator.api.context import ApiVersionRange, ClientRequest
+from coordinator.api.context import ApiVersionRange, ClientRequest, respond_in_slices
 from coordinator.group import offset_commands as oc
 from coordinator.group.config import GroupConfig
 from coordinator.group.consumer.config import ConsumerGroupConfig
@@ -162,6 +162,7 @@ class GroupRuntime:
                                        config, settings["offsets.commit.fsync"], self.fs,
                                        repair=repair)
         self.group_log.on_failure = self.host.fail  # fail-stop on a failed fsync
+        self.group_log.on_segments_lost = self.maintenance.rewrite_lost
         for part in (self.applier, self.loader, self.maintenance):
             part.group_log = self.group_log
         self.topics_changed()
@@ -298,7 +299,7 @@ class GroupRuntime:
         if ctx.version == offset_fetch.ZOOKEEPER_ONLY_VERSION:
             self._refuse_zookeeper_version(ctx, "OffsetFetch")
         outcome = self.core.fetch(command, ctx.version, self.loader.refusal)
-        ctx.respond(offset_fetch.to_response(outcome, ctx.version))
+        respond_in_slices(ctx, offset_fetch.to_values(outcome, ctx.version))
 
     def offset_delete(self, ctx: ClientRequest, request: Any) -> None:
         command = offset_delete.to_command(request, ctx.version, self._ref(ctx))

@@ -10,12 +10,15 @@ log is still loading.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import TYPE_CHECKING
 
 import structlog
 
 from coordinator.group.offset_decisions import GroupOffsets
-from coordinator.grouplog.log import GroupLog
+from coordinator.group.rewrite import current_records
+from coordinator.grouplog.log import GroupLog, GroupLogLoadError
+from coordinator.grouplog.records import OffsetCommitRecord
 from coordinator.runtime.apply import ResultApplier
 from coordinator.runtime.clock import Clock
 from coordinator.runtime.event_journal import EventJournal
@@ -45,6 +48,57 @@ class GroupLogMaintenance:
         self.cleaner_backoff_ms = cleaner_backoff_ms
         self.delete_retention_ms = delete_retention_ms
         self.group_log: GroupLog  # set when the group log is opened
+
+    # a lost segment ---------------------------------------------------------------------------
+
+    def rewrite_lost(self, partition: int, lost: list[tuple[int, int]]) -> None:
+        """A sealed segment of `partition` disappeared while the broker runs (noticed by a
+        roll or a read): its records are gone from disk, not from memory, which holds every
+        acknowledged change. Write the current state of every group of the partition again,
+        and a tombstone for each key the rest of the partition still holds a value of that
+        memory no longer has (its tombstone may have been in the lost segment), so that a
+        restart keeps exactly what was acknowledged. Groups with a write in flight are left
+        out: that write, newer, is already in the log. A rare fault path: the partition's
+        surviving records are read once here, on the loop."""
+        applier = self.applier
+        busy = set(applier.group_writes)
+
+        def wanted(group_id: str) -> bool:
+            return group_id not in busy and self.group_log.partition_of(group_id) == partition
+
+        records = current_records(applier.manager.durable_view(),
+                                  applier.manager.consumer.groups.values(), applier.offsets,
+                                  wanted)
+        present = {record.key for record in records}
+        try:
+            for _, record in self.group_log.replay_partition_at(partition):
+                if (record.value is not None and record.key not in present
+                        and wanted(record.key.group)
+                        and not (isinstance(record, OffsetCommitRecord)
+                                 and applier.offsets.commit_in_flight(record.key))):
+                    records.append(dataclasses.replace(record, value=None))
+        except (OSError, GroupLogLoadError) as exc:
+            log.error("group log partition unreadable while writing a lost segment's groups "
+                      "again", partition=partition, error=str(exc))
+        ranges = [f"[{first}, {end})" for first, end in lost]
+        if not records:
+            log.warning("group log segment lost: nothing to write again", partition=partition,
+                        lost_offsets=ranges)
+            return
+        written = self.group_log.append(records, self.clock.now_ms())
+
+        def done(future: asyncio.Future[None]) -> None:
+            if future.exception() is not None:
+                log.error("group log segment lost: writing its groups again failed",
+                          partition=partition, lost_offsets=ranges,
+                          error=str(future.exception()))
+                return
+            log.warning("group log segment lost: its groups written again from memory",
+                        partition=partition, lost_offsets=ranges, records=len(records),
+                        groups=len({record.key.group for record in records}),
+                        left_out_in_flight=len(busy))
+
+        written.add_done_callback(done)
 
     # offset expiry ----------------------------------------------------------------------------
 

@@ -78,20 +78,25 @@ class Heartbeater:
         self.latencies_ms: list[float] = []
         self.errors: list[str] = []
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     def start(self) -> None:
         self.latencies_ms.clear()
         self.errors.clear()
+        self._stopping = False
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
         assert self._task is not None
+        # The flag too: Python 3.11's wait_for can swallow a cancellation that arrives as its
+        # answer does, and the loop would then heartbeat on and never end.
+        self._stopping = True
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             started = time.perf_counter()
             try:
                 answer = await self.conn.call(12, 3, self.body, timeout=30)

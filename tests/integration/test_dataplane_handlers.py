@@ -123,6 +123,20 @@ async def test_a_topic_partition_whose_fsync_fails_goes_offline_alone(tmp_path: 
         assert list_offsets(0) == ErrorCode.kafka_storage_error
         assert produce(1) == ErrorCode.none and fetch(1) == ErrorCode.none
         assert list_offsets(1) == ErrorCode.none
+        # Metadata describes it as Kafka does a partition whose only replica's log directory
+        # failed: no leader, the replica offline; the other partition as before.
+        for version in (1, 12):
+            topics = {"topics": [{"name": "t", "topic_id": None}],
+                      "allow_auto_topic_creation": False,
+                      "include_topic_authorized_operations": False}
+            described = send(b, 3, version, topics).answer.topics[0]
+            offline, online = sorted(described.partitions, key=lambda p: p.partition_index)
+            assert offline.error_code == ErrorCode.leader_not_available
+            assert offline.leader_id == -1
+            assert list(offline.offline_replicas if version >= 5 else [b.node_id]) == [
+                b.node_id]
+            assert online.error_code == ErrorCode.none and online.leader_id == b.node_id
+            assert list(getattr(online, "offline_replicas", ())) == []
         assert not b.stop_requested.is_set()
     finally:
         await b.stop()

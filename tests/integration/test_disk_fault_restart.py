@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import itertools
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -148,11 +150,13 @@ def test_the_real_broker_exits_on_a_failed_fsync_and_restarts_with_every_acknowl
     assert (outcome.lost, outcome.resurrected, outcome.repair_needed) == (0, 0, False), outcome
 
 
-async def test_a_group_log_segment_deleted_while_running_loses_only_what_it_held(
+async def test_a_group_log_segment_deleted_while_running_is_written_again_from_memory(
     tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """Noticed at the next roll (and reported), not at the next start; the restart needs no
-    repair and keeps every other segment, the ones after the gap too."""
+    """Noticed at the next roll (and reported), not at the next start: the groups of its
+    partition are written again from memory, so the restart (no repair) keeps every
+    acknowledged commit, and a group deleted by a tombstone the lost segment held stays
+    deleted."""
     settings = {"offsets.topic.num.partitions": "1", "offsets.topic.segment.bytes": "2048"}
     data = tmp_path / "data"
     broker = await start(data, overrides=settings)
@@ -160,22 +164,30 @@ async def test_a_group_log_segment_deleted_while_running_loses_only_what_it_held
     for group in first:  # one record each, at offsets 0..59 of the one partition
         assert await commit(broker, group, 7) == ErrorCode.none
     directory = data / "__consumer_offsets-0"
-    segments = sorted(directory.glob("*.log"))
-    assert len(segments) >= 4
-    doomed = segments[1]
-    lost = set(first[int(doomed.stem):int(segments[2].stem)])
-    doomed.unlink()
-    second = [f"h{i}" for i in range(60)]
+    assert len(sorted(directory.glob("*.log"))) >= 4
+    # g0's offset (in the first segment) is deleted; its tombstone goes to the active one,
+    # which the next commits seal.
+    assert await delete(broker, "g0") == ErrorCode.none
+    second = [f"h{i}" for i in range(30)]
     for group in second:
         assert await commit(broker, group, 8) == ErrorCode.none
-    assert "log segment missing" in capsys.readouterr().out  # at the rolls
+    segments = sorted(directory.glob("*.log"))
+    doomed = next(s for s, after in itertools.pairwise(segments)
+                  if int(s.stem) <= 60 < int(after.stem))  # the one that holds the tombstone
+    doomed.unlink()
+    third = [f"k{i}" for i in range(60)]
+    for group in third:
+        assert await commit(broker, group, 9) == ErrorCode.none
+    await until(lambda: "its groups written again from memory" in capsys.readouterr().out,
+                "the lost segment's groups written again")
     await broker.stop()
 
     restarted = await start(data, overrides=settings)  # no --repair
     try:
-        assert {g for g in first if committed(restarted, g) == -1} == lost
-        assert all(committed(restarted, g) == 7 for g in first if g not in lost)
-        assert all(committed(restarted, g) == 8 for g in second)
+        assert committed(restarted, "g0") == -1
+        assert {g: committed(restarted, g) for g in first[1:]} == {g: 7 for g in first[1:]}
+        assert {g: committed(restarted, g) for g in second} == {g: 8 for g in second}
+        assert {g: committed(restarted, g) for g in third} == {g: 9 for g in third}
     finally:
         await restarted.stop()
     assert "log has a gap" in capsys.readouterr().out
@@ -242,3 +254,69 @@ async def test_with_an_interval_fsync_policy_a_failed_fsync_stops_the_broker_and
         assert committed(restarted, "g") == 1
     finally:
         await restarted.stop()
+
+
+async def test_the_real_broker_writes_a_lost_segments_groups_again_and_restarts_with_them(
+    tmp_path: Path,
+) -> None:
+    """`python -m coordinator`: a classic group with a member and many groups' offsets; a
+    sealed group-log segment is deleted, the next rolls notice it, and after a restart every
+    group and offset is there."""
+    from tests.bench import wire
+    from tests.bench.hostile_load import join_group
+    from tests.broker_process import BrokerProcess
+
+    settings = {"offsets.topic.num.partitions": "1", "offsets.topic.segment.bytes": "2048"}
+    broker = BrokerProcess(tmp_path / "data", settings=settings).start()
+    port = broker.port
+
+    async def commit_all(conn: wire.Connection, groups: list[str], offset: int) -> None:
+        for group in groups:
+            answer = await conn.call(8, 2, {
+                "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+                "retention_time": -1, "topics": [{"name": "t", "partitions": [
+                    {"partition_index": 0, "committed_offset": offset,
+                     "committed_metadata": ""}]}]})
+            assert answer.topics[0].partitions[0].error_code == ErrorCode.none
+
+    async def fetched(conn: wire.Connection, group: str) -> int:
+        answer = await conn.call(9, 2, {"group_id": group, "topics": [
+            {"name": "t", "partition_indexes": [0]}]})
+        return int(answer.topics[0].partitions[0].committed_offset)
+
+    try:
+        conn = await wire.Connection.open("127.0.0.1", port)
+        await wire.group_log_loaded(conn)
+        await conn.call(19, 5, {"topics": [
+            {"name": "t", "num_partitions": 1, "replication_factor": 1, "assignments": [],
+             "configs": []}], "timeout": timedelta(seconds=30), "validate_only": False})
+        member_id, _ = await join_group(conn, "classic")  # its record at the start of the log
+        first = [f"g{i}" for i in range(40)]
+        await commit_all(conn, first, 7)
+        segments = sorted((tmp_path / "data" / "__consumer_offsets-0").glob("*.log"))
+        assert len(segments) >= 3
+        segments[0].unlink()  # the classic group's record and the first commits
+        later = [f"k{i}" for i in range(40)]
+        await commit_all(conn, later, 9)
+        await until(lambda: "its groups written again from memory" in broker.log_text(),
+                    "the lost segment's groups written again")
+        await conn.close()
+    finally:
+        broker.stop()
+    assert "log segment missing" in broker.log_text()
+
+    restarted = BrokerProcess(tmp_path / "data", port=port, settings=settings).start()
+    try:
+        conn = await wire.Connection.open("127.0.0.1", port)
+        await wire.group_log_loaded(conn)
+        assert {g: await fetched(conn, g) for g in first} == {g: 7 for g in first}
+        assert {g: await fetched(conn, g) for g in later} == {g: 9 for g in later}
+        described = await conn.call(15, 5, {"groups": ["classic"],
+                                            "include_authorized_operations": False})
+        group = described.groups[0]
+        assert group.error_code == ErrorCode.none
+        assert [m.member_id for m in group.members] == [member_id]
+        await conn.close()
+    finally:
+        restarted.stop()
+    assert "Traceback" not in restarted.log_text()

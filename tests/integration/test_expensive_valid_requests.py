@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from protocol.guard import ELEMENT_LIMITS
+from protocol.guard import ANSWERED_ELEMENTS_FACTOR, ELEMENT_LIMITS
 from tests.bench.hostile_load import Heartbeater, join_group
 from tests.bench.wire import Connection, WireError
 from tests.broker_process import BrokerProcess
@@ -132,19 +132,85 @@ async def test_an_empty_name_flood_is_refused_and_the_broker_stays(
     assert broker.log_text().count("decoding would take about") == 1
 
 
-@pytest.mark.parametrize(("api_key", "version", "body"), [
+def _partitions(n: int) -> list[dict[str, Any]]:
+    return [{"partition_index": i, "current_leader_epoch": -1, "timestamp": -1}
+            for i in range(n)]
+
+
+# (api key, version, request of n elements, the error codes of its answer)
+OVER_LIMIT_CASES = [
     (15, 5, lambda n: {"groups": [f"g{i}" for i in range(n)],
-                       "include_authorized_operations": False}),
+                       "include_authorized_operations": False},
+     lambda answer: [g.error_code for g in answer.groups]),
+    (42, 2, lambda n: {"groups_names": [f"g{i}" for i in range(n)]},
+     lambda answer: [r.error_code for r in answer.results]),
     (9, 7, lambda n: {"group_id": "g", "topics": [{"name": "t", "partition_indexes":
-                                                   list(range(n))}], "require_stable": False}),
-])
-async def test_requests_over_the_element_limit_are_refused_at_the_limit_answered(
+                                                   list(range(n))}], "require_stable": False},
+     lambda answer: [answer.error_code] + [p.error_code for t in answer.topics
+                                           for p in t.partitions]),
+    (9, 8, lambda n: {"groups": [{"group_id": f"g{i}", "topics": None} for i in range(n)],
+                      "require_stable": False},
+     lambda answer: [g.error_code for g in answer.groups]),
+    (2, 5, lambda n: {"replica_id": -1, "isolation_level": 0, "topics": [
+        {"name": "t", "partitions": _partitions(n)}]},
+     lambda answer: [p.error_code for t in answer.topics for p in t.partitions]),
+    (3, 12, lambda n: {"topics": [{"name": f"t{i}", "topic_id": None} for i in range(n)],
+                       "allow_auto_topic_creation": False,
+                       "include_topic_authorized_operations": False},
+     lambda answer: [t.error_code for t in answer.topics]),
+]
+
+
+@pytest.mark.parametrize(("api_key", "version", "body", "errors"), OVER_LIMIT_CASES)
+async def test_requests_over_the_element_limit_are_answered_invalid_request(
     broker: BrokerProcess, member: Heartbeater, api_key: int, version: int, body: Any,
+    errors: Any,
 ) -> None:
     limit = ELEMENT_LIMITS[api_key]
-    answered = await call(broker, api_key, version, body(limit - 1))
-    assert answered is not None
-    with pytest.raises((WireError, asyncio.TimeoutError, ConnectionError)):
-        await call(broker, api_key, version, body(limit + 1))
+    at_limit = await call(broker, api_key, version, body(limit - 1))  # + its topic: limit
+    assert "invalid_request" not in {e.name for e in errors(at_limit)}
+    over = await call(broker, api_key, version, body(limit + 1))
+    over_errors = errors(over)
+    # Every element answered, each INVALID_REQUEST (Kafka's error response of the request).
+    assert len(over_errors) >= limit + 1
+    assert {e.name for e in over_errors} == {"invalid_request"}
     await still_a_member(member)
-    assert "this API allows" in broker.log_text()
+    log = broker.log_text()
+    assert log.count("request answered INVALID_REQUEST") == 1
+    assert "this API allows" in log and "Traceback" not in log
+
+
+async def test_more_than_twice_the_element_limit_closes_the_connection(
+    broker: BrokerProcess, member: Heartbeater,
+) -> None:
+    count = ELEMENT_LIMITS[15] * ANSWERED_ELEMENTS_FACTOR + 1
+    with pytest.raises((WireError, asyncio.TimeoutError, ConnectionError)):
+        await call(broker, 15, 5, {"groups": [f"g{i}" for i in range(count)],
+                                   "include_authorized_operations": False})
+    await still_a_member(member)
+    log = broker.log_text()
+    assert "connection closed on bad input" in log and "this API allows" in log
+
+
+def test_a_kafka_client_over_the_limit_gets_invalid_request(broker: BrokerProcess) -> None:
+    """kafka-python's admin client sends every partition it is asked about in one OffsetFetch:
+    over the limit it raises InvalidRequestError instead of losing its connection."""
+    from kafka import KafkaAdminClient, TopicPartition
+    from kafka.errors import InvalidRequestError
+
+    def partitions(n: int) -> list[TopicPartition]:
+        return [TopicPartition("t", i) for i in range(n)]
+
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        limit = ELEMENT_LIMITS[9]
+        # One group, one topic and its partitions: limit - 2 partitions is at the limit.
+        fetched = admin.list_group_offsets({"g": partitions(limit - 2)})
+        assert all(o.offset == -1 for o in fetched["g"].values())
+        with pytest.raises(InvalidRequestError):
+            admin.list_group_offsets({"g": partitions(limit + 1)})
+        assert list(admin.list_group_offsets({"g": partitions(1)})["g"]) in ([],
+                                                                          partitions(1))
+    finally:
+        admin.close()
+    assert broker.log_text().count("request answered INVALID_REQUEST") == 1

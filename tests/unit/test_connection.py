@@ -105,6 +105,9 @@ class _AnsweringHandler:
     def unsupported(self, *args: Any) -> bool:
         return False
 
+    def over_limits(self, connection: Connection, *args: Any) -> None:
+        connection.close()
+
     def connection_closed(self, connection: Connection) -> None: ...
 
 

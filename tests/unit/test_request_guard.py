@@ -23,7 +23,7 @@ from kio.serial import entity_reader, entity_writer
 from protocol import fast_requests, guard
 from protocol.build import build
 from protocol.codec import decode_request
-from protocol.errors import MalformedRequest
+from protocol.errors import AnsweredOverLimits, MalformedRequest
 from protocol.guard import body_length, compile_guard
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -220,10 +220,19 @@ def test_nested_arrays_count_toward_one_budget() -> None:
     (9, 8, _uvarint(2) + b"\x02g" + _uvarint(2) + b"\x02t" + _uvarint(6_001)
      + struct.pack(">i", 0) * 6_000 + b"\x00" + b"\x00" + b"\x00" + b"\x00"),
 ])
-def test_more_elements_than_the_api_allows_are_refused_before_decoding(
+def test_more_elements_than_the_api_allows_are_decoded_to_be_answered(
         api_key: int, version: int, body: bytes) -> None:
     frame = header(api_key, version,
                    version >= {3: 9, 15: 5, 2: 6, 9: 6, 42: 2}[api_key]) + body
+    with pytest.raises(AnsweredOverLimits, match="this API allows") as refused:
+        decode_request(frame)
+    assert refused.value.header.api_key == api_key
+    assert refused.value.request is not None
+
+
+def test_more_than_twice_the_elements_the_api_allows_are_refused_before_decoding() -> None:
+    count = guard.ELEMENT_LIMITS[3] * guard.ANSWERED_ELEMENTS_FACTOR + 1
+    frame = header(3, 4, False) + struct.pack(">i", count) + b"\x00\x01t" * count + b"\x01"
     with pytest.raises(guard.TooManyElements, match="this API allows"):
         decode_request(frame)
 
