@@ -78,7 +78,7 @@ CLASSIC_GROUP_TYPE = "classic"
 class ConversionWrite:
     """A conversion waiting for its records (`Result.writes`). If they fail, the group goes
     back to what the log has: the runtime rebuilds the consumer side from the log, and the
-    manager drops a downgrade's new classic group or restores an upgrade's `replaced` one
+    migrator drops a downgrade's new classic group or restores an upgrade's `replaced` one
     from its last durable record."""
 
     group_id: str

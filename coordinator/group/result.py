@@ -8,8 +8,8 @@ rebalance completes every parked JoinGroup).
 State follows the log: a change that must not be seen before its records are durable (the
 leader's assignment, a static member's new id, a deleted group) is carried in `writes` instead
 of being made at once. The runtime hands a Result with records back to the core when the append
-completes, `GroupCoordinator.records_durable` or `records_failed`, which finishes those changes
-or undoes them and returns the follow-up Result (for example the SyncGroup answers).
+completes, `GroupCoordinatorService.records_durable` or `records_failed`, which finishes those
+changes or undoes them and returns the follow-up Result (for example the SyncGroup answers).
 """
 
 from __future__ import annotations

@@ -237,10 +237,10 @@ class OpsServer:
 
     async def _build_page(self) -> bytes:
         broker = self._broker
-        manager = broker.groups.manager
+        service = broker.groups.service
         now_ms = broker.wall_ms()
         kept: list[str] = []
-        for ids in (manager.groups, manager.consumer.groups):
+        for ids in (service.groups, service.consumer.groups):
             chosen = [kept]
             await in_slices(_first_ids(list(ids), chosen))
             kept = chosen[0]
@@ -248,7 +248,7 @@ class OpsServer:
         views: list[dict[str, Any]] = []
         await in_slices(_group_views(broker, self._metrics, kept, now_ms, names, views))
         snap = page.page_data(broker, now_ms, views,
-                              len(manager.groups) + len(manager.consumer.groups))
+                              len(service.groups) + len(service.consumer.groups))
         parts: list[str] = []
         await in_slices(page.render_parts(snap, parts))
         return "".join(parts).encode()
@@ -258,11 +258,11 @@ _CHUNK = 1000  # groups or ids handled per step
 
 
 def _count_groups(runtime: Any, counts: om.GroupCounts) -> Iterator[None]:
-    classic = list(runtime.manager.groups.values())
+    classic = list(runtime.service.groups.values())
     for start in range(0, len(classic), _CHUNK):
         counts.add_classic(classic[start:start + _CHUNK])
         yield
-    consumer = list(runtime.manager.consumer.groups.values())
+    consumer = list(runtime.service.consumer.groups.values())
     for start in range(0, len(consumer), _CHUNK):
         counts.add_consumer(consumer[start:start + _CHUNK])
         yield

@@ -83,7 +83,7 @@ def first_group_ids(group_ids: Iterable[str], kept: Iterable[str] = ()) -> list[
 
 
 def topic_names(broker: Any) -> dict[Any, str]:
-    consumer = broker.groups.manager.consumer
+    consumer = broker.groups.service.consumer
     return {info.topic_id: name for name, info in consumer.image.by_name.items()}
 
 
@@ -91,11 +91,11 @@ def group_view(broker: Any, metrics: BrokerMetrics, group_id: str, now_ms: int,
                names: dict[Any, str]) -> dict[str, Any] | None:
     """What the page shows of one group, copied into plain data (None: the group is gone)."""
     runtime = broker.groups
-    classic = runtime.manager.groups.get(group_id)
+    classic = runtime.service.groups.get(group_id)
     if classic is not None:
         out = _classic_group(classic)
     else:
-        consumer = runtime.manager.consumer.groups.get(group_id)
+        consumer = runtime.service.consumer.groups.get(group_id)
         if consumer is None:
             return None
         out = _consumer_group(consumer, names)
@@ -126,12 +126,12 @@ def group_view(broker: Any, metrics: BrokerMetrics, group_id: str, now_ms: int,
 
 def snapshot(broker: Any, metrics: BrokerMetrics, now_ms: int) -> dict[str, Any]:
     """The whole page's data in one go (the endpoint gathers the same in slices)."""
-    manager = broker.groups.manager
-    group_ids = first_group_ids(chain(manager.groups, manager.consumer.groups))
+    service = broker.groups.service
+    group_ids = first_group_ids(chain(service.groups, service.consumer.groups))
     names = topic_names(broker)
     views = [group_view(broker, metrics, group_id, now_ms, names) for group_id in group_ids]
     return page_data(broker, now_ms, [v for v in views if v is not None],
-                     len(manager.groups) + len(manager.consumer.groups))
+                     len(service.groups) + len(service.consumer.groups))
 
 
 def page_data(broker: Any, now_ms: int, groups: list[dict[str, Any]],

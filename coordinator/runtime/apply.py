@@ -30,10 +30,10 @@ from kio.schema.errors import ErrorCode
 from coordinator.api.context import ClientRequest
 from coordinator.group.consumer.heartbeat import GROUP_TYPE as CONSUMER_GROUP_TYPE
 from coordinator.group.events import RebalanceStarted
-from coordinator.group.manager import GroupCoordinator
 from coordinator.group.offsets import OffsetStore
 from coordinator.group.outcomes import error_outcome
 from coordinator.group.result import APPEND_FAILED, RECORD_TOO_LARGE, RequestRef, Result
+from coordinator.group.service import GroupCoordinatorService
 from coordinator.grouplog.codec import encode_record
 from coordinator.grouplog.log import GroupLog
 from coordinator.grouplog.records import (
@@ -83,10 +83,10 @@ def _error_of(done: asyncio.Future[None]) -> str:
 
 
 class ResultApplier:
-    def __init__(self, manager: GroupCoordinator, offsets: OffsetStore, clock: Clock,
+    def __init__(self, service: GroupCoordinatorService, offsets: OffsetStore, clock: Clock,
                  timers: Timers, journal: EventJournal, fetches: ParkedFetches,
                  metrics: BrokerMetrics | None, *, max_record_bytes: int = 1_048_588) -> None:
-        self.manager = manager
+        self.service = service
         self.offsets = offsets
         self.clock = clock
         self.timers = timers
@@ -179,12 +179,12 @@ class ResultApplier:
             if ok:
                 self._deliver(result)
                 self.offsets.apply_all(r for r in records if isinstance(r, OffsetCommitRecord))
-                follow = self.manager.records_durable(result, self.clock.now_ms())
+                follow = self.service.records_durable(result, self.clock.now_ms())
             else:
                 self.fail(result)
                 self._reload_consumer_groups({r.key.group for r in records
                                               if isinstance(r, ConsumerGroupRecord)})
-                follow = self.manager.records_failed(result, self.clock.now_ms())
+                follow = self.service.records_failed(result, self.clock.now_ms())
                 self.journal.event({"event": "group_write_failed",
                                     "group_ids": sorted({r.key.group for r in records}),
                                     "records": len(records), "error": _error_of(done)})
@@ -217,7 +217,7 @@ class ResultApplier:
         self.fail(result, RECORD_TOO_LARGE)
         self._reload_consumer_groups({r.key.group for r in group_records
                                       if isinstance(r, ConsumerGroupRecord)})
-        self.apply(self.manager.records_failed(result, self.clock.now_ms(), RECORD_TOO_LARGE))
+        self.apply(self.service.records_failed(result, self.clock.now_ms(), RECORD_TOO_LARGE))
         if then is not None:
             then(False)
         return True
@@ -228,7 +228,7 @@ class ResultApplier:
         whose changes were lost get FENCED_MEMBER_EPOCH or UNKNOWN_MEMBER_ID and rejoin."""
         if self.group_log.failure is not None:
             return  # the broker stops on a disk failure; its restart rebuilds the groups
-        consumer = self.manager.consumer
+        consumer = self.service.consumer
         now = self.clock.now_ms()
         for partition in sorted({self.group_log.partition_of(g) for g in group_ids}):
             wanted = {g for g in group_ids if self.group_log.partition_of(g) == partition}
@@ -276,7 +276,7 @@ class ResultApplier:
     def emit(self, result: Result) -> None:
         if not result.events:
             return
-        consumer_groups = self.manager.consumer.groups
+        consumer_groups = self.service.consumer.groups
         for event in result.events:
             payload = event.as_dict()
             if "group_type" not in payload and event.group_id in consumer_groups:
@@ -293,7 +293,7 @@ class ResultApplier:
         client blocked in a long fetch gets back to its poll loop and rejoins sooner. Fetches
         carry no member id: they are matched by client id and host (a few extra wake-ups of
         other clients sharing both are harmless: they are answered with what is there)."""
-        group = self.manager.group(group_id)
+        group = self.service.group(group_id)
         if group is None or not len(self.fetches):
             return
         clients = {(m.client_id, m.client_host) for m in group.members.values()}

@@ -39,11 +39,10 @@ from coordinator.group import offset_commands as oc
 from coordinator.group.config import GroupConfig
 from coordinator.group.consumer.config import ConsumerGroupConfig
 from coordinator.group.consumer.group import TopicImage, TopicInfo
-from coordinator.group.manager import GroupCoordinator
-from coordinator.group.offset_decisions import GroupOffsets
 from coordinator.group.offsets import OffsetStore
 from coordinator.group.outcomes import HeartbeatOutcome, refused_outcome
 from coordinator.group.result import APPEND_FAILED, RequestRef
+from coordinator.group.service import GroupCoordinatorService
 from coordinator.grouplog.log import GroupLog
 from coordinator.runtime.apply import ParkedFetches, ResultApplier, Timers
 from coordinator.runtime.clock import SystemClock
@@ -119,27 +118,26 @@ class GroupRuntime:
             offsets_retention_minutes=settings["offsets.retention.minutes"],
             offsets_retention_check_interval_ms=settings["offsets.retention.check.interval.ms"],
         )
-        self.manager = GroupCoordinator(self.config, new_member_id, ConsumerGroupConfig(
+        self.service = GroupCoordinatorService(self.config, new_member_id, ConsumerGroupConfig(
             session_timeout_ms=settings["group.consumer.session.timeout.ms"],
             heartbeat_interval_ms=settings["group.consumer.heartbeat.interval.ms"],
             max_size=settings["group.consumer.max.size"],
             assignors=settings["group.consumer.assignors"],
             migration_policy=settings["group.consumer.migration.policy"],
-        ))
+        ), OffsetStore(self.config))
         if host.metrics is not None:
-            host.metrics.consumer_groups = self.manager.consumer.groups  # a live view
+            host.metrics.consumer_groups = self.service.consumer.groups  # a live view
         self._topic_image_version = 0
-        self.offsets = OffsetStore(self.config)
-        self.core = GroupOffsets(self.manager, self.offsets)  # the offset APIs' decisions
+        self.offsets = self.service.offset_store
         self.group_log: GroupLog
         self.journal = EventJournal(self.clock.wall_ms)
         self.applier = ResultApplier(
-            self.manager, self.offsets, self.clock, host, self.journal, host.fetches,
+            self.service, self.offsets, self.clock, host, self.journal, host.fetches,
             host.metrics, max_record_bytes=settings["offsets.topic.max.message.bytes"])
-        self.loader = GroupLogLoader(self.manager, self.offsets, self.applier, self.clock,
+        self.loader = GroupLogLoader(self.service, self.offsets, self.applier, self.clock,
                                      self.config.offsets_topic_num_partitions, host.fail)
         self.maintenance = GroupLogMaintenance(
-            self.core, self.applier, self.loader, self.clock, self.journal, host.metrics,
+            self.service.offsets, self.applier, self.loader, self.clock, self.journal, host.metrics,
             retention_check_interval_ms=self.config.offsets_retention_check_interval_ms,
             cleaner_backoff_ms=settings["log.cleaner.backoff.ms"],
             delete_retention_ms=settings["log.cleaner.delete.retention.ms"])
@@ -217,7 +215,7 @@ class GroupRuntime:
                 ctx.respond(module.to_response(refused, ctx.version))
                 return
         self.applier.park(ref, ctx, module, command)
-        result = self.manager.handle(command, self.clock.now_ms())
+        result = self.service.handle(command, self.clock.now_ms())
         # The group's log partition matters to `apply` only while a write of the group's
         # metadata is pending; a heartbeat while none is should not hash the group id.
         group_writes = self.applier.group_writes
@@ -226,12 +224,12 @@ class GroupRuntime:
 
     def heartbeat(self, ctx: ClientRequest, request: Any) -> None:
         """A classic Heartbeat: in the steady state the core moves the member's session in
-        place and the answer is NONE (`GroupCoordinator.steady_heartbeat`); anything else, or
+        place and the answer is NONE (`GroupCoordinatorService.steady_heartbeat`); anything else, or
         while the group log loads or the group's metadata write is pending (the answer must
         then wait for it), goes the way of every member request."""
         group_id = request.group_id
         if (not self.loader.loading and group_id not in self.applier.group_writes
-                and self.manager.steady_heartbeat(
+                and self.service.steady_heartbeat(
                     group_id, request.member_id, request.generation_id,
                     getattr(request, "group_instance_id", None), ctx.connection.id,
                     self.clock.now_ms())):
@@ -255,7 +253,7 @@ class GroupRuntime:
         # When the append is acknowledged as soon as it is written, the records are applied
         # (or aborted) below before anything else runs: no reader can see them pending.
         acknowledged_at_once = self.group_log.acknowledges_on_write
-        decision = self.core.commit(command, ctx.version, now, self._partition_exists,
+        decision = self.service.offsets.commit(command, ctx.version, now, self._partition_exists,
                                     pending=not acknowledged_at_once)
         self.applier.apply_timers(decision.result)
         self.applier.emit(decision.result)
@@ -307,12 +305,12 @@ class GroupRuntime:
         command = offset_fetch.to_command(request, ctx.version, self._ref(ctx))
         if ctx.version == offset_fetch.ZOOKEEPER_ONLY_VERSION:
             self._refuse_zookeeper_version(ctx, "OffsetFetch")
-        outcome = self.core.fetch(command, ctx.version, self.loader.refusal)
+        outcome = self.service.offsets.fetch(command, ctx.version, self.loader.refusal)
         ctx.respond(offset_fetch.to_response(outcome, ctx.version))
 
     def offset_delete(self, ctx: ClientRequest, request: Any) -> None:
         command = offset_delete.to_command(request, ctx.version, self._ref(ctx))
-        outcome, result = self.core.delete_offsets(command, self.loader.refusal)
+        outcome, result = self.service.offsets.delete_offsets(command, self.loader.refusal)
         if not result.records:
             ctx.respond(offset_delete.to_response(outcome, ctx.version))
             return
@@ -324,7 +322,7 @@ class GroupRuntime:
 
     def delete_groups(self, ctx: ClientRequest, request: Any) -> None:
         command = delete_groups.to_command(request, ctx.version, self._ref(ctx))
-        outcome, deleted = self.core.delete_groups(
+        outcome, deleted = self.service.offsets.delete_groups(
             command.group_ids, self.clock.now_ms(), self.loader.refusal)
         if not deleted.records:
             ctx.respond(delete_groups.to_response(outcome, ctx.version))
@@ -352,7 +350,7 @@ class GroupRuntime:
         if self.loader.loading:
             then(self.loader.unavailable(None))
             return
-        tombstones = self.core.delete_topics(set(topics))
+        tombstones = self.service.offsets.delete_topics(set(topics))
         if not tombstones.records:
             then(None)
             return
@@ -376,14 +374,14 @@ class GroupRuntime:
         self.applier.write(tombstones, written)
 
     def on_timer(self, key: tuple[Any, ...], now_ms: int) -> None:
-        self.applier.apply(self.manager.expire(key, self.clock.now_ms()))
+        self.applier.apply(self.service.expire(key, self.clock.now_ms()))
         if key[0] == "heartbeat":
             # A pending member that never came back may leave a group with nothing in it.
-            self.core.forget_if_unused(str(key[1]))
+            self.service.offsets.forget_if_unused(str(key[1]))
 
     def connection_closed(self, connection_id: int) -> None:
         self.applier.forget_connection(connection_id)
-        self.applier.apply(self.manager.connection_closed(connection_id, self.clock.now_ms()))
+        self.applier.apply(self.service.connection_closed(connection_id, self.clock.now_ms()))
 
     # topics -----------------------------------------------------------------------------------
 
@@ -392,7 +390,7 @@ class GroupRuntime:
         The entries of unchanged topics are reused: making one is what costs, and with
         thousands of topics a new image per creation must not hold the loop."""
         self._topic_image_version += 1
-        previous = self.manager.consumer.image.by_name
+        previous = self.service.consumer.image.by_name
         by_name: dict[str, TopicInfo] = {}
         for topic in self.host.topics.topics():
             info = previous.get(topic.name)
@@ -400,7 +398,7 @@ class GroupRuntime:
                     or info.partitions != len(topic.partitions)):
                 info = TopicInfo(topic.topic_id, topic.name, len(topic.partitions))
             by_name[topic.name] = info
-        self.manager.consumer.set_topic_image(TopicImage(
+        self.service.consumer.set_topic_image(TopicImage(
             version=self._topic_image_version, by_name=by_name))
 
     # registration -----------------------------------------------------------------------------

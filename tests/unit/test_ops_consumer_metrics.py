@@ -19,9 +19,9 @@ class Fed:
 
     def __init__(self, partitions: int = 4) -> None:
         self.ctx = GroupTestContext(consumer_config=ConsumerGroupConfig())
-        self.ctx.manager.consumer.set_topic_image(image({"t": partitions}))
+        self.ctx.service.consumer.set_topic_image(image({"t": partitions}))
         self.metrics = om.BrokerMetrics()
-        self.metrics.consumer_groups = self.ctx.manager.consumer.groups
+        self.metrics.consumer_groups = self.ctx.service.consumer.groups
         self._seen = 0
 
     def _feed(self) -> None:
@@ -40,8 +40,8 @@ class Fed:
 
 def exported(metrics: om.BrokerMetrics, fed: Fed) -> dict[tuple[str, tuple[tuple[str, str], ...]],
                                                          float]:
-    consumer = fed.ctx.manager.consumer.groups.values()
-    snap = metrics.snapshot(fed.ctx.manager.groups.values(), num_offsets=0, connections=0,
+    consumer = fed.ctx.service.consumer.groups.values()
+    snap = metrics.snapshot(fed.ctx.service.groups.values(), num_offsets=0, connections=0,
                             now_ms=fed.ctx.now_ms, consumer_groups=consumer)
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(om.exposition(snap).decode())
@@ -91,7 +91,7 @@ def test_an_expired_member_is_counted_by_cause_and_type() -> None:
     fed.sleep(40_000)
     fed.send(beat("a", 1, {"t": [0, 1, 2]}))
     fed.sleep(10_000)  # b never heartbeats again: 45 s after its join it is fenced
-    group = fed.ctx.manager.consumer.group("g")
+    group = fed.ctx.service.consumer.group("g")
     assert group is not None
     # the new target assignment is computed at a's next heartbeat
     fed.send(beat("a", group.members["a"].member_epoch, {"t": [0, 1, 2]}))
@@ -113,7 +113,7 @@ class _Broker:
 
     def __init__(self, fed: Fed) -> None:
         self.groups = self
-        self.manager = fed.ctx.manager
+        self.service = fed.ctx.service
         self.offsets = self
         self.topics: dict[str, Any] = {}
 

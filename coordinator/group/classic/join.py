@@ -1,6 +1,6 @@
 """JoinGroup for a classic group (SPEC §4, §8; Kafka `classicGroupJoinToClassicGroup`).
 
-The manager has already validated the group id, the session timeout and the protocol list,
+`ClassicGroups` has already validated the group id, the session timeout and the protocol list,
 and found or created the group. Versions (decided in `commands.JoinGroup`):
 
 * v0: no rebalance timeout; the session timeout stands in for it.
@@ -22,8 +22,9 @@ from coordinator.group.classic.state import GroupState
 from coordinator.group.classic.writes import StaticMemberWrite
 from coordinator.group.outcomes import JoinGroupOutcome, SyncGroupOutcome
 from coordinator.group.result import Reply
+from coordinator.grouplog.records import MAX_STORED_STRING_BYTES
 
-__all__ = ["join_group"]
+__all__ = ["join_group", "joined_member_id", "unstorable_join_field"]
 
 
 def join_group(env: rb.Env, group: ClassicGroup, cmd: c.JoinGroup) -> None:
@@ -357,3 +358,53 @@ def update_static_member_and_rebalance(
             rebalance=rebalance,
         )
     )
+
+
+# The group log stores these strings with int16 lengths (MAX_STORED_STRING_BYTES): a member
+# whose ids or protocol names do not fit could never be written, and its group's persistence
+# would fail on every rebalance. A client or instance id also becomes the prefix of a member id,
+# to which "-" and a UUID are appended.
+_MEMBER_ID_SUFFIX_BYTES = 37
+
+
+def _too_long(value: str | None, reserve: int = 0) -> bool:
+    if value is None or len(value) * 4 + reserve <= MAX_STORED_STRING_BYTES:
+        return False  # no string of this many characters can be too long (the usual case)
+    return len(value.encode()) + reserve > MAX_STORED_STRING_BYTES
+
+
+def unstorable_join_field(cmd: c.JoinGroup) -> str | None:
+    """The first JoinGroup field the group log could not store, if any."""
+    if _too_long(cmd.group_id):
+        return "group_id"
+    if _too_long(cmd.member_id):
+        return "member_id"
+    if _too_long(cmd.client_id, _MEMBER_ID_SUFFIX_BYTES):
+        return "client_id"
+    if _too_long(cmd.group_instance_id, _MEMBER_ID_SUFFIX_BYTES):
+        return "group_instance_id"
+    if _too_long(cmd.protocol_type):
+        return "protocol_type"
+    for protocol in cmd.protocols:
+        if _too_long(protocol.name):
+            return "protocol name"
+    return None
+
+
+def joined_member_id(env: rb.Env, group: ClassicGroup, cmd: c.JoinGroup) -> str | None:
+    """The dynamic member a handled JoinGroup spoke for, if it is one now."""
+    if cmd.member_id != c.UNKNOWN_MEMBER_ID:
+        return cmd.member_id
+    if cmd.group_instance_id is not None or cmd.require_known_member_id:
+        return None  # static (no disconnect grace) or only handed a KIP-394 id
+    # Before v4 a dynamic member is added at once with a fresh id: the newest member,
+    # still parked on this request, or named by the answer when the join completed.
+    newest = next(reversed(group.members), None)
+    if newest is not None:
+        parked = group.members[newest].awaiting_join
+        if parked is not None and parked.ref == cmd.ref:
+            return newest
+    for reply in env.result.replies:
+        if reply.ref == cmd.ref:
+            return getattr(reply.outcome, "member_id", None) or None
+    return None

@@ -32,7 +32,7 @@ harmless. Keys:
 Disconnect-fast failover: a dynamic member is *connected* while a connection of its own is
 open: one that carried an accepted Heartbeat or OffsetCommit for it, or an accepted JoinGroup
 or SyncGroup after an earlier JoinGroup or SyncGroup on the same connection (the client keeps
-it; the manager tells which). A client may have several. The grace
+it; `ClassicGroups` tells which). A client may have several. The grace
 `group.member.disconnect.grace.ms` starts when
 
 * the last of its session connections closes without a LeaveGroup (the process died, or the

@@ -1,8 +1,8 @@
 """Every consumer group of this node: dispatch, timers, replay, describe and the offset checks.
 
-`GroupCoordinator` (the classic side, `coordinator/group/manager.py`) owns one of these and routes
-the consumer group APIs to it; the two group types share one id space (a group id names either a
-classic or a consumer group, see the manager for the conflict rules).
+The service (`coordinator/group/service.py`) routes the consumer group APIs to it; the two group
+types share one id space (a group id names either a classic or a consumer group; a group changing
+type is `coordinator/group/migrator.py`'s).
 
 The broker's topics reach the core as a `TopicImage` value set by the runtime
 (`set_topic_image`) whenever topics are created, deleted or grow; a group notices a new image
@@ -310,8 +310,10 @@ class ConsumerGroupCoordinator:
                     else ErrorCode.stale_member_epoch)
         return None
 
-    def delete_group(self, group_id: str, now_ms: int) -> tuple[ErrorCode | None, Result]:
-        """DeleteGroups / expiry of an Empty consumer group: every record's tombstone."""
+    def delete_group(self, group_id: str, now_ms: int, reason: str = "group deleted"
+                     ) -> tuple[ErrorCode | None, Result]:
+        """DeleteGroups / expiry of an Empty consumer group, or a classic group taking its
+        place (`reason`): every record's tombstone."""
         env = self._env(now_ms)
         group = self._groups.get(group_id)
         if group is None:
@@ -328,7 +330,7 @@ class ConsumerGroupCoordinator:
         del self._groups[group_id]
         env.result.events.append(ev.GroupDead(ts_ms=now_ms, group_id=group_id,
                                               generation_id=group.group_epoch,
-                                              reason="group deleted"))
+                                              reason=reason))
         return None, env.result
 
     # -- recovery --------------------------------------------------------------------------
