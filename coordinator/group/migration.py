@@ -250,5 +250,6 @@ def consumer_to_classic(env: rb.Env, group: ConsumerGroup, image: TopicImage,
         direction="downgrade", from_type=CONSUMER_GROUP_TYPE, to_type=CLASSIC_GROUP_TYPE,
         member_count=len(classic.members),
         reason="the last consumer-protocol member left the group", member_id=member_id))
-    rb.prepare_rebalance(env, classic, f"downgrade group {group_id} from consumer to classic")
+    rb.prepare_rebalance(env, classic, f"downgrade group {group_id} from consumer to classic",
+                         ev.RebalanceCause.OTHER)
     return classic

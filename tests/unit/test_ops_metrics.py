@@ -13,7 +13,8 @@ from coordinator.ops import page
 
 def started(group: str, ts: int, reason: str, generation: int = 0) -> ev.RebalanceStarted:
     return ev.RebalanceStarted(ts_ms=ts, group_id=group, generation_id=generation, partition=0,
-                               previous_state="Stable", reason=reason, member_id="m-1",
+                               previous_state="Stable", reason=reason,
+                               cause=ev.RebalanceCause.OTHER, member_id="m-1",
                                client_id="app", client_host="/10.0.0.1")
 
 

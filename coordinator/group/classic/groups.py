@@ -23,6 +23,7 @@ from types import MappingProxyType
 from kio.schema.errors import ErrorCode
 
 from coordinator.group import commands as c
+from coordinator.group import events as ev
 from coordinator.group.classic import rebalance as rb
 from coordinator.group.classic.connections import ConnectionIndex
 from coordinator.group.classic.group import ClassicGroup, group_from_record
@@ -335,7 +336,8 @@ class ClassicGroups:
             if group is not None and group.state in (
                 GroupState.STABLE, GroupState.COMPLETING_REBALANCE
             ):
-                rb.prepare_rebalance(env, group, "failed to persist the group metadata")
+                rb.prepare_rebalance(env, group, "failed to persist the group metadata",
+                                     ev.RebalanceCause.WRITE_FAILURE)
 
     # -- timers and connections ------------------------------------------------------------
 

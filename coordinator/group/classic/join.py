@@ -118,7 +118,9 @@ def join_existing_member(env: rb.Env, group: ClassicGroup, cmd: c.JoinGroup) -> 
     match group.state:
         case GroupState.PREPARING_REBALANCE:
             update_member_and_rebalance(
-                env, group, member, cmd, f"member {member.member_id} joining group during rebalance"
+                env, group, member, cmd,
+                f"member {member.member_id} joining group during rebalance",
+                ev.RebalanceCause.MEMBER_REJOIN,
             )
         case GroupState.COMPLETING_REBALANCE:
             if member.matches(cmd.protocols):
@@ -132,17 +134,20 @@ def join_existing_member(env: rb.Env, group: ClassicGroup, cmd: c.JoinGroup) -> 
                 )
             else:
                 update_member_and_rebalance(
-                    env, group, member, cmd, f"updating metadata for member {member.member_id}"
+                    env, group, member, cmd, f"updating metadata for member {member.member_id}",
+                    ev.RebalanceCause.METADATA_CHANGE,
                 )
         case GroupState.STABLE:
             if group.is_leader(member.member_id):
                 # The leader rejoins to make the group reassign (e.g. topic metadata changed).
                 update_member_and_rebalance(
-                    env, group, member, cmd, f"leader {member.member_id} re-joining group"
+                    env, group, member, cmd, f"leader {member.member_id} re-joining group",
+                    ev.RebalanceCause.MEMBER_REJOIN,
                 )
             elif not member.matches(cmd.protocols):
                 update_member_and_rebalance(
-                    env, group, member, cmd, f"updating metadata for member {member.member_id}"
+                    env, group, member, cmd, f"updating metadata for member {member.member_id}",
+                    ev.RebalanceCause.METADATA_CHANGE,
                 )
             else:
                 reply(env, cmd, rb.join_outcome(group, member.member_id, with_members=False))
@@ -181,10 +186,11 @@ def update_member(
 
 
 def update_member_and_rebalance(
-    env: rb.Env, group: ClassicGroup, member: ClassicGroupMember, cmd: c.JoinGroup, reason: str
+    env: rb.Env, group: ClassicGroup, member: ClassicGroupMember, cmd: c.JoinGroup, reason: str,
+    cause: ev.RebalanceCause
 ) -> None:
     update_member(env, group, member, cmd)
-    rb.maybe_prepare_rebalance(env, group, with_client_reason(reason, cmd), member)
+    rb.maybe_prepare_rebalance(env, group, with_client_reason(reason, cmd), cause, member)
 
 
 def with_client_reason(reason: str, cmd: c.JoinGroup) -> str:
@@ -228,6 +234,7 @@ def add_member_and_rebalance(
         with_client_reason(
             f"adding new member {member_id} with group instance id {cmd.group_instance_id}", cmd
         ),
+        ev.RebalanceCause.MEMBER_JOIN,
         member,
     )
 
@@ -326,6 +333,7 @@ def update_static_member_and_rebalance(
                         f"{cmd.group_instance_id} changed the selected protocol",
                         cmd,
                     ),
+                    ev.RebalanceCause.METADATA_CHANGE,
                     member,
                 )
         case GroupState.COMPLETING_REBALANCE:
@@ -339,6 +347,7 @@ def update_static_member_and_rebalance(
                     f"{cmd.group_instance_id}",
                     cmd,
                 ),
+                ev.RebalanceCause.METADATA_CHANGE,
                 member,
             )
         case GroupState.PREPARING_REBALANCE:

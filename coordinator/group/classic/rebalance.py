@@ -270,7 +270,7 @@ def remove_member_and_update_group(
     drop_member(env, group, member, cause, reason)
     match group.state:
         case GroupState.STABLE | GroupState.COMPLETING_REBALANCE:
-            prepare_rebalance(env, group, reason, culprit=member)
+            prepare_rebalance(env, group, reason, _REBALANCE_CAUSE[cause], culprit=member)
         case GroupState.PREPARING_REBALANCE:
             maybe_complete_join(env, group)
         case GroupState.EMPTY | GroupState.DEAD:
@@ -284,21 +284,34 @@ def remove_pending_member_and_update_group(env: Env, group: ClassicGroup, member
     maybe_complete_join(env, group)
 
 
+# The rebalance a member's removal starts, by why it was removed (those that start one here).
+_REBALANCE_CAUSE = {
+    ev.RemovalCause.LEAVE: ev.RebalanceCause.MEMBER_LEAVE,
+    ev.RemovalCause.SESSION_EXPIRY: ev.RebalanceCause.SESSION_EXPIRY,
+    ev.RemovalCause.DISCONNECT: ev.RebalanceCause.DISCONNECT,
+    ev.RemovalCause.REBALANCE_TIMEOUT: ev.RebalanceCause.REBALANCE_TIMEOUT,
+    ev.RemovalCause.FENCED: ev.RebalanceCause.OTHER,
+    ev.RemovalCause.MAX_SIZE: ev.RebalanceCause.OTHER,
+}
+
+
 # -- the join phase --------------------------------------------------------------------------
 
 
 def maybe_prepare_rebalance(
-    env: Env, group: ClassicGroup, reason: str, culprit: ClassicGroupMember | None = None
+    env: Env, group: ClassicGroup, reason: str, cause: ev.RebalanceCause,
+    culprit: ClassicGroupMember | None = None
 ) -> None:
     """Prepare a rebalance if the state allows one; otherwise try to finish the join phase."""
     if group.can_rebalance():
-        prepare_rebalance(env, group, reason, culprit)
+        prepare_rebalance(env, group, reason, cause, culprit)
     else:
         maybe_complete_join(env, group)
 
 
 def prepare_rebalance(
-    env: Env, group: ClassicGroup, reason: str, culprit: ClassicGroupMember | None = None
+    env: Env, group: ClassicGroup, reason: str, cause: ev.RebalanceCause,
+    culprit: ClassicGroupMember | None = None
 ) -> None:
     assert group.can_rebalance(), f"cannot rebalance group {group.group_id} in {group.state}"
     if group.is_state(GroupState.COMPLETING_REBALANCE):
@@ -317,6 +330,7 @@ def prepare_rebalance(
             partition=env.partition(group.group_id),
             previous_state=previous.value,
             reason=reason,
+            cause=cause,
             member_id=culprit.member_id if culprit else None,
             client_id=culprit.client_id if culprit else None,
             client_host=culprit.client_host if culprit else None,
@@ -494,7 +508,8 @@ def on_sync_deadline(env: Env, group: ClassicGroup) -> None:
                 ev.RemovalCause.REBALANCE_TIMEOUT,
                 "did not send SyncGroup before the rebalance timeout",
             )
-    prepare_rebalance(env, group, f"removing {pending} on pending sync request expiration")
+    prepare_rebalance(env, group, f"removing {pending} on pending sync request expiration",
+                      ev.RebalanceCause.REBALANCE_TIMEOUT)
 
 
 def reset_and_propagate_assignment_error(env: Env, group: ClassicGroup, error: ErrorCode) -> None:

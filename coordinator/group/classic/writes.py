@@ -131,6 +131,7 @@ def undo(env: rb.Env, groups: dict[str, ClassicGroup], write: Write,
                     group,
                     f"error {error.name} when storing the group assignment during "
                     f"SyncGroup (member: {write.leader_id})",
+                    ev.RebalanceCause.OTHER,
                 )
         case StaticMemberWrite():
             group = groups.get(write.group_id)
