@@ -26,7 +26,8 @@ when it does not).
 State follows the log: every Result with records comes back once the append has completed.
 `records_durable` finishes the changes that waited for the write (the leader's assignment makes
 the group Stable and answers the SyncGroups) and moves the durable views; `records_failed` undoes
-them (`classic/writes.py`, `migrator.py`) and sends any other Stable or CompletingRebalance group
+them (`classic/writes.py`, `migrator.py`, a consumer group back to its durable records:
+`consumer/durable.py`) and sends any other Stable or CompletingRebalance group
 of the failed records through a new rebalance. The runtime must not deliver a failed Result's
 replies (it answers them with `outcomes.error_outcome` instead).
 """
@@ -55,7 +56,11 @@ from coordinator.group.offset_decisions import GroupOffsets
 from coordinator.group.offsets import OffsetStore
 from coordinator.group.outcomes import JoinGroupOutcome, SyncGroupOutcome
 from coordinator.group.result import APPEND_FAILED, Result, TimerKey
-from coordinator.grouplog.records import GroupMetadataRecord, GroupMetadataValue
+from coordinator.grouplog.records import (
+    ConsumerGroupRecord,
+    GroupMetadataRecord,
+    GroupMetadataValue,
+)
 
 __all__ = ["GroupCoordinatorService"]
 
@@ -225,7 +230,11 @@ class GroupCoordinatorService:
     def records_durable(self, written: Result, now_ms: int) -> Result:
         """`written.records` are durable: finish what waited for them (module doc)."""
         env = self.classic.env(now_ms)
-        classic_records = [r for r in written.records if isinstance(r, GroupMetadataRecord)]
+        records = written.records
+        classic_records = [r for r in records if type(r) is GroupMetadataRecord]
+        consumer_records = [r for r in records if type(r) is ConsumerGroupRecord]
+        if consumer_records:
+            self.consumer.records_durable(consumer_records)
         writes = [w for w in written.writes if not isinstance(w, migration.ConversionWrite)]
         self.classic.records_durable(env, classic_records, writes)
         return env.result
@@ -235,6 +244,10 @@ class GroupCoordinatorService:
         """`written.records` could not be made durable: undo, answer with `error`, rebalance
         (module doc)."""
         env = self.classic.env(now_ms)
+        consumer_groups = {r.key.group for r in written.records
+                           if isinstance(r, ConsumerGroupRecord)}
+        if consumer_groups:
+            env.result.merge(self.consumer.records_failed(consumer_groups, now_ms))
         undone: set[str] = set()
         classic_writes = []
         for write in written.writes:

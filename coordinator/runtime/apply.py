@@ -5,7 +5,7 @@ records appended to the group log, and - only once those records are durable - t
 reply may answer a request parked earlier (the last JoinGroup of a rebalance completes them
 all). If the append or its fsync fails, no reply of that Result is delivered as success: each
 gets COORDINATOR_NOT_AVAILABLE, the offsets stay unacknowledged, the core undoes what waited for
-the write (`coordinator/group/classic/writes.py`) and other affected groups rebalance; the
+the write (`GroupCoordinatorService.records_failed`) and other affected groups rebalance; the
 journal gets a `group_write_failed` line.
 
 A group record larger than the group log takes in one message (`offsets.topic.max.message.bytes`,
@@ -182,8 +182,6 @@ class ResultApplier:
                 follow = self.service.records_durable(result, self.clock.now_ms())
             else:
                 self.fail(result)
-                self._reload_consumer_groups({r.key.group for r in records
-                                              if isinstance(r, ConsumerGroupRecord)})
                 follow = self.service.records_failed(result, self.clock.now_ms())
                 self.journal.event({"event": "group_write_failed",
                                     "group_ids": sorted({r.key.group for r in records}),
@@ -215,35 +213,10 @@ class ResultApplier:
                             "records": len(result.records),
                             "error": f"record of {size} bytes exceeds {limit}"}, quiet=True)
         self.fail(result, RECORD_TOO_LARGE)
-        self._reload_consumer_groups({r.key.group for r in group_records
-                                      if isinstance(r, ConsumerGroupRecord)})
         self.apply(self.service.records_failed(result, self.clock.now_ms(), RECORD_TOO_LARGE))
         if then is not None:
             then(False)
         return True
-
-    def _reload_consumer_groups(self, group_ids: set[str]) -> None:
-        """A consumer group's records did not become durable: its in-memory state ran ahead of
-        the log, so it is rebuilt from the log (cut back to its last durable point). Members
-        whose changes were lost get FENCED_MEMBER_EPOCH or UNKNOWN_MEMBER_ID and rejoin."""
-        if self.group_log.failure is not None:
-            return  # the broker stops on a disk failure; its restart rebuilds the groups
-        consumer = self.service.consumer
-        now = self.clock.now_ms()
-        for partition in sorted({self.group_log.partition_of(g) for g in group_ids}):
-            wanted = {g for g in group_ids if self.group_log.partition_of(g) == partition}
-            for group_id in wanted:
-                self.apply_timers(consumer.forget(group_id))
-            try:
-                records = list(self.group_log.replay_partition(partition))
-            except Exception:
-                log.exception("group log reload failed", partition=partition)
-                continue
-            for record in records:
-                if isinstance(record, ConsumerGroupRecord) and record.key.group in wanted:
-                    self.apply_timers(consumer.replay(record, now))
-            self.apply_timers(consumer.finish_replay(now))
-            log.warning("consumer groups reloaded after a failed write", groups=sorted(wanted))
 
     def fail(self, result: Result, error: ErrorCode = APPEND_FAILED) -> None:
         """Answer every reply of `result` with the error of a failed group-log write."""

@@ -30,6 +30,7 @@ from coordinator.group.consumer.commands import (
     DescribedConsumerMember,
 )
 from coordinator.group.consumer.config import ConsumerGroupConfig
+from coordinator.group.consumer.durable import DurableRecords
 from coordinator.group.consumer.group import ConsumerGroup, ConsumerGroupState, TopicImage
 from coordinator.group.consumer.heartbeat import (
     ConsumerEnv,
@@ -74,6 +75,7 @@ class ConsumerGroupCoordinator:
         # connection id -> (group id, member id) of dynamic members whose requests came on it;
         # an entry is stale once the member moved to another connection (checked on close).
         self._members_by_connection: dict[int, set[tuple[str, str]]] = {}
+        self._durable = DurableRecords()  # what a failed write goes back to
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -341,6 +343,7 @@ class ConsumerGroupCoordinator:
         Members come back with their epochs and assignments and a fresh session; a member
         still revoking gets a fresh rebalance timeout. A group epoch tombstone deletes the group.
         """
+        self._durable.note(record)
         env = self._env(now_ms)
         group_id = record.key.group
         group = self._groups.get(group_id)
@@ -377,6 +380,22 @@ class ConsumerGroupCoordinator:
                     group.rebalance_deadlines[member.member_id] = (member.member_epoch, deadline)
                     env.result.schedule(rebalance_key(group_id, member.member_id), deadline)
         return env.result
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def records_durable(self, records: list[ConsumerGroupRecord]) -> None:
+        for record in records:
+            self._durable.note(record)
+
+    def records_failed(self, group_ids: set[str], now_ms: int) -> Result:
+        """The records of `group_ids` could not be made durable: their in-memory state ran
+        ahead of the log, so each is rebuilt from its durable records (`durable.py`)."""
+        result = Result()
+        for group_id in sorted(group_ids):
+            result.merge(self.forget(group_id))
+            for record in self._durable.records_of(group_id):
+                result.merge(self.replay(record, now_ms))
+        return result.merge(self.finish_replay(now_ms))
 
     def forget(self, group_id: str) -> Result:
         """Drop a group from memory (its timers too), before it is replayed again from the log:
