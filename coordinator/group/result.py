@@ -70,6 +70,9 @@ class Result:
     records: list[CoordinatorRecord] = field(default_factory=list)
     timers: list[TimerOp] = field(default_factory=list)
     events: list[Any] = field(default_factory=list)  # coordinator.group.events dataclasses
+    # Events of changes made only once `records` are durable (a deleted group): emitted then,
+    # dropped if the write fails.
+    durable_events: list[Any] = field(default_factory=list)
     # Changes waiting for `records` to be durable (`classic/writes.py`); opaque here.
     writes: list[Any] = field(default_factory=list)
 
@@ -82,6 +85,8 @@ class Result:
         self.records.extend(other.records)
         self.timers.extend(other.timers)
         self.events.extend(other.events)
+        if other.durable_events:
+            self.durable_events.extend(other.durable_events)
         self.writes.extend(other.writes)
         return self
 

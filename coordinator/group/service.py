@@ -41,6 +41,7 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.group import commands as c
 from coordinator.group import migration
+from coordinator.group import offset_commands as oc
 from coordinator.group.classic.group import ClassicGroup
 from coordinator.group.classic.groups import ClassicGroups
 from coordinator.group.classic.heartbeat import steady_commit, steady_heartbeat
@@ -52,14 +53,15 @@ from coordinator.group.consumer.coordinator import TIMER_KINDS as CONSUMER_TIMER
 from coordinator.group.consumer.coordinator import ConsumerGroupCoordinator
 from coordinator.group.describe import describe_groups, list_groups
 from coordinator.group.migrator import GroupMigrator
-from coordinator.group.offset_decisions import GroupOffsets
+from coordinator.group.offset_decisions import ExpiryDecision, GroupOffsets
 from coordinator.group.offsets import OffsetStore
 from coordinator.group.outcomes import JoinGroupOutcome, SyncGroupOutcome
-from coordinator.group.result import APPEND_FAILED, Result, TimerKey
+from coordinator.group.result import APPEND_FAILED, Refusal, Reply, Result, TimerKey
 from coordinator.grouplog.records import (
     ConsumerGroupRecord,
     GroupMetadataRecord,
     GroupMetadataValue,
+    OffsetCommitRecord,
 )
 
 __all__ = ["GroupCoordinatorService"]
@@ -164,6 +166,46 @@ class GroupCoordinatorService:
         return steady_heartbeat(group, member_id, generation_id, group_instance_id,
                                 connection_id, now_ms, self._disconnect_grace_on)
 
+    # -- the offset APIs (`offset_decisions.py` decides; answered once the records are durable)
+
+    def offset_commit(self, cmd: oc.OffsetCommit, api_version: int, now_ms: int,
+                      topic_exists: Callable[[str, int], bool], pending: bool = True) -> Result:
+        """OffsetCommit (`GroupOffsets.commit`; `pending` as there)."""
+        decision = self.offsets.commit(cmd, api_version, now_ms, topic_exists, pending)
+        result = decision.result
+        if decision.error is not None:
+            result.replies.append(Reply(cmd.ref, oc.OffsetCommitOutcome.failed(
+                cmd, decision.error)))
+            return result
+        result.replies.append(Reply(cmd.ref, oc.OffsetCommitOutcome.from_errors(
+            decision.errors)))
+        result.records.extend(decision.records)
+        return result
+
+    def offset_delete(self, cmd: oc.OffsetDelete, refusal: Refusal) -> Result:
+        """OffsetDelete (`GroupOffsets.delete_offsets`)."""
+        outcome, result = self.offsets.delete_offsets(cmd, refusal)
+        result.replies.append(Reply(cmd.ref, outcome))
+        return result
+
+    def delete_groups(self, cmd: oc.DeleteGroups, now_ms: int, refusal: Refusal) -> Result:
+        """DeleteGroups (`GroupOffsets.delete_groups`): the groups are gone once the
+        tombstones are durable, and only then are their `group_dead` events told."""
+        outcome, result = self.offsets.delete_groups(cmd.group_ids, now_ms, refusal)
+        result.durable_events.extend(result.events)
+        result.events.clear()
+        result.replies.append(Reply(cmd.ref, outcome))
+        return result
+
+    def expire_offsets(self, now_ms: int, group_ids: list[str]) -> ExpiryDecision:
+        """One slice of an offset-expiry pass (`GroupOffsets.expire`); the deleted groups'
+        events are told once the tombstones are durable."""
+        expired = self.offsets.expire(now_ms, group_ids)
+        result = expired.result
+        result.durable_events.extend(result.events)
+        result.events.clear()
+        return expired
+
     # -- the offsets' group side -----------------------------------------------------------
 
     def validate_offset_commit(
@@ -228,13 +270,26 @@ class GroupCoordinatorService:
     # -- writes ----------------------------------------------------------------------------
 
     def records_durable(self, written: Result, now_ms: int) -> Result:
-        """`written.records` are durable: finish what waited for them (module doc)."""
-        env = self.classic.env(now_ms)
-        records = written.records
-        classic_records = [r for r in records if type(r) is GroupMetadataRecord]
-        consumer_records = [r for r in records if type(r) is ConsumerGroupRecord]
+        """`written.records` are durable: apply the offsets, finish what waited for them
+        (module doc)."""
+        offset_records: list[OffsetCommitRecord] = []
+        classic_records: list[GroupMetadataRecord] = []
+        consumer_records: list[ConsumerGroupRecord] = []
+        for record in written.records:
+            if type(record) is OffsetCommitRecord:
+                offset_records.append(record)
+            elif type(record) is GroupMetadataRecord:
+                classic_records.append(record)
+            else:
+                assert type(record) is ConsumerGroupRecord, record
+                consumer_records.append(record)
+        if offset_records:
+            self.offset_store.apply_all(offset_records)
         if consumer_records:
             self.consumer.records_durable(consumer_records)
+        if not classic_records and not written.writes:
+            return Result()  # nearly every OffsetCommit
+        env = self.classic.env(now_ms)
         writes = [w for w in written.writes if not isinstance(w, migration.ConversionWrite)]
         self.classic.records_durable(env, classic_records, writes)
         return env.result
@@ -244,6 +299,7 @@ class GroupCoordinatorService:
         """`written.records` could not be made durable: undo, answer with `error`, rebalance
         (module doc)."""
         env = self.classic.env(now_ms)
+        self.offset_store.abort(r for r in written.records if isinstance(r, OffsetCommitRecord))
         consumer_groups = {r.key.group for r in written.records
                            if isinstance(r, ConsumerGroupRecord)}
         if consumer_groups:

@@ -30,7 +30,6 @@ from kio.schema.errors import ErrorCode
 from coordinator.api.context import ClientRequest
 from coordinator.group.consumer.heartbeat import GROUP_TYPE as CONSUMER_GROUP_TYPE
 from coordinator.group.events import RebalanceStarted
-from coordinator.group.offsets import OffsetStore
 from coordinator.group.outcomes import error_outcome
 from coordinator.group.result import APPEND_FAILED, RECORD_TOO_LARGE, RequestRef, Result
 from coordinator.group.service import GroupCoordinatorService
@@ -40,7 +39,6 @@ from coordinator.grouplog.records import (
     ConsumerGroupRecord,
     CoordinatorRecord,
     GroupMetadataRecord,
-    OffsetCommitRecord,
 )
 from coordinator.runtime.clock import Clock
 from coordinator.runtime.journaling import EventJournal
@@ -83,11 +81,10 @@ def _error_of(done: asyncio.Future[None]) -> str:
 
 
 class ResultApplier:
-    def __init__(self, service: GroupCoordinatorService, offsets: OffsetStore, clock: Clock,
+    def __init__(self, service: GroupCoordinatorService, clock: Clock,
                  timers: Timers, journal: EventJournal, fetches: ParkedFetches,
                  metrics: BrokerMetrics | None, *, max_record_bytes: int = 1_048_588) -> None:
         self.service = service
-        self.offsets = offsets
         self.clock = clock
         self.timers = timers
         self.journal = journal
@@ -124,9 +121,13 @@ class ResultApplier:
 
     # applying ---------------------------------------------------------------------------------
 
-    def apply(self, result: Result, log_partition: int | None = None) -> None:
+    def apply(self, result: Result, log_partition: int | None = None, *,
+              then: Callable[[bool], None] | None = None, one_group: str | None = None) -> None:
         """Apply a Result; `log_partition` is the group-log partition of the request's group,
-        given while a write of that group's metadata is pending.
+        given while a write of that group's metadata is pending. `then(durable)` is called
+        once the records are durable or failed (with none, at once), after the replies: the
+        caller's own bookkeeping, never an answer. `one_group` when every record is that
+        group's (an OffsetCommit's are), which saves the log looking at each.
 
         A Result without records may then depend on that write (a heartbeat of a member whose
         new id is being written), so its replies wait until the group log has acknowledged
@@ -136,8 +137,11 @@ class ResultApplier:
         fails.
         """
         self.apply_timers(result)
-        self.emit(result)
+        if result.events:
+            self.emit(result.events)
         if not result.records:
+            if result.durable_events:
+                self.emit(result.durable_events)
             waiting = (self.group_log.acknowledged(log_partition)
                        if log_partition is not None else None)
             if waiting is None:
@@ -145,13 +149,18 @@ class ResultApplier:
             else:
                 waiting.add_done_callback(lambda done: self._deliver(result)
                                           if succeeded(done) else self.fail(result))
+            if then is not None:
+                then(True)
             return
-        self.write(result)
+        self._write(result, then, one_group)
 
-    def write(self, result: Result, then: Callable[[bool], None] | None = None) -> None:
+    def _write(self, result: Result, then: Callable[[bool], None] | None,
+               one_group: str | None) -> None:
         """Append `result.records`; once the append completed, deliver the replies (or fail
-        them), apply its offset records, hand the Result back to the core to finish or undo
-        what waited for the write, then call `then(durable)`."""
+        them), hand the Result back to the core to apply its offsets and finish or undo what
+        waited for the write, then call `then(durable)`. With an interval fsync the append is
+        complete on return, and all of this happens before `_write` returns: no reader sees
+        the records written but not applied."""
         records = result.records
         group_records = [r for r in records
                          if type(r) is GroupMetadataRecord or type(r) is ConsumerGroupRecord]
@@ -161,7 +170,7 @@ class ResultApplier:
         for group_id in groups:
             self.group_writes[group_id] = self.group_writes.get(group_id, 0) + 1
         try:
-            durable = self.group_log.append(records, self.clock.now_ms())
+            durable = self.group_log.append(records, self.clock.now_ms(), group_id=one_group)
         except Exception as exc:
             # Whatever went wrong, the parked requests of this Result must still be answered.
             log.exception("group log append failed")
@@ -178,19 +187,24 @@ class ResultApplier:
             ok = succeeded(done)
             if ok:
                 self._deliver(result)
-                self.offsets.apply_all(r for r in records if isinstance(r, OffsetCommitRecord))
                 follow = self.service.records_durable(result, self.clock.now_ms())
+                if result.durable_events:
+                    self.emit(result.durable_events)
             else:
                 self.fail(result)
                 follow = self.service.records_failed(result, self.clock.now_ms())
                 self.journal.event({"event": "group_write_failed",
                                     "group_ids": sorted({r.key.group for r in records}),
                                     "records": len(records), "error": _error_of(done)})
-            self.apply(follow)  # it depends on this write only, durable or failed by now
+            if follow.timers or follow.events or follow.records or follow.replies:
+                self.apply(follow)  # it depends on this write only, durable or failed by now
             if then is not None:
                 then(ok)
 
-        durable.add_done_callback(persisted)
+        if durable.done():
+            persisted(durable)
+        else:
+            durable.add_done_callback(persisted)
 
     def _refuse_oversized(self, result: Result, group_records: Sequence[CoordinatorRecord],
                           then: Callable[[bool], None] | None) -> bool:
@@ -224,7 +238,7 @@ class ResultApplier:
             pending = self._pending.pop(reply.ref, None)
             if pending is not None:
                 pending.ctx.respond(pending.module.to_response(
-                    error_outcome(pending.command, error),
+                    error_outcome(pending.command, error, reply.outcome),
                     pending.ctx.version))
 
     def apply_timers(self, result: Result) -> None:
@@ -246,11 +260,9 @@ class ResultApplier:
             else:
                 ctx.respond(pending.module.to_response(reply.outcome, ctx.version))
 
-    def emit(self, result: Result) -> None:
-        if not result.events:
-            return
+    def emit(self, events: list[Any]) -> None:
         consumer_groups = self.service.consumer.groups
-        for event in result.events:
+        for event in events:
             payload = event.as_dict()
             if "group_type" not in payload and event.group_id in consumer_groups:
                 # The events both group types share name the consumer groups' type too.

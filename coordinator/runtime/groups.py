@@ -41,7 +41,7 @@ from coordinator.group.consumer.config import ConsumerGroupConfig
 from coordinator.group.consumer.group import TopicImage, TopicInfo
 from coordinator.group.offsets import OffsetStore
 from coordinator.group.outcomes import HeartbeatOutcome, refused_outcome
-from coordinator.group.result import APPEND_FAILED, RequestRef
+from coordinator.group.result import RequestRef
 from coordinator.group.service import GroupCoordinatorService
 from coordinator.grouplog.log import GroupLog
 from coordinator.runtime.apply import ParkedFetches, ResultApplier, Timers
@@ -132,12 +132,12 @@ class GroupRuntime:
         self.group_log: GroupLog
         self.journal = EventJournal(self.clock.wall_ms)
         self.applier = ResultApplier(
-            self.service, self.offsets, self.clock, host, self.journal, host.fetches,
+            self.service, self.clock, host, self.journal, host.fetches,
             host.metrics, max_record_bytes=settings["offsets.topic.max.message.bytes"])
         self.loader = GroupLogLoader(self.service, self.offsets, self.applier, self.clock,
                                      self.config.offsets_topic_num_partitions, host.fail)
         self.maintenance = GroupLogMaintenance(
-            self.service.offsets, self.applier, self.loader, self.clock, self.journal, host.metrics,
+            self.service, self.applier, self.loader, self.clock, self.journal, host.metrics,
             retention_check_interval_ms=self.config.offsets_retention_check_interval_ms,
             cleaner_backoff_ms=settings["log.cleaner.backoff.ms"],
             delete_retention_ms=settings["log.cleaner.delete.retention.ms"])
@@ -249,40 +249,26 @@ class GroupRuntime:
             self._answer_commit(ctx, oc.OffsetCommitOutcome.failed(
                 command, self.loader.unavailable(command.group_id)))
             return
-        now = self.clock.now_ms()
         # When the append is acknowledged as soon as it is written, the records are applied
-        # (or aborted) below before anything else runs: no reader can see them pending.
-        acknowledged_at_once = self.group_log.acknowledges_on_write
-        decision = self.service.offsets.commit(command, ctx.version, now, self._partition_exists,
-                                    pending=not acknowledged_at_once)
-        self.applier.apply_timers(decision.result)
-        self.applier.emit(decision.result)
-        if decision.error is not None:
-            self._answer_commit(ctx, oc.OffsetCommitOutcome.failed(command, decision.error))
+        # (or aborted) by `apply` before anything else runs: no reader can see them pending.
+        result = self.service.offset_commit(command, ctx.version, self.clock.now_ms(),
+                                            self._partition_exists,
+                                            pending=not self.group_log.acknowledges_on_write)
+        self.applier.park(command.ref, ctx, offset_commit, command)
+        if not result.records:
+            self.applier.apply(result)
             return
-        errors, records = decision.errors, decision.records
-        if not records:
-            self._answer_commit(ctx, oc.OffsetCommitOutcome.from_errors(errors))
-            return
-        durable = self.group_log.append(records, now, group_id=command.group_id)
+        count = len(result.records)
 
-        def committed(done: asyncio.Future[None]) -> None:
-            if done.exception() is not None:
-                self.offsets.abort(records)
-                self._answer_commit(ctx, oc.OffsetCommitOutcome.failed(command, APPEND_FAILED))
+        def committed(durable: bool) -> None:
+            if not durable:
                 return
-            self.offsets.apply_all(records)
             if self.host.metrics is not None:
-                self.host.metrics.offset_commits += len(records)
-            self._answer_commit(ctx, oc.OffsetCommitOutcome.from_errors(errors))
+                self.host.metrics.offset_commits += count
             self.journal.offsets_committed(command.group_id, command.member_id,
-                                           command.generation_id, len(records))
+                                           command.generation_id, count)
 
-        if durable.done():
-            committed(durable)  # an interval fsync policy: durable once written, answer now
-        else:
-            assert not acknowledged_at_once
-            durable.add_done_callback(committed)
+        self.applier.apply(result, then=committed, one_group=command.group_id)
 
     def _answer_commit(self, ctx: ClientRequest, outcome: oc.OffsetCommitOutcome) -> None:
         ctx.respond_raw(offset_commit.encode(outcome, ctx.version, ctx.header.correlation_id))
@@ -310,33 +296,18 @@ class GroupRuntime:
 
     def offset_delete(self, ctx: ClientRequest, request: Any) -> None:
         command = offset_delete.to_command(request, ctx.version, self._ref(ctx))
-        outcome, result = self.service.offsets.delete_offsets(command, self.loader.refusal)
-        if not result.records:
-            ctx.respond(offset_delete.to_response(outcome, ctx.version))
-            return
-        if self.host.metrics is not None:
+        result = self.service.offset_delete(command, self.loader.refusal)
+        if result.records and self.host.metrics is not None:
             self.host.metrics.offset_deletions += len(result.records)
-        failed = oc.OffsetDeleteOutcome.append_failed()
-        self.applier.write(result, lambda durable: ctx.respond(
-            offset_delete.to_response(outcome if durable else failed, ctx.version)))
+        self.applier.park(command.ref, ctx, offset_delete, command)
+        self.applier.apply(result)
 
     def delete_groups(self, ctx: ClientRequest, request: Any) -> None:
         command = delete_groups.to_command(request, ctx.version, self._ref(ctx))
-        outcome, deleted = self.service.offsets.delete_groups(
-            command.group_ids, self.clock.now_ms(), self.loader.refusal)
-        if not deleted.records:
-            ctx.respond(delete_groups.to_response(outcome, ctx.version))
-            return
-        self.applier.apply_timers(deleted)
-        failed = outcome.append_failed()
-
-        def written(durable: bool) -> None:
-            if durable:
-                self.applier.emit(deleted)
-            ctx.respond(delete_groups.to_response(outcome if durable else failed, ctx.version))
-
         # The groups are gone from memory already; a failed write brings them back.
-        self.applier.write(deleted, written)
+        result = self.service.delete_groups(command, self.clock.now_ms(), self.loader.refusal)
+        self.applier.park(command.ref, ctx, delete_groups, command)
+        self.applier.apply(result)
 
     def delete_topic_offsets(self, topics: Sequence[str],
                              then: Callable[[ErrorCode | None], None]) -> None:
@@ -370,8 +341,8 @@ class GroupRuntime:
             # A disk error, retriable: the topics are kept, so a retry starts over.
             then(None if durable else ErrorCode.kafka_storage_error)
 
-        # Applied to the offsets only once durable (`ResultApplier.write`).
-        self.applier.write(tombstones, written)
+        # Applied to the offsets only once durable (`GroupCoordinatorService.records_durable`).
+        self.applier.apply(tombstones, then=written)
 
     def on_timer(self, key: tuple[Any, ...], now_ms: int) -> None:
         self.applier.apply(self.service.expire(key, self.clock.now_ms()))
