@@ -26,6 +26,7 @@ import dataclasses
 from kio.schema.errors import ErrorCode
 
 from coordinator.group import migration
+from coordinator.group import record_helpers as rh
 from coordinator.group.classic import rebalance as rb
 from coordinator.group.classic.group import ClassicGroup
 from coordinator.group.classic.groups import ClassicGroups
@@ -38,7 +39,6 @@ from coordinator.group.consumer.commands import (
 from coordinator.group.consumer.coordinator import ConsumerGroupCoordinator
 from coordinator.group.consumer.heartbeat import HeartbeatError, validate
 from coordinator.group.result import Result
-from coordinator.grouplog.records import GroupMetadataKey, GroupMetadataRecord
 
 __all__ = ["DowngradeWatch", "GroupMigrator"]
 
@@ -168,5 +168,5 @@ class GroupMigrator:
         env.result.merge(self.consumer.forget(group_id))
         durable = self.classic.durable(group_id)
         if durable is not None:
-            env.result.merge(self.classic.replay(GroupMetadataRecord(
-                key=GroupMetadataKey(group=group_id), value=durable), env.now_ms))
+            env.result.merge(self.classic.replay(
+                rh.group_metadata_record(group_id, durable), env.now_ms))

@@ -45,6 +45,7 @@ from typing import NamedTuple, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from coordinator.group.record_helpers import offset_commit_tombstone
 from coordinator.grouplog.records import (
     MAX_STORED_STRING_BYTES,
     CoordinatorRecord,
@@ -124,12 +125,6 @@ def expire_timestamp_ms(retention_time_ms: int, now_ms: int) -> int:
     if retention_time_ms == DEFAULT_RETENTION_TIME_MS:
         return NO_EXPIRE_TIMESTAMP
     return now_ms + retention_time_ms
-
-
-def offset_commit_tombstone(group_id: str, topic: str, partition: int) -> OffsetCommitRecord:
-    return OffsetCommitRecord(
-        key=OffsetCommitKey(group=group_id, topic=topic, partition=partition), value=None
-    )
 
 
 def _metadata_length(metadata: str) -> int:

@@ -61,6 +61,7 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from coordinator.group import events as ev
+from coordinator.group import record_helpers as rh
 from coordinator.group.classic.group import ClassicGroup, InitialJoin
 from coordinator.group.classic.member import ClassicGroupMember, Parked
 from coordinator.group.classic.state import GroupState
@@ -68,7 +69,6 @@ from coordinator.group.config import GroupConfig
 from coordinator.group.outcomes import JoinedMember, JoinGroupOutcome, Outcome, SyncGroupOutcome
 from coordinator.group.result import Reply, Result, TimerKey
 from coordinator.grouplog.placement import partition_for
-from coordinator.grouplog.records import GroupMetadataKey, GroupMetadataRecord
 
 __all__ = [
     "Env",
@@ -213,7 +213,7 @@ def validate_current_member(
 def store_group(env: Env, group: ClassicGroup) -> None:
     """Emit the group's snapshot (Kafka `storeGroup`); the runtime makes it durable first."""
     env.result.records.append(
-        GroupMetadataRecord(key=GroupMetadataKey(group=group.group_id), value=group.snapshot())
+        rh.group_metadata_record(group.group_id, group.snapshot())
     )
 
 

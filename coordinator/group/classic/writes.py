@@ -31,13 +31,13 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from coordinator.group import events as ev
+from coordinator.group import record_helpers as rh
 from coordinator.group.classic import rebalance as rb
 from coordinator.group.classic.group import ClassicGroup
 from coordinator.group.classic.member import ClassicGroupMember
 from coordinator.group.classic.state import GroupState
 from coordinator.group.commands import Protocol
 from coordinator.group.result import APPEND_FAILED
-from coordinator.grouplog.records import GroupMetadataKey, GroupMetadataRecord
 
 __all__ = [
     "AssignmentWrite",
@@ -98,7 +98,7 @@ def delete_empty_group(env: rb.Env, group: ClassicGroup, reason: str) -> None:
         env.result.cancel(rb.join_key(group_id))
     group.transition_to(GroupState.DEAD, env.now_ms)
     env.result.records.append(
-        GroupMetadataRecord(key=GroupMetadataKey(group=group_id), value=None)
+        rh.group_metadata_tombstone(group_id)
     )
     env.result.events.append(
         ev.GroupDead(

@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.group import commands as c
 from coordinator.group import events as ev
+from coordinator.group import record_helpers as rh
 from coordinator.group.consumer import classic_members as cm
 from coordinator.group.consumer import disconnect
 from coordinator.group.consumer.commands import (
@@ -36,7 +37,6 @@ from coordinator.group.consumer.heartbeat import (
     ConsumerEnv,
     HeartbeatError,
     disconnect_key,
-    epoch_record,
     fence_member,
     heartbeat,
     rebalance_key,
@@ -52,9 +52,8 @@ from coordinator.group.outcomes import (
 )
 from coordinator.group.result import Reply, Result, TimerKey
 from coordinator.grouplog.records import (
-    ConsumerGroupPartitionMetadataKey,
+    ConsumerGroupMetadataKey,
     ConsumerGroupRecord,
-    ConsumerGroupTargetAssignmentMetadataKey,
 )
 
 __all__ = ["ConsumerGroupCoordinator"]
@@ -323,11 +322,9 @@ class ConsumerGroupCoordinator:
         if group.members:
             return ErrorCode.non_empty_group, env.result
         env.result.records.extend([
-            ConsumerGroupRecord(key=ConsumerGroupTargetAssignmentMetadataKey(group=group_id),
-                                value=None),
-            ConsumerGroupRecord(key=ConsumerGroupPartitionMetadataKey(group=group_id),
-                                value=None),
-            ConsumerGroupRecord(key=epoch_record(group_id, 0).key, value=None),
+            rh.consumer_group_target_assignment_epoch_tombstone(group_id),
+            rh.consumer_group_subscription_metadata_tombstone(group_id),
+            rh.consumer_group_epoch_tombstone(group_id),
         ])
         del self._groups[group_id]
         env.result.events.append(ev.GroupDead(ts_ms=now_ms, group_id=group_id,
@@ -347,7 +344,7 @@ class ConsumerGroupCoordinator:
         env = self._env(now_ms)
         group_id = record.key.group
         group = self._groups.get(group_id)
-        if record.value is None and record.key == epoch_record(group_id, 0).key:
+        if record.value is None and type(record.key) is ConsumerGroupMetadataKey:
             if group is not None:
                 for member_id in list(group.members):
                     env.result.cancel(session_key(group_id, member_id))
