@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
@@ -42,9 +42,9 @@ Refusal = Callable[[str], ErrorCode | None]
 or failed to load), None when it serves it."""
 
 
-@dataclass(frozen=True, slots=True)
-class RequestRef:
-    """Identifies one request on one connection; opaque to the core."""
+class RequestRef(NamedTuple):
+    """Identifies one request on one connection; opaque to the core. A tuple: the runtime
+    files every parked request under it, and a tuple's hash is the cheapest there is."""
 
     connection_id: int
     sequence: int

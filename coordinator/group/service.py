@@ -66,6 +66,9 @@ from coordinator.grouplog.records import (
 
 __all__ = ["GroupCoordinatorService"]
 
+# What `records_durable` returns when nothing waited for the write: shared, never changed.
+_NO_FOLLOW_UP = Result()
+
 
 class GroupCoordinatorService:
     """All groups and offsets of this node. Methods raise nothing but AssertionError (a bug)."""
@@ -269,26 +272,30 @@ class GroupCoordinatorService:
 
     # -- writes ----------------------------------------------------------------------------
 
-    def records_durable(self, written: Result, now_ms: int) -> Result:
+    def records_durable(self, written: Result, now_ms: int, *, only_offsets: bool = False
+                        ) -> Result:
         """`written.records` are durable: apply the offsets, finish what waited for them
-        (module doc)."""
-        offset_records: list[OffsetCommitRecord] = []
+        (module doc). `only_offsets`: the caller has seen that every record is an offset
+        commit."""
+        records = written.records
+        self.offset_store.apply_all(records)  # it passes over the other record types
+        if only_offsets and not written.writes:
+            return _NO_FOLLOW_UP  # nearly every OffsetCommit
+        if not written.writes:
+            for record in records:
+                if type(record) is not OffsetCommitRecord:
+                    break
+            else:
+                return _NO_FOLLOW_UP  # nearly every OffsetCommit
         classic_records: list[GroupMetadataRecord] = []
         consumer_records: list[ConsumerGroupRecord] = []
-        for record in written.records:
-            if type(record) is OffsetCommitRecord:
-                offset_records.append(record)
-            elif type(record) is GroupMetadataRecord:
+        for record in records:
+            if type(record) is GroupMetadataRecord:
                 classic_records.append(record)
-            else:
-                assert type(record) is ConsumerGroupRecord, record
+            elif type(record) is ConsumerGroupRecord:
                 consumer_records.append(record)
-        if offset_records:
-            self.offset_store.apply_all(offset_records)
         if consumer_records:
             self.consumer.records_durable(consumer_records)
-        if not classic_records and not written.writes:
-            return Result()  # nearly every OffsetCommit
         env = self.classic.env(now_ms)
         writes = [w for w in written.writes if not isinstance(w, migration.ConversionWrite)]
         self.classic.records_durable(env, classic_records, writes)

@@ -35,11 +35,7 @@ from coordinator.group.result import APPEND_FAILED, RECORD_TOO_LARGE, RequestRef
 from coordinator.group.service import GroupCoordinatorService
 from coordinator.grouplog.codec import encode_record
 from coordinator.grouplog.log import GroupLog
-from coordinator.grouplog.records import (
-    ConsumerGroupRecord,
-    CoordinatorRecord,
-    GroupMetadataRecord,
-)
+from coordinator.grouplog.records import CoordinatorRecord, OffsetCommitRecord
 from coordinator.runtime.clock import Clock
 from coordinator.runtime.journaling import EventJournal
 
@@ -136,7 +132,8 @@ class ResultApplier:
         partition to fall quiet (other groups may keep writing), and fail if a write up to it
         fails.
         """
-        self.apply_timers(result)
+        if result.timers:
+            self.apply_timers(result)
         if result.events:
             self.emit(result.events)
         if not result.records:
@@ -162,37 +159,41 @@ class ResultApplier:
         complete on return, and all of this happens before `_write` returns: no reader sees
         the records written but not applied."""
         records = result.records
-        group_records = [r for r in records
-                         if type(r) is GroupMetadataRecord or type(r) is ConsumerGroupRecord]
-        if group_records and self._refuse_oversized(result, group_records, then):
-            return
-        groups = [r.key.group for r in group_records]
-        for group_id in groups:
-            self.group_writes[group_id] = self.group_writes.get(group_id, 0) + 1
+        group_records = [r for r in records if type(r) is not OffsetCommitRecord]
+        groups: list[str] = []
+        if group_records:
+            if self._refuse_oversized(result, group_records, then):
+                return
+            groups = [r.key.group for r in group_records]
+            for group_id in groups:
+                self.group_writes[group_id] = self.group_writes.get(group_id, 0) + 1
+        now_ms = self.clock.now_ms()
         try:
-            durable = self.group_log.append(records, self.clock.now_ms(), group_id=one_group)
+            durable = self.group_log.append(records, now_ms, group_id=one_group)
         except Exception as exc:
             # Whatever went wrong, the parked requests of this Result must still be answered.
             log.exception("group log append failed")
             durable = asyncio.get_running_loop().create_future()
             durable.set_exception(exc)
 
-        def persisted(done: asyncio.Future[None]) -> None:
+        def persisted(done: asyncio.Future[None], at_ms: int | None = None) -> None:
+            now = self.clock.now_ms() if at_ms is None else at_ms
             for group_id in groups:
                 left = self.group_writes[group_id] - 1
                 if left:
                     self.group_writes[group_id] = left
                 else:
                     del self.group_writes[group_id]
-            ok = succeeded(done)
+            ok = not done.cancelled() and done.exception() is None  # `succeeded`
             if ok:
                 self._deliver(result)
-                follow = self.service.records_durable(result, self.clock.now_ms())
+                follow = self.service.records_durable(result, now,
+                                                      only_offsets=not group_records)
                 if result.durable_events:
                     self.emit(result.durable_events)
             else:
                 self.fail(result)
-                follow = self.service.records_failed(result, self.clock.now_ms())
+                follow = self.service.records_failed(result, now)
                 self.journal.event({"event": "group_write_failed",
                                     "group_ids": sorted({r.key.group for r in records}),
                                     "records": len(records), "error": _error_of(done)})
@@ -202,7 +203,7 @@ class ResultApplier:
                 then(ok)
 
         if durable.done():
-            persisted(durable)
+            persisted(durable, now_ms)
         else:
             durable.add_done_callback(persisted)
 
