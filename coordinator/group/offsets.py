@@ -1,5 +1,8 @@
 """The committed-offset store of one coordinator: pure, no I/O, time passed in as `now_ms`.
 
+Longer than ~400 lines: the per-partition rules of six APIs and expiry share one view of the
+offsets and its pending commits, and read best beside it.
+
 Owns committed offsets per group/topic/partition and the per-partition rules of OffsetCommit,
 OffsetFetch, OffsetDelete, DeleteGroups, DeleteTopics and offset expiry (SPEC §10). Group-level
 decisions (does the group exist, generation and member checks, Dead/CompletingRebalance answers,

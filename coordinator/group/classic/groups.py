@@ -28,11 +28,12 @@ from coordinator.group.classic import rebalance as rb
 from coordinator.group.classic.connections import ConnectionIndex
 from coordinator.group.classic.group import ClassicGroup, group_from_record
 from coordinator.group.classic.heartbeat import heartbeat
-from coordinator.group.classic.join import join_group, joined_member_id, unstorable_join_field
+from coordinator.group.classic.join import join_group, joined_member_id
 from coordinator.group.classic.leave import leave_group
 from coordinator.group.classic.member import ClassicGroupMember
 from coordinator.group.classic.offset_commit import validate_offset_commit
 from coordinator.group.classic.state import GroupState
+from coordinator.group.classic.storable import unstorable_join_field
 from coordinator.group.classic.sync import sync_group
 from coordinator.group.classic.writes import (
     GroupDeletionWrite,

@@ -1,5 +1,8 @@
 """The rebalance machinery shared by every classic API: prepare, complete join, propagate.
 
+Longer than ~400 lines: the one rebalance state machine every classic API drives, with its
+timers and disconnect grace; its parts call each other and read best in one place.
+
 Theory of operation (Kafka `GroupCoordinator` / `GroupMetadataManager`, classic part)
 ----------------------------------------------------------------------------------------
 A rebalance starts with `prepare_rebalance`: members parked in SyncGroup are told

@@ -1,5 +1,8 @@
 """Every consumer group of this node: dispatch, timers, replay, describe and the offset checks.
 
+A little over 400 lines: the entry points of one group type, each short; the rules are in the
+modules it calls.
+
 The service (`coordinator/group/service.py`) routes the consumer group APIs to it; the two group
 types share one id space (a group id names either a classic or a consumer group; a group changing
 type is `coordinator/group/migrator.py`'s).

@@ -1,6 +1,10 @@
 """ConsumerGroupHeartbeat: join, stay, move towards the target, leave (Kafka's
 `GroupMetadataManager.consumerGroupHeartbeat`).
 
+Longer than ~400 lines: one heartbeat carries a member through join, subscription change,
+target assignment and reconciliation, each step writing its records; split further, a reader
+would follow one request across files.
+
 One heartbeat, in order:
 
 1. Validate the request (INVALID_REQUEST, UNSUPPORTED_ASSIGNOR, INVALID_REGULAR_EXPRESSION).
