@@ -87,6 +87,7 @@ class GroupCoordinatorService:
         self.offset_store = offset_store if offset_store is not None else OffsetStore(config)
         self.offsets = GroupOffsets(self, self.offset_store)
         self._disconnect_grace_on = config.group_member_disconnect_grace_ms >= 0
+        self._classic_by_id = self.classic.by_id
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -163,7 +164,7 @@ class GroupCoordinatorService:
         steady_heartbeat`): True when it was one and its answer is NONE; False, with nothing
         changed, when `handle` must take the command. The hottest request a coordinator
         serves, so it skips building the command and its Result."""
-        group = self.classic.group(group_id)
+        group = self._classic_by_id.get(group_id)
         if group is None or self.consumer.group(group_id) is not None:
             return False
         return steady_heartbeat(group, member_id, generation_id, group_instance_id,
@@ -182,7 +183,10 @@ class GroupCoordinatorService:
             return result
         result.replies.append(Reply(cmd.ref, oc.OffsetCommitOutcome.from_errors(
             decision.errors)))
-        result.records.extend(decision.records)
+        if result.records:
+            result.records.extend(decision.records)
+        else:  # nearly always: the commit's own list becomes the Result's
+            result.records = decision.records  # type: ignore[assignment]
         return result
 
     def offset_delete(self, cmd: oc.OffsetDelete, refusal: Refusal) -> Result:
@@ -238,9 +242,11 @@ class GroupCoordinatorService:
                 return None, self.consumer.note_request(group_id, member_id, connection_id,
                                                         now_ms)
             return error, Result()
-        if connection_id is not None and self.steady_commit(
-                group_id, member_id, generation_id, group_instance_id, connection_id, now_ms):
-            return None, Result()
+        group = self._classic_by_id.get(group_id)
+        if connection_id is not None and group is not None and steady_commit(
+                group, member_id, generation_id, group_instance_id, connection_id, now_ms,
+                self._disconnect_grace_on):
+            return None, Result()  # `steady_commit` below, the consumer side checked above
         return self.classic.validate_offset_commit_in_full(
             group_id, member_id, generation_id, group_instance_id, now_ms, connection_id)
 
@@ -250,7 +256,7 @@ class GroupCoordinatorService:
         (`classic.heartbeat.steady_commit`): a current member of a classic group, on its
         connection, whose session moves with no timer change, record or event to return.
         True when it was one; False, with nothing changed, when the full checks must run."""
-        group = self.classic.group(group_id)
+        group = self._classic_by_id.get(group_id)
         if group is None or self.consumer.group(group_id) is not None:
             return False
         return steady_commit(group, member_id, generation_id, group_instance_id,

@@ -118,12 +118,14 @@ class ResultApplier:
     # applying ---------------------------------------------------------------------------------
 
     def apply(self, result: Result, log_partition: int | None = None, *,
-              then: Callable[[bool], None] | None = None, one_group: str | None = None) -> None:
+              then: Callable[[bool], None] | None = None, one_group: str | None = None,
+              now_ms: int | None = None) -> None:
         """Apply a Result; `log_partition` is the group-log partition of the request's group,
         given while a write of that group's metadata is pending. `then(durable)` is called
         once the records are durable or failed (with none, at once), after the replies: the
         caller's own bookkeeping, never an answer. `one_group` when every record is that
-        group's (an OffsetCommit's are), which saves the log looking at each.
+        group's (an OffsetCommit's are), which saves the log looking at each; `now_ms` when
+        the caller has just read the clock.
 
         A Result without records may then depend on that write (a heartbeat of a member whose
         new id is being written), so its replies wait until the group log has acknowledged
@@ -149,10 +151,11 @@ class ResultApplier:
             if then is not None:
                 then(True)
             return
-        self._write(result, then, one_group)
+        self._write(result, then, one_group,
+                    self.clock.now_ms() if now_ms is None else now_ms)
 
     def _write(self, result: Result, then: Callable[[bool], None] | None,
-               one_group: str | None) -> None:
+               one_group: str | None, now_ms: int) -> None:
         """Append `result.records`; once the append completed, deliver the replies (or fail
         them), hand the Result back to the core to apply its offsets and finish or undo what
         waited for the write, then call `then(durable)`. With an interval fsync the append is
@@ -167,7 +170,6 @@ class ResultApplier:
             groups = [r.key.group for r in group_records]
             for group_id in groups:
                 self.group_writes[group_id] = self.group_writes.get(group_id, 0) + 1
-        now_ms = self.clock.now_ms()
         try:
             durable = self.group_log.append(records, now_ms, group_id=one_group)
         except Exception as exc:

@@ -251,7 +251,8 @@ class GroupRuntime:
             return
         # When the append is acknowledged as soon as it is written, the records are applied
         # (or aborted) by `apply` before anything else runs: no reader can see them pending.
-        result = self.service.offset_commit(command, ctx.version, self.clock.now_ms(),
+        now = self.clock.now_ms()
+        result = self.service.offset_commit(command, ctx.version, now,
                                             self._partition_exists,
                                             pending=not self.group_log.acknowledges_on_write)
         self.applier.park(command.ref, ctx, offset_commit, command)
@@ -268,7 +269,7 @@ class GroupRuntime:
             self.journal.offsets_committed(command.group_id, command.member_id,
                                            command.generation_id, count)
 
-        self.applier.apply(result, then=committed, one_group=command.group_id)
+        self.applier.apply(result, then=committed, one_group=command.group_id, now_ms=now)
 
     def _answer_commit(self, ctx: ClientRequest, outcome: oc.OffsetCommitOutcome) -> None:
         ctx.respond_raw(offset_commit.encode(outcome, ctx.version, ctx.header.correlation_id))

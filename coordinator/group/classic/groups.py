@@ -66,6 +66,9 @@ class ClassicGroups:
         self.config = config
         self._new_member_id = new_member_id
         self._groups: dict[str, ClassicGroup] = {}
+        # The same dict, for the steady Heartbeat and OffsetCommit paths of the service to look
+        # a group up without a call: read it, never change it.
+        self.by_id = self._groups
         self._durable: dict[str, GroupMetadataValue] = {}
         self.connections = ConnectionIndex()
 
