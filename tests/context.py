@@ -1,9 +1,9 @@
-"""`GroupTestContext`: the manager, a real TimerWheel and a ManualClock, read as a timeline.
+"""`GroupTestContext`: the group service, a real TimerWheel and a ManualClock, read as a timeline.
 
 `send` gives a command a fresh `RequestRef`, handles it, applies the Result (timers to the
 wheel, records to a log list, replies to a mailbox) and returns the immediate answer, or None
 when the request was parked. `sleep(ms)` advances the clock and fires due timers through
-`manager.expire`, in deadline order, exactly like the runtime. Every reply is checked to answer
+`service.expire`, in deadline order, exactly like the runtime. Every reply is checked to answer
 a request that was sent, once, on a connection that is still open.
 """
 
@@ -18,9 +18,9 @@ from coordinator.group.classic.group import ClassicGroup
 from coordinator.group.config import GroupConfig
 from coordinator.group.consumer.commands import ConsumerGroupDescribe, ConsumerGroupHeartbeat
 from coordinator.group.consumer.config import ConsumerGroupConfig
-from coordinator.group.manager import GroupCoordinator
 from coordinator.group.outcomes import error_outcome
 from coordinator.group.result import APPEND_FAILED, RequestRef, Result
+from coordinator.group.service import GroupCoordinatorService
 from coordinator.group.timer import TimerWheel
 from coordinator.grouplog.records import CoordinatorRecord
 from coordinator.runtime.clock import ManualClock
@@ -34,7 +34,7 @@ class GroupTestContext:
         self.clock = ManualClock(start_ms)
         self.wheel = TimerWheel(tick_ms=10, wheel_size=64, start_ms=start_ms)
         self._ids = itertools.count(1)
-        self.manager = GroupCoordinator(config, self._new_member_id, consumer_config)
+        self.service = GroupCoordinatorService(config, self._new_member_id, consumer_config)
         self._sequence = itertools.count(1)
         self.sent: dict[RequestRef, c.Command] = {}
         self.replies: dict[RequestRef, Any] = {}
@@ -70,7 +70,7 @@ class GroupTestContext:
         ref = RequestRef(connection, next(self._sequence))
         command: Any = replace(cmd, ref=ref)
         self.sent[ref] = command
-        self.apply(self.manager.handle(command, self.now_ms))
+        self.apply(self.service.handle(command, self.now_ms))
         return self.replies.get(ref)
 
     def ref_of_last(self) -> RequestRef:
@@ -91,13 +91,13 @@ class GroupTestContext:
             for reply in result.replies:
                 cmd = self.sent[reply.ref]
                 self._deliver(reply.ref, error_outcome(cmd, APPEND_FAILED))
-            self.apply(self.manager.records_failed(result, self.now_ms))
+            self.apply(self.service.records_failed(result, self.now_ms))
             return result
         self.records.extend(result.records)
         for reply in result.replies:
             self._deliver(reply.ref, reply.outcome)
         if result.records:
-            self.apply(self.manager.records_durable(result, self.now_ms))
+            self.apply(self.service.records_durable(result, self.now_ms))
         return result
 
     def fail_next_writes(self, count: int = 1) -> None:
@@ -118,14 +118,14 @@ class GroupTestContext:
                 break
             self.clock.set(max(deadline, self.now_ms))
             for key in self.wheel.poll(self.now_ms):
-                self.apply(self.manager.expire(key, self.now_ms))
+                self.apply(self.service.expire(key, self.now_ms))
         self.clock.set(target)
         for key in self.wheel.poll(self.now_ms):
-            self.apply(self.manager.expire(key, self.now_ms))
+            self.apply(self.service.expire(key, self.now_ms))
 
     def close(self, connection: int) -> None:
         self.closed.add(connection)
-        self.apply(self.manager.connection_closed(connection, self.now_ms))
+        self.apply(self.service.connection_closed(connection, self.now_ms))
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -133,7 +133,7 @@ class GroupTestContext:
         return self.replies.get(ref)
 
     def group(self, group_id: str = "g") -> ClassicGroup:
-        group = self.manager.group(group_id)
+        group = self.service.group(group_id)
         assert group is not None, f"no group {group_id}"
         return group
 

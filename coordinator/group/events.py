@@ -29,6 +29,7 @@ __all__ = [
     "MemberAdded",
     "MemberReconciled",
     "MemberRemoved",
+    "RebalanceCause",
     "RebalanceStarted",
     "RemovalCause",
     "StaticMemberReplaced",
@@ -45,6 +46,21 @@ class RemovalCause(enum.Enum):
     # A dynamic member's connection closed without LeaveGroup and nothing came back for it
     # within group.member.disconnect.grace.ms.
     DISCONNECT = "disconnect"
+
+
+class RebalanceCause(enum.Enum):
+    """Why a classic group's rebalance started, set where the rebalance is started. The values
+    are the journal's `cause` vocabulary (docs/events.md), which the metrics use too."""
+
+    MEMBER_JOIN = "member_join"
+    MEMBER_REJOIN = "member_rejoin"  # a known member (or the leader, on its own) rejoined
+    METADATA_CHANGE = "metadata_change"  # new subscription or assignor, a static member's new id
+    MEMBER_LEAVE = "member_leave"
+    SESSION_EXPIRY = "session_expiry"
+    REBALANCE_TIMEOUT = "rebalance_timeout"  # members did not sync in time
+    DISCONNECT = "disconnect"
+    WRITE_FAILURE = "write_failure"  # the group metadata could not be written
+    OTHER = "other"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,7 +83,8 @@ class RebalanceStarted(_EventBase):
     generation_id: int  # the old generation
     partition: int
     previous_state: str
-    reason: str
+    reason: str  # for people; `cause` for programs
+    cause: RebalanceCause
     member_id: str | None = None  # the culprit, when one member caused it
     client_id: str | None = None
     client_host: str | None = None
@@ -234,35 +251,9 @@ _IMPLIED_STATES: dict[str, dict[str, str]] = {
     "group_dead": {"to_state": "Dead"},
 }
 
-# (prefix or fragment of `reason`, cause); first match wins. See docs/events.md.
-_REBALANCE_CAUSES: tuple[tuple[str, str], ...] = (
-    ("adding new member", "member_join"),
-    ("updating metadata for", "metadata_change"),
-    ("static member", "metadata_change"),
-    ("leader ", "member_rejoin"),
-    ("member ", "member_rejoin"),
-    ("removing member", "member_leave"),
-    ("removing ", "rebalance_timeout"),
-    ("failed to persist", "write_failure"),
-)
-
-
-def rebalance_cause(reason: str | None) -> str:
-    """The fixed category of a `rebalance_started` reason (docs/events.md)."""
-    if not reason:
-        return "other"
-    head = reason.split("; client reason:", 1)[0]
-    if "disconnect" in head or "connection closed" in head:
-        return "disconnect"
-    if head.startswith("removing member"):
-        if "heartbeat expiration" in head:
-            return "session_expiry"
-        if "LeaveGroup" in head:
-            return "member_leave"
-    for fragment, cause in _REBALANCE_CAUSES:
-        if head.startswith(fragment):
-            return cause
-    return "other"
+def rebalance_cause(event: RebalanceStarted) -> str:
+    """The fixed category of a `rebalance_started` event (docs/events.md): its typed cause."""
+    return event.cause.value
 
 
 def journal_record(payload: dict[str, object], wall_ms: int) -> dict[str, object]:
@@ -277,6 +268,6 @@ def journal_record(payload: dict[str, object], wall_ms: int) -> dict[str, object
         out[_JOURNAL_FIELD.get(key, key)] = value
     for key, value in _IMPLIED_STATES.get(event_type, {}).items():
         out.setdefault(key, value)
-    if event_type == "rebalance_started" and "cause" not in out:
-        out["cause"] = rebalance_cause(out.get("reason"))  # type: ignore[arg-type]
+    if event_type == "rebalance_started" and "cause" in out:
+        out["cause"] = out.pop("cause")  # after the implied states, where readers have seen it
     return out

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from coordinator.group import events as ev
+from coordinator.group import record_helpers as rh
 from coordinator.group.classic import rebalance as rb
 from coordinator.group.classic.group import ClassicGroup
 from coordinator.group.classic.member import ClassicGroupMember
@@ -41,13 +42,9 @@ from coordinator.group.consumer.classic_members import (
 )
 from coordinator.group.consumer.group import ConsumerGroup, TopicImage
 from coordinator.group.consumer.heartbeat import (
-    current_assignment_record,
     disconnect_key,
-    epoch_record,
-    member_metadata_record,
     rebalance_key,
     session_key,
-    target_record,
 )
 from coordinator.group.consumer.member import ConsumerGroupMember, MemberState
 from coordinator.group.embedded_protocol import (
@@ -58,14 +55,7 @@ from coordinator.group.embedded_protocol import (
 from coordinator.group.outcomes import JoinGroupOutcome, SyncGroupOutcome
 from coordinator.grouplog.records import (
     ClassicMemberMetadata,
-    ConsumerGroupCurrentMemberAssignmentKey,
-    ConsumerGroupMemberMetadataKey,
-    ConsumerGroupPartitionMetadataKey,
     ConsumerGroupRecord,
-    ConsumerGroupTargetAssignmentMetadataKey,
-    ConsumerGroupTargetAssignmentMetadataValue,
-    GroupMetadataKey,
-    GroupMetadataRecord,
 )
 
 __all__ = ["ConversionWrite", "UpgradeRefused", "classic_to_consumer", "consumer_to_classic"]
@@ -78,7 +68,7 @@ CLASSIC_GROUP_TYPE = "classic"
 class ConversionWrite:
     """A conversion waiting for its records (`Result.writes`). If they fail, the group goes
     back to what the log has: the runtime rebuilds the consumer side from the log, and the
-    manager drops a downgrade's new classic group or restores an upgrade's `replaced` one
+    migrator drops a downgrade's new classic group or restores an upgrade's `replaced` one
     from its last durable record."""
 
     group_id: str
@@ -141,16 +131,14 @@ def classic_to_consumer(env: rb.Env, classic: ClassicGroup, image: TopicImage, m
     group_id = classic.group_id
     epoch = classic.generation_id
     records: list[ConsumerGroupRecord] = []
-    records.extend(member_metadata_record(group_id, m) for m in members)
-    records.append(epoch_record(group_id, epoch))
-    records.extend(target_record(group_id, m.member_id, m.assigned) for m in members)
-    records.append(ConsumerGroupRecord(
-        key=ConsumerGroupTargetAssignmentMetadataKey(group=group_id),
-        value=ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=epoch)))
-    records.extend(current_assignment_record(group_id, m) for m in members)
+    records.extend(rh.consumer_group_member_subscription_record(group_id, m) for m in members)
+    records.append(rh.consumer_group_epoch_record(group_id, epoch))
+    records.extend(rh.consumer_group_target_assignment_record(group_id, m.member_id, m.assigned)
+                   for m in members)
+    records.append(rh.consumer_group_target_assignment_epoch_record(group_id, epoch))
+    records.extend(rh.consumer_group_current_assignment_record(group_id, m) for m in members)
 
-    env.result.records.append(GroupMetadataRecord(key=GroupMetadataKey(group=group_id),
-                                                  value=None))
+    env.result.records.append(rh.group_metadata_tombstone(group_id))
     group = ConsumerGroup(group_id=group_id)
     for record in records:
         group.apply(record)
@@ -195,19 +183,14 @@ def consumer_to_classic(env: rb.Env, group: ConsumerGroup, image: TopicImage,
     group_id = group.group_id
     result = env.result
     for mid in group.members:
-        result.records.append(ConsumerGroupRecord(
-            key=ConsumerGroupCurrentMemberAssignmentKey(group=group_id, member_id=mid),
-            value=None))
+        result.records.append(rh.consumer_group_current_assignment_tombstone(group_id, mid))
     for mid in group.members:
-        result.records.append(target_record(group_id, mid, None))
-    result.records.append(ConsumerGroupRecord(
-        key=ConsumerGroupTargetAssignmentMetadataKey(group=group_id), value=None))
+        result.records.append(rh.consumer_group_target_assignment_record(group_id, mid, None))
+    result.records.append(rh.consumer_group_target_assignment_epoch_tombstone(group_id))
     for mid in group.members:
-        result.records.append(ConsumerGroupRecord(
-            key=ConsumerGroupMemberMetadataKey(group=group_id, member_id=mid), value=None))
-    result.records.append(ConsumerGroupRecord(
-        key=ConsumerGroupPartitionMetadataKey(group=group_id), value=None))
-    result.records.append(ConsumerGroupRecord(key=epoch_record(group_id, 0).key, value=None))
+        result.records.append(rh.consumer_group_member_subscription_tombstone(group_id, mid))
+    result.records.append(rh.consumer_group_subscription_metadata_tombstone(group_id))
+    result.records.append(rh.consumer_group_epoch_tombstone(group_id))
     for mid in group.members:
         for key in (session_key(group_id, mid), rebalance_key(group_id, mid),
                     classic_key(group_id, mid), disconnect_key(group_id, mid)):
@@ -250,5 +233,6 @@ def consumer_to_classic(env: rb.Env, group: ConsumerGroup, image: TopicImage,
         direction="downgrade", from_type=CONSUMER_GROUP_TYPE, to_type=CLASSIC_GROUP_TYPE,
         member_count=len(classic.members),
         reason="the last consumer-protocol member left the group", member_id=member_id))
-    rb.prepare_rebalance(env, classic, f"downgrade group {group_id} from consumer to classic")
+    rb.prepare_rebalance(env, classic, f"downgrade group {group_id} from consumer to classic",
+                         ev.RebalanceCause.OTHER)
     return classic

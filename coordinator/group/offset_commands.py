@@ -172,9 +172,9 @@ class DeleteGroupsOutcome:
     # (group_id, error) in request order: NONE, GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, ...
     results: tuple[tuple[str, ErrorCode], ...]
 
-    def append_failed(self) -> DeleteGroupsOutcome:
+    def append_failed(self, failure: ErrorCode = APPEND_FAILED) -> DeleteGroupsOutcome:
         """The answer when the deletions' tombstones were not made durable: the groups this
         would have deleted are not deleted; the others keep their own errors."""
         return DeleteGroupsOutcome(results=tuple(
-            (group_id, APPEND_FAILED if error is ErrorCode.none else error)
+            (group_id, failure if error is ErrorCode.none else error)
             for group_id, error in self.results))

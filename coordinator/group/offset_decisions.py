@@ -4,7 +4,7 @@ and the offsets of deleted topics.
 Kafka's `OffsetMetadataManager` and `GroupMetadataManager` answer each of these with a
 `CoordinatorResult`; here each method returns the outcome to answer once the records are
 durable and a `Result` (records to write, timer changes, events, changes waiting for the write)
-for the runtime to apply. They combine the two halves of the core: `GroupCoordinator` (does
+for the runtime to apply. They combine the two halves of the core: `GroupCoordinatorService` (does
 the group exist, may it be changed) and `OffsetStore` (per-partition rules). No I/O, no clock:
 `now_ms` comes in (`Clock.now_ms`, the one clock of every persisted timestamp), as does
 `topic_exists` (the runtime's topic metadata), and `refusal` (`Refusal`): whether this node
@@ -17,13 +17,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
 from coordinator.group import offset_commands as oc
 from coordinator.group.classic.state import GroupState
 from coordinator.group.embedded_protocol import subscribed_topics
-from coordinator.group.manager import GroupCoordinator
 from coordinator.group.offsets import (
     FetchedOffset,
     GroupExpiryView,
@@ -33,6 +33,9 @@ from coordinator.group.offsets import (
 )
 from coordinator.group.result import Refusal, Result
 from coordinator.grouplog.records import MAX_STORED_STRING_BYTES, OffsetCommitRecord
+
+if TYPE_CHECKING:
+    from coordinator.group.service import GroupCoordinatorService
 
 __all__ = ["CommitDecision", "ExpiryDecision", "GroupOffsets", "Refusal"]
 
@@ -65,7 +68,7 @@ def _unstorable(text: str) -> bool:
 
 
 class GroupOffsets:
-    def __init__(self, groups: GroupCoordinator, offsets: OffsetStore) -> None:
+    def __init__(self, groups: GroupCoordinatorService, offsets: OffsetStore) -> None:
         self.groups = groups
         self.offsets = offsets
 
@@ -77,7 +80,7 @@ class GroupOffsets:
         topic_exists: Callable[[str, int], bool],
         pending: bool = True,
     ) -> CommitDecision:
-        """The group-side checks (SPEC §10, `GroupCoordinator.validate_offset_commit`), then
+        """The group-side checks (SPEC §10, `GroupCoordinatorService.validate_offset_commit`), then
         the per-partition ones and the records (`OffsetStore.commit`, pending until applied
         unless `pending` is False: see there)."""
         if _unstorable(cmd.group_id):
@@ -231,7 +234,7 @@ class GroupOffsets:
 
     def forget_if_unused(self, group_id: str) -> bool:
         """Drop a memberless group the log never held, if it has no offsets either
-        (`GroupCoordinator.forget_if_never_written`); True if dropped."""
+        (`ClassicGroups.forget_if_never_written`); True if dropped."""
         if self.offsets.has_offsets(group_id) or self.offsets.has_pending(group_id):
             return False
         return self.groups.forget_if_never_written(group_id)

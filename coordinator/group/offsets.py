@@ -1,5 +1,8 @@
 """The committed-offset store of one coordinator: pure, no I/O, time passed in as `now_ms`.
 
+Longer than ~400 lines: the per-partition rules of six APIs and expiry share one view of the
+offsets and its pending commits, and read best beside it.
+
 Owns committed offsets per group/topic/partition and the per-partition rules of OffsetCommit,
 OffsetFetch, OffsetDelete, DeleteGroups, DeleteTopics and offset expiry (SPEC §10). Group-level
 decisions (does the group exist, generation and member checks, Dead/CompletingRebalance answers,
@@ -45,6 +48,7 @@ from typing import NamedTuple, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from coordinator.group.record_helpers import offset_commit_tombstone
 from coordinator.grouplog.records import (
     MAX_STORED_STRING_BYTES,
     CoordinatorRecord,
@@ -124,12 +128,6 @@ def expire_timestamp_ms(retention_time_ms: int, now_ms: int) -> int:
     if retention_time_ms == DEFAULT_RETENTION_TIME_MS:
         return NO_EXPIRE_TIMESTAMP
     return now_ms + retention_time_ms
-
-
-def offset_commit_tombstone(group_id: str, topic: str, partition: int) -> OffsetCommitRecord:
-    return OffsetCommitRecord(
-        key=OffsetCommitKey(group=group_id, topic=topic, partition=partition), value=None
-    )
 
 
 def _metadata_length(metadata: str) -> int:
@@ -467,8 +465,7 @@ class OffsetStore:
                 continue
             pending = self._pending.get(group_id, {})
             records.extend(
-                OffsetCommitRecord(key=OffsetCommitKey(group=group_id, topic=topic,
-                                                       partition=partition), value=value)
+                offset_commit_record(group_id, topic, partition, value)
                 for topic, partition, value in self._iter_group(group_id)
                 if (topic, partition) not in pending)
         return records

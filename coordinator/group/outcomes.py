@@ -14,6 +14,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from coordinator.group import commands as c
+from coordinator.group import offset_commands as oc
 from coordinator.group.consumer import commands as cc
 from coordinator.group.result import Refusal
 
@@ -132,9 +133,11 @@ Outcome = (
 )
 
 
-def error_outcome(cmd: c.Command | cc.ConsumerGroupHeartbeat | cc.ConsumerGroupDescribe,
-                  error: ErrorCode) -> Outcome | Any:
-    """The whole-request error answer for `cmd`, shaped like Kafka's for that API.
+def error_outcome(cmd: c.Command | cc.ConsumerGroupHeartbeat | cc.ConsumerGroupDescribe
+                  | oc.OffsetCommit | oc.OffsetDelete | oc.DeleteGroups,
+                  error: ErrorCode, answer: Any = None) -> Outcome | Any:
+    """The whole-request error answer for `cmd`, shaped like Kafka's for that API; `answer`
+    is the answer the request would have had (DeleteGroups keeps its other groups' errors).
 
     Kafka softens COORDINATOR_LOAD_IN_PROGRESS for two APIs: a Heartbeat is answered NONE (the
     member keeps going until the group is loaded) and a SyncGroup REBALANCE_IN_PROGRESS (the
@@ -163,6 +166,14 @@ def error_outcome(cmd: c.Command | cc.ConsumerGroupHeartbeat | cc.ConsumerGroupD
         case cc.ConsumerGroupDescribe():
             return cc.ConsumerGroupDescribeOutcome(groups=tuple(
                 cc.DescribedConsumerGroup(group_id=g, error=error) for g in cmd.group_ids))
+        case oc.OffsetCommit():
+            return oc.OffsetCommitOutcome.failed(cmd, error)
+        case oc.OffsetDelete():
+            return oc.OffsetDeleteOutcome(error=error)
+        case oc.DeleteGroups():
+            if isinstance(answer, oc.DeleteGroupsOutcome):
+                return answer.append_failed(error)
+            return oc.DeleteGroupsOutcome(results=tuple((g, error) for g in cmd.group_ids))
 
 
 def refused_outcome(cmd: c.Command | cc.ConsumerGroupHeartbeat | cc.ConsumerGroupDescribe,

@@ -8,15 +8,15 @@ rebalance completes every parked JoinGroup).
 State follows the log: a change that must not be seen before its records are durable (the
 leader's assignment, a static member's new id, a deleted group) is carried in `writes` instead
 of being made at once. The runtime hands a Result with records back to the core when the append
-completes, `GroupCoordinator.records_durable` or `records_failed`, which finishes those changes
-or undoes them and returns the follow-up Result (for example the SyncGroup answers).
+completes, `GroupCoordinatorService.records_durable` or `records_failed`, which finishes those
+changes or undoes them and returns the follow-up Result (for example the SyncGroup answers).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
@@ -42,9 +42,9 @@ Refusal = Callable[[str], ErrorCode | None]
 or failed to load), None when it serves it."""
 
 
-@dataclass(frozen=True, slots=True)
-class RequestRef:
-    """Identifies one request on one connection; opaque to the core."""
+class RequestRef(NamedTuple):
+    """Identifies one request on one connection; opaque to the core. A tuple: the runtime
+    files every parked request under it, and a tuple's hash is the cheapest there is."""
 
     connection_id: int
     sequence: int
@@ -70,6 +70,9 @@ class Result:
     records: list[CoordinatorRecord] = field(default_factory=list)
     timers: list[TimerOp] = field(default_factory=list)
     events: list[Any] = field(default_factory=list)  # coordinator.group.events dataclasses
+    # Events of changes made only once `records` are durable (a deleted group): emitted then,
+    # dropped if the write fails.
+    durable_events: list[Any] = field(default_factory=list)
     # Changes waiting for `records` to be durable (`classic/writes.py`); opaque here.
     writes: list[Any] = field(default_factory=list)
 
@@ -82,6 +85,8 @@ class Result:
         self.records.extend(other.records)
         self.timers.extend(other.timers)
         self.events.extend(other.events)
+        if other.durable_events:
+            self.durable_events.extend(other.durable_events)
         self.writes.extend(other.writes)
         return self
 

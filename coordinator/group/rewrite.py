@@ -10,44 +10,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
+from coordinator.group import record_helpers as rh
 from coordinator.group.consumer.group import ConsumerGroup
-from coordinator.group.consumer.heartbeat import (
-    current_assignment_record,
-    epoch_record,
-    member_metadata_record,
-    target_record,
-)
 from coordinator.group.offsets import OffsetStore
-from coordinator.grouplog.records import (
-    ConsumerGroupPartitionMetadataKey,
-    ConsumerGroupPartitionMetadataValue,
-    ConsumerGroupRecord,
-    ConsumerGroupTargetAssignmentMetadataKey,
-    ConsumerGroupTargetAssignmentMetadataValue,
-    CoordinatorRecord,
-    GroupMetadataKey,
-    GroupMetadataRecord,
-    GroupMetadataValue,
-)
+from coordinator.grouplog.records import ConsumerGroupRecord, CoordinatorRecord, GroupMetadataValue
 
 
 def consumer_group_records(group: ConsumerGroup) -> list[ConsumerGroupRecord]:
     """Records that replay to `group`'s durable state, in the order Kafka writes a group's
     records: members, epoch, subscription metadata, target assignment, current assignments."""
     group_id = group.group_id
-    records = [member_metadata_record(group_id, m) for m in group.members.values()]
-    records.append(epoch_record(group_id, group.group_epoch))
-    records.append(ConsumerGroupRecord(
-        key=ConsumerGroupPartitionMetadataKey(group=group_id),
-        value=ConsumerGroupPartitionMetadataValue(
-            topics=tuple(group.subscription_metadata.values()))))
-    records.extend(target_record(group_id, member_id, target)
+    records = [rh.consumer_group_member_subscription_record(group_id, m)
+               for m in group.members.values()]
+    records.append(rh.consumer_group_epoch_record(group_id, group.group_epoch))
+    records.append(rh.consumer_group_subscription_metadata_record(
+        group_id, group.subscription_metadata.values()))
+    records.extend(rh.consumer_group_target_assignment_record(group_id, member_id, target)
                    for member_id, target in group.target.items())
-    records.append(ConsumerGroupRecord(
-        key=ConsumerGroupTargetAssignmentMetadataKey(group=group_id),
-        value=ConsumerGroupTargetAssignmentMetadataValue(
-            assignment_epoch=group.assignment_epoch)))
-    records.extend(current_assignment_record(group_id, m) for m in group.members.values())
+    records.append(rh.consumer_group_target_assignment_epoch_record(
+        group_id, group.assignment_epoch))
+    records.extend(rh.consumer_group_current_assignment_record(group_id, m)
+                   for m in group.members.values())
     return records
 
 
@@ -57,7 +40,7 @@ def current_records(classic: Mapping[str, GroupMetadataValue],
     """The records of every wanted group's durable state: classic groups (their durable
     GroupMetadataValue), consumer groups that have been written, and committed offsets."""
     records: list[CoordinatorRecord] = [
-        GroupMetadataRecord(key=GroupMetadataKey(group=group_id), value=value)
+        rh.group_metadata_record(group_id, value)
         for group_id, value in classic.items() if wanted(group_id)]
     for group in consumer:
         if group.exists and wanted(group.group_id):

@@ -5,7 +5,7 @@ records appended to the group log, and - only once those records are durable - t
 reply may answer a request parked earlier (the last JoinGroup of a rebalance completes them
 all). If the append or its fsync fails, no reply of that Result is delivered as success: each
 gets COORDINATOR_NOT_AVAILABLE, the offsets stay unacknowledged, the core undoes what waited for
-the write (`coordinator/group/classic/writes.py`) and other affected groups rebalance; the
+the write (`GroupCoordinatorService.records_failed`) and other affected groups rebalance; the
 journal gets a `group_write_failed` line.
 
 A group record larger than the group log takes in one message (`offsets.topic.max.message.bytes`,
@@ -30,18 +30,12 @@ from kio.schema.errors import ErrorCode
 from coordinator.api.context import ClientRequest, respond_in_slices
 from coordinator.group.consumer.heartbeat import GROUP_TYPE as CONSUMER_GROUP_TYPE
 from coordinator.group.events import RebalanceStarted
-from coordinator.group.manager import GroupCoordinator
-from coordinator.group.offsets import OffsetStore
 from coordinator.group.outcomes import error_outcome
 from coordinator.group.result import APPEND_FAILED, RECORD_TOO_LARGE, RequestRef, Result
+from coordinator.group.service import GroupCoordinatorService
 from coordinator.grouplog.codec import encode_record
 from coordinator.grouplog.log import GroupLog
-from coordinator.grouplog.records import (
-    ConsumerGroupRecord,
-    CoordinatorRecord,
-    GroupMetadataRecord,
-    OffsetCommitRecord,
-)
+from coordinator.grouplog.records import CoordinatorRecord, OffsetCommitRecord
 from coordinator.runtime.clock import Clock
 from coordinator.runtime.event_journal import EventJournal
 
@@ -83,11 +77,10 @@ def _error_of(done: asyncio.Future[None]) -> str:
 
 
 class ResultApplier:
-    def __init__(self, manager: GroupCoordinator, offsets: OffsetStore, clock: Clock,
+    def __init__(self, service: GroupCoordinatorService, clock: Clock,
                  timers: Timers, journal: EventJournal, fetches: ParkedFetches,
                  metrics: BrokerMetrics | None, *, max_record_bytes: int = 1_048_588) -> None:
-        self.manager = manager
-        self.offsets = offsets
+        self.service = service
         self.clock = clock
         self.timers = timers
         self.journal = journal
@@ -124,9 +117,15 @@ class ResultApplier:
 
     # applying ---------------------------------------------------------------------------------
 
-    def apply(self, result: Result, log_partition: int | None = None) -> None:
+    def apply(self, result: Result, log_partition: int | None = None, *,
+              then: Callable[[bool], None] | None = None, one_group: str | None = None,
+              now_ms: int | None = None) -> None:
         """Apply a Result; `log_partition` is the group-log partition of the request's group,
-        given while a write of that group's metadata is pending.
+        given while a write of that group's metadata is pending. `then(durable)` is called
+        once the records are durable or failed (with none, at once), after the replies: the
+        caller's own bookkeeping, never an answer. `one_group` when every record is that
+        group's (an OffsetCommit's are), which saves the log looking at each; `now_ms` when
+        the caller has just read the clock.
 
         A Result without records may then depend on that write (a heartbeat of a member whose
         new id is being written), so its replies wait until the group log has acknowledged
@@ -135,9 +134,13 @@ class ResultApplier:
         partition to fall quiet (other groups may keep writing), and fail if a write up to it
         fails.
         """
-        self.apply_timers(result)
-        self.emit(result)
+        if result.timers:
+            self.apply_timers(result)
+        if result.events:
+            self.emit(result.events)
         if not result.records:
+            if result.durable_events:
+                self.emit(result.durable_events)
             waiting = (self.group_log.acknowledged(log_partition)
                        if log_partition is not None else None)
             if waiting is None:
@@ -145,54 +148,66 @@ class ResultApplier:
             else:
                 waiting.add_done_callback(lambda done: self._deliver(result)
                                           if succeeded(done) else self.fail(result))
+            if then is not None:
+                then(True)
             return
-        self.write(result)
+        self._write(result, then, one_group,
+                    self.clock.now_ms() if now_ms is None else now_ms)
 
-    def write(self, result: Result, then: Callable[[bool], None] | None = None) -> None:
+    def _write(self, result: Result, then: Callable[[bool], None] | None,
+               one_group: str | None, now_ms: int) -> None:
         """Append `result.records`; once the append completed, deliver the replies (or fail
-        them), apply its offset records, hand the Result back to the core to finish or undo
-        what waited for the write, then call `then(durable)`."""
+        them), hand the Result back to the core to apply its offsets and finish or undo what
+        waited for the write, then call `then(durable)`. With an interval fsync the append is
+        complete on return, and all of this happens before `_write` returns: no reader sees
+        the records written but not applied."""
         records = result.records
-        group_records = [r for r in records
-                         if type(r) is GroupMetadataRecord or type(r) is ConsumerGroupRecord]
-        if group_records and self._refuse_oversized(result, group_records, then):
-            return
-        groups = [r.key.group for r in group_records]
-        for group_id in groups:
-            self.group_writes[group_id] = self.group_writes.get(group_id, 0) + 1
+        group_records = [r for r in records if type(r) is not OffsetCommitRecord]
+        groups: list[str] = []
+        if group_records:
+            if self._refuse_oversized(result, group_records, then):
+                return
+            groups = [r.key.group for r in group_records]
+            for group_id in groups:
+                self.group_writes[group_id] = self.group_writes.get(group_id, 0) + 1
         try:
-            durable = self.group_log.append(records, self.clock.now_ms())
+            durable = self.group_log.append(records, now_ms, group_id=one_group)
         except Exception as exc:
             # Whatever went wrong, the parked requests of this Result must still be answered.
             log.exception("group log append failed")
             durable = asyncio.get_running_loop().create_future()
             durable.set_exception(exc)
 
-        def persisted(done: asyncio.Future[None]) -> None:
+        def persisted(done: asyncio.Future[None], at_ms: int | None = None) -> None:
+            now = self.clock.now_ms() if at_ms is None else at_ms
             for group_id in groups:
                 left = self.group_writes[group_id] - 1
                 if left:
                     self.group_writes[group_id] = left
                 else:
                     del self.group_writes[group_id]
-            ok = succeeded(done)
+            ok = not done.cancelled() and done.exception() is None  # `succeeded`
             if ok:
                 self._deliver(result)
-                self.offsets.apply_all(r for r in records if isinstance(r, OffsetCommitRecord))
-                follow = self.manager.records_durable(result, self.clock.now_ms())
+                follow = self.service.records_durable(result, now,
+                                                      only_offsets=not group_records)
+                if result.durable_events:
+                    self.emit(result.durable_events)
             else:
                 self.fail(result)
-                self._reload_consumer_groups({r.key.group for r in records
-                                              if isinstance(r, ConsumerGroupRecord)})
-                follow = self.manager.records_failed(result, self.clock.now_ms())
+                follow = self.service.records_failed(result, now)
                 self.journal.event({"event": "group_write_failed",
                                     "group_ids": sorted({r.key.group for r in records}),
                                     "records": len(records), "error": _error_of(done)})
-            self.apply(follow)  # it depends on this write only, durable or failed by now
+            if follow.timers or follow.events or follow.records or follow.replies:
+                self.apply(follow)  # it depends on this write only, durable or failed by now
             if then is not None:
                 then(ok)
 
-        durable.add_done_callback(persisted)
+        if durable.done():
+            persisted(durable, now_ms)
+        else:
+            durable.add_done_callback(persisted)
 
     def _refuse_oversized(self, result: Result, group_records: Sequence[CoordinatorRecord],
                           then: Callable[[bool], None] | None) -> bool:
@@ -215,35 +230,10 @@ class ResultApplier:
                             "records": len(result.records),
                             "error": f"record of {size} bytes exceeds {limit}"}, quiet=True)
         self.fail(result, RECORD_TOO_LARGE)
-        self._reload_consumer_groups({r.key.group for r in group_records
-                                      if isinstance(r, ConsumerGroupRecord)})
-        self.apply(self.manager.records_failed(result, self.clock.now_ms(), RECORD_TOO_LARGE))
+        self.apply(self.service.records_failed(result, self.clock.now_ms(), RECORD_TOO_LARGE))
         if then is not None:
             then(False)
         return True
-
-    def _reload_consumer_groups(self, group_ids: set[str]) -> None:
-        """A consumer group's records did not become durable: its in-memory state ran ahead of
-        the log, so it is rebuilt from the log (cut back to its last durable point). Members
-        whose changes were lost get FENCED_MEMBER_EPOCH or UNKNOWN_MEMBER_ID and rejoin."""
-        if self.group_log.failure is not None:
-            return  # the broker stops on a disk failure; its restart rebuilds the groups
-        consumer = self.manager.consumer
-        now = self.clock.now_ms()
-        for partition in sorted({self.group_log.partition_of(g) for g in group_ids}):
-            wanted = {g for g in group_ids if self.group_log.partition_of(g) == partition}
-            for group_id in wanted:
-                self.apply_timers(consumer.forget(group_id))
-            try:
-                records = list(self.group_log.replay_partition(partition))
-            except Exception:
-                log.exception("group log reload failed", partition=partition)
-                continue
-            for record in records:
-                if isinstance(record, ConsumerGroupRecord) and record.key.group in wanted:
-                    self.apply_timers(consumer.replay(record, now))
-            self.apply_timers(consumer.finish_replay(now))
-            log.warning("consumer groups reloaded after a failed write", groups=sorted(wanted))
 
     def fail(self, result: Result, error: ErrorCode = APPEND_FAILED) -> None:
         """Answer every reply of `result` with the error of a failed group-log write."""
@@ -251,7 +241,7 @@ class ResultApplier:
             pending = self._pending.pop(reply.ref, None)
             if pending is not None:
                 pending.ctx.respond(pending.module.to_response(
-                    error_outcome(pending.command, error),
+                    error_outcome(pending.command, error, reply.outcome),
                     pending.ctx.version))
 
     def apply_timers(self, result: Result) -> None:
@@ -277,11 +267,9 @@ class ResultApplier:
             else:
                 ctx.respond(pending.module.to_response(reply.outcome, ctx.version))
 
-    def emit(self, result: Result) -> None:
-        if not result.events:
-            return
-        consumer_groups = self.manager.consumer.groups
-        for event in result.events:
+    def emit(self, events: list[Any]) -> None:
+        consumer_groups = self.service.consumer.groups
+        for event in events:
             payload = event.as_dict()
             if "group_type" not in payload and event.group_id in consumer_groups:
                 # The events both group types share name the consumer groups' type too.
@@ -297,7 +285,7 @@ class ResultApplier:
         client blocked in a long fetch gets back to its poll loop and rejoins sooner. Fetches
         carry no member id: they are matched by client id and host (a few extra wake-ups of
         other clients sharing both are harmless: they are answered with what is there)."""
-        group = self.manager.group(group_id)
+        group = self.service.group(group_id)
         if group is None or not len(self.fetches):
             return
         clients = {(m.client_id, m.client_host) for m in group.members.values()}

@@ -39,11 +39,10 @@ from coordinator.group import offset_commands as oc
 from coordinator.group.config import GroupConfig
 from coordinator.group.consumer.config import ConsumerGroupConfig
 from coordinator.group.consumer.group import TopicImage, TopicInfo
-from coordinator.group.manager import GroupCoordinator
-from coordinator.group.offset_decisions import GroupOffsets
 from coordinator.group.offsets import OffsetStore
 from coordinator.group.outcomes import HeartbeatOutcome, refused_outcome
-from coordinator.group.result import APPEND_FAILED, RequestRef
+from coordinator.group.result import RequestRef
+from coordinator.group.service import GroupCoordinatorService
 from coordinator.grouplog.log import GroupLog
 from coordinator.runtime.apply import ParkedFetches, ResultApplier, Timers
 from coordinator.runtime.clock import Clock
@@ -116,20 +115,20 @@ class GroupRuntime:
         settings = host.settings
         self.clock = host.clock
         self.config = GroupConfig.from_settings(settings.values)
-        self.manager = GroupCoordinator(self.config, new_member_id,
-                                        ConsumerGroupConfig.from_settings(settings.values))
+        self.service = GroupCoordinatorService(
+            self.config, new_member_id, ConsumerGroupConfig.from_settings(settings.values),
+            OffsetStore(self.config))
         self._topic_image_version = 0
-        self.offsets = OffsetStore(self.config)
-        self.core = GroupOffsets(self.manager, self.offsets)  # the offset APIs' decisions
+        self.offsets = self.service.offset_store
         self.group_log: GroupLog
         self.journal = EventJournal(self.clock.wall_ms)
         self.applier = ResultApplier(
-            self.manager, self.offsets, self.clock, host, self.journal, host.fetches,
+            self.service, self.clock, host, self.journal, host.fetches,
             host.metrics, max_record_bytes=settings["offsets.topic.max.message.bytes"])
-        self.loader = GroupLogLoader(self.manager, self.offsets, self.applier, self.clock,
+        self.loader = GroupLogLoader(self.service, self.offsets, self.applier, self.clock,
                                      self.config.offsets_topic_num_partitions, host.fail)
         self.maintenance = GroupLogMaintenance(
-            self.core, self.applier, self.loader, self.clock, self.journal, host.metrics,
+            self.service, self.applier, self.loader, self.clock, self.journal, host.metrics,
             retention_check_interval_ms=self.config.offsets_retention_check_interval_ms,
             cleaner_backoff_ms=settings["log.cleaner.backoff.ms"],
             delete_retention_ms=settings["log.cleaner.delete.retention.ms"])
@@ -208,7 +207,7 @@ class GroupRuntime:
                 ctx.respond(module.to_response(refused, ctx.version))
                 return
         self.applier.park(ref, ctx, module, command)
-        result = self.manager.handle(command, self.clock.now_ms())
+        result = self.service.handle(command, self.clock.now_ms())
         # The group's log partition matters to `apply` only while a write of the group's
         # metadata is pending; a heartbeat while none is should not hash the group id.
         group_writes = self.applier.group_writes
@@ -217,12 +216,12 @@ class GroupRuntime:
 
     def heartbeat(self, ctx: ClientRequest, request: Any) -> None:
         """A classic Heartbeat: in the steady state the core moves the member's session in
-        place and the answer is NONE (`GroupCoordinator.steady_heartbeat`); anything else, or
+        place and the answer is NONE (`GroupCoordinatorService.steady_heartbeat`); anything else, or
         while the group log loads or the group's metadata write is pending (the answer must
         then wait for it), goes the way of every member request."""
         group_id = request.group_id
         if (not self.loader.loading and group_id not in self.applier.group_writes
-                and self.manager.steady_heartbeat(
+                and self.service.steady_heartbeat(
                     group_id, request.member_id, request.generation_id,
                     getattr(request, "group_instance_id", None), ctx.connection.id,
                     self.clock.now_ms())):
@@ -242,40 +241,27 @@ class GroupRuntime:
             self._answer_commit(ctx, oc.OffsetCommitOutcome.failed(
                 command, self.loader.unavailable(command.group_id)))
             return
-        now = self.clock.now_ms()
         # When the append is acknowledged as soon as it is written, the records are applied
-        # (or aborted) below before anything else runs: no reader can see them pending.
-        acknowledged_at_once = self.group_log.acknowledges_on_write
-        decision = self.core.commit(command, ctx.version, now, self._partition_exists,
-                                    pending=not acknowledged_at_once)
-        self.applier.apply_timers(decision.result)
-        self.applier.emit(decision.result)
-        if decision.error is not None:
-            self._answer_commit(ctx, oc.OffsetCommitOutcome.failed(command, decision.error))
+        # (or aborted) by `apply` before anything else runs: no reader can see them pending.
+        now = self.clock.now_ms()
+        result = self.service.offset_commit(command, ctx.version, now,
+                                            self._partition_exists,
+                                            pending=not self.group_log.acknowledges_on_write)
+        self.applier.park(command.ref, ctx, offset_commit, command)
+        if not result.records:
+            self.applier.apply(result)
             return
-        errors, records = decision.errors, decision.records
-        if not records:
-            self._answer_commit(ctx, oc.OffsetCommitOutcome.from_errors(errors))
-            return
-        durable = self.group_log.append(records, now, group_id=command.group_id)
+        count = len(result.records)
 
-        def committed(done: asyncio.Future[None]) -> None:
-            if done.exception() is not None:
-                self.offsets.abort(records)
-                self._answer_commit(ctx, oc.OffsetCommitOutcome.failed(command, APPEND_FAILED))
+        def committed(durable: bool) -> None:
+            if not durable:
                 return
-            self.offsets.apply_all(records)
             if self.host.metrics is not None:
-                self.host.metrics.offset_commits += len(records)
-            self._answer_commit(ctx, oc.OffsetCommitOutcome.from_errors(errors))
+                self.host.metrics.offset_commits += count
             self.journal.offsets_committed(command.group_id, command.member_id,
-                                           command.generation_id, len(records))
+                                           command.generation_id, count)
 
-        if durable.done():
-            committed(durable)  # an interval fsync policy: durable once written, answer now
-        else:
-            assert not acknowledged_at_once
-            durable.add_done_callback(committed)
+        self.applier.apply(result, then=committed, one_group=command.group_id, now_ms=now)
 
     def _answer_commit(self, ctx: ClientRequest, outcome: oc.OffsetCommitOutcome) -> None:
         ctx.respond_raw(offset_commit.encode(outcome, ctx.version, ctx.header.correlation_id))
@@ -298,38 +284,23 @@ class GroupRuntime:
         command = offset_fetch.to_command(request, ctx.version, self._ref(ctx))
         if ctx.version == offset_fetch.ZOOKEEPER_ONLY_VERSION:
             self._refuse_zookeeper_version(ctx, "OffsetFetch")
-        outcome = self.core.fetch(command, ctx.version, self.loader.refusal)
+        outcome = self.service.offsets.fetch(command, ctx.version, self.loader.refusal)
         respond_in_slices(ctx, offset_fetch.to_values(outcome, ctx.version))
 
     def offset_delete(self, ctx: ClientRequest, request: Any) -> None:
         command = offset_delete.to_command(request, ctx.version, self._ref(ctx))
-        outcome, result = self.core.delete_offsets(command, self.loader.refusal)
-        if not result.records:
-            ctx.respond(offset_delete.to_response(outcome, ctx.version))
-            return
-        if self.host.metrics is not None:
+        result = self.service.offset_delete(command, self.loader.refusal)
+        if result.records and self.host.metrics is not None:
             self.host.metrics.offset_deletions += len(result.records)
-        failed = oc.OffsetDeleteOutcome.append_failed()
-        self.applier.write(result, lambda durable: ctx.respond(
-            offset_delete.to_response(outcome if durable else failed, ctx.version)))
+        self.applier.park(command.ref, ctx, offset_delete, command)
+        self.applier.apply(result)
 
     def delete_groups(self, ctx: ClientRequest, request: Any) -> None:
         command = delete_groups.to_command(request, ctx.version, self._ref(ctx))
-        outcome, deleted = self.core.delete_groups(
-            command.group_ids, self.clock.now_ms(), self.loader.refusal)
-        if not deleted.records:
-            ctx.respond(delete_groups.to_response(outcome, ctx.version))
-            return
-        self.applier.apply_timers(deleted)
-        failed = outcome.append_failed()
-
-        def written(durable: bool) -> None:
-            if durable:
-                self.applier.emit(deleted)
-            ctx.respond(delete_groups.to_response(outcome if durable else failed, ctx.version))
-
         # The groups are gone from memory already; a failed write brings them back.
-        self.applier.write(deleted, written)
+        result = self.service.delete_groups(command, self.clock.now_ms(), self.loader.refusal)
+        self.applier.park(command.ref, ctx, delete_groups, command)
+        self.applier.apply(result)
 
     def delete_topic_offsets(self, topics: Sequence[str],
                              then: Callable[[ErrorCode | None], None]) -> None:
@@ -343,7 +314,7 @@ class GroupRuntime:
         if self.loader.loading:
             then(self.loader.unavailable(None))
             return
-        tombstones = self.core.delete_topics(set(topics))
+        tombstones = self.service.offsets.delete_topics(set(topics))
         if not tombstones.records:
             then(None)
             return
@@ -363,18 +334,18 @@ class GroupRuntime:
             # A disk error, retriable: the topics are kept, so a retry starts over.
             then(None if durable else ErrorCode.kafka_storage_error)
 
-        # Applied to the offsets only once durable (`ResultApplier.write`).
-        self.applier.write(tombstones, written)
+        # Applied to the offsets only once durable (`GroupCoordinatorService.records_durable`).
+        self.applier.apply(tombstones, then=written)
 
     def on_timer(self, key: tuple[Any, ...], now_ms: int) -> None:
-        self.applier.apply(self.manager.expire(key, self.clock.now_ms()))
+        self.applier.apply(self.service.expire(key, self.clock.now_ms()))
         if key[0] == "heartbeat":
             # A pending member that never came back may leave a group with nothing in it.
-            self.core.forget_if_unused(str(key[1]))
+            self.service.offsets.forget_if_unused(str(key[1]))
 
     def connection_closed(self, connection_id: int) -> None:
         self.applier.forget_connection(connection_id)
-        self.applier.apply(self.manager.connection_closed(connection_id, self.clock.now_ms()))
+        self.applier.apply(self.service.connection_closed(connection_id, self.clock.now_ms()))
 
     # topics -----------------------------------------------------------------------------------
 
@@ -383,7 +354,7 @@ class GroupRuntime:
         The entries of unchanged topics are reused: making one is what costs, and with
         thousands of topics a new image per creation must not hold the loop."""
         self._topic_image_version += 1
-        previous = self.manager.consumer.image.by_name
+        previous = self.service.consumer.image.by_name
         by_name: dict[str, TopicInfo] = {}
         for topic in self.host.topics.topics():
             info = previous.get(topic.name)
@@ -391,7 +362,7 @@ class GroupRuntime:
                     or info.partitions != len(topic.partitions)):
                 info = TopicInfo(topic.topic_id, topic.name, len(topic.partitions))
             by_name[topic.name] = info
-        self.manager.consumer.set_topic_image(TopicImage(
+        self.service.consumer.set_topic_image(TopicImage(
             version=self._topic_image_version, by_name=by_name))
 
     # registration -----------------------------------------------------------------------------

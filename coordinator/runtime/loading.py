@@ -17,8 +17,8 @@ from typing import Any
 import structlog
 from kio.schema.errors import ErrorCode
 
-from coordinator.group.manager import GroupCoordinator
 from coordinator.group.offsets import OffsetStore
+from coordinator.group.service import GroupCoordinatorService
 from coordinator.grouplog.log import GroupLog, GroupLogLoadError
 from coordinator.grouplog.records import ConsumerGroupRecord, GroupMetadataRecord
 from coordinator.runtime.apply import ResultApplier
@@ -28,10 +28,10 @@ log = structlog.get_logger("rebalanced.coordinator")
 
 
 class GroupLogLoader:
-    def __init__(self, manager: GroupCoordinator, offsets: OffsetStore, applier: ResultApplier,
-                 clock: Clock, num_partitions: int,
+    def __init__(self, service: GroupCoordinatorService, offsets: OffsetStore,
+                 applier: ResultApplier, clock: Clock, num_partitions: int,
                  on_failure: Callable[[BaseException], None]) -> None:
-        self.manager = manager
+        self.service = service
         self.offsets = offsets
         self.applier = applier
         self.clock = clock
@@ -79,7 +79,7 @@ class GroupLogLoader:
             self.loading.discard(partition)
         if self.failed:
             return
-        log.info("group log loaded", records=total, groups=len(self.manager.groups),
+        log.info("group log loaded", records=total, groups=len(self.service.groups),
                  duration_ms=self.clock.monotonic_ms() - started)
 
     async def _load_partition(self, loop: asyncio.AbstractEventLoop, partition: int) -> int:
@@ -92,9 +92,9 @@ class GroupLogLoader:
         for offset, record in records:
             try:
                 if isinstance(record, GroupMetadataRecord):
-                    apply_timers(self.manager.replay(record, self.clock.now_ms()))
+                    apply_timers(self.service.replay(record, self.clock.now_ms()))
                 elif isinstance(record, ConsumerGroupRecord):
-                    apply_timers(self.manager.consumer.replay(record, self.clock.now_ms()))
+                    apply_timers(self.service.consumer.replay(record, self.clock.now_ms()))
                 else:
                     self.offsets.apply(record)
             except Exception as exc:
@@ -103,7 +103,7 @@ class GroupLogLoader:
             count += 1
             if count % 20_000 == 0:
                 await asyncio.sleep(0)  # keep serving other partitions' requests
-        apply_timers(self.manager.consumer.finish_replay(self.clock.now_ms()))
+        apply_timers(self.service.consumer.finish_replay(self.clock.now_ms()))
         self._restore_offset_only_groups(partition)
         return count
 
@@ -124,7 +124,7 @@ class GroupLogLoader:
         Kafka recreates it when replaying its offset records."""
         now = self.clock.now_ms()
         for group_id in self.offsets.groups_with_offsets():
-            if (self.manager.group(group_id) is None
+            if (self.service.group(group_id) is None
                     and self.group_log.partition_of(group_id) == partition):
-                _, result = self.manager.validate_offset_commit(group_id, "", -1, None, now)
+                _, result = self.service.validate_offset_commit(group_id, "", -1, None, now)
                 self.applier.apply_timers(result)

@@ -2,7 +2,7 @@
 
 Expiry asks the core which offsets and groups are due (`GroupOffsets.expire`), a slice of the
 groups at a time, and writes the tombstones through the same path as any Result
-(`ResultApplier.write`): they are applied, and deleted groups stay gone, only once durable.
+(`ResultApplier.apply`): they are applied, and deleted groups stay gone, only once durable.
 Compaction rewrites sealed segments on a worker thread (SPEC §11). Neither runs while the group
 log is still loading.
 """
@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from coordinator.group.offset_decisions import GroupOffsets
 from coordinator.group.rewrite import current_records
+from coordinator.group.service import GroupCoordinatorService
 from coordinator.grouplog.log import GroupLog, GroupLogLoadError
 from coordinator.grouplog.records import OffsetCommitRecord
 from coordinator.runtime.apply import ResultApplier
@@ -34,11 +34,12 @@ EXPIRY_GROUPS_PER_STEP = 1000
 
 
 class GroupLogMaintenance:
-    def __init__(self, core: GroupOffsets, applier: ResultApplier, loader: GroupLogLoader,
-                 clock: Clock, journal: EventJournal, metrics: BrokerMetrics | None, *,
+    def __init__(self, service: GroupCoordinatorService, applier: ResultApplier,
+                 loader: GroupLogLoader, clock: Clock, journal: EventJournal,
+                 metrics: BrokerMetrics | None, *,
                  retention_check_interval_ms: int, cleaner_backoff_ms: int,
                  delete_retention_ms: int) -> None:
-        self.core = core
+        self.service = service
         self.applier = applier
         self.loader = loader
         self.clock = clock
@@ -66,16 +67,16 @@ class GroupLogMaintenance:
         def wanted(group_id: str) -> bool:
             return group_id not in busy and self.group_log.partition_of(group_id) == partition
 
-        records = current_records(applier.manager.durable_view(),
-                                  applier.manager.consumer.groups.values(), applier.offsets,
-                                  wanted)
+        service = applier.service
+        records = current_records(service.durable_view(), service.consumer.groups.values(),
+                                  service.offset_store, wanted)
         present = {record.key for record in records}
         try:
             for _, record in self.group_log.replay_partition_at(partition):
                 if (record.value is not None and record.key not in present
                         and wanted(record.key.group)
                         and not (isinstance(record, OffsetCommitRecord)
-                                 and applier.offsets.commit_in_flight(record.key))):
+                                 and applier.service.offset_store.commit_in_flight(record.key))):
                     records.append(dataclasses.replace(record, value=None))
         except (OSError, GroupLogLoadError) as exc:
             log.error("group log partition unreadable while writing a lost segment's groups "
@@ -117,25 +118,23 @@ class GroupLogMaintenance:
         groups is many short steps, not one long stall."""
         if self.loader.loading:
             return
-        candidates = self.core.expiry_candidates()
+        candidates = self.service.offsets.expiry_candidates()
         expired_offsets = groups_deleted = 0
         for start in range(0, len(candidates), EXPIRY_GROUPS_PER_STEP):
             if start:
                 await asyncio.sleep(0)
                 if self.loader.loading:
                     break
-            expired = self.core.expire(self.clock.now_ms(),
-                                       candidates[start:start + EXPIRY_GROUPS_PER_STEP])
+            expired = self.service.expire_offsets(
+                self.clock.now_ms(), candidates[start:start + EXPIRY_GROUPS_PER_STEP])
             removed = expired.result
             if not removed.records:
                 continue
-            self.applier.apply_timers(removed)
             written: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-            # Tombstones are applied and deleted groups stay gone only once durable (`write`).
-            self.applier.write(removed, written.set_result)
+            # Tombstones are applied, deleted groups stay gone and are told, only once durable.
+            self.applier.apply(removed, then=written.set_result)
             if not await written:
                 raise OSError("the group log did not take the expired offsets")
-            self.applier.emit(removed)
             if self.metrics is not None:
                 self.metrics.offset_expirations += expired.expired_offsets
             expired_offsets += expired.expired_offsets

@@ -19,8 +19,8 @@ from coordinator.group.classic.group import ClassicGroup
 from coordinator.group.consumer.coordinator import ConsumerGroupCoordinator
 from coordinator.group.consumer.group import ConsumerGroup, TopicImage
 from coordinator.group.embedded_protocol import EmbeddedProtocolError, assignment_partitions
-from coordinator.group.manager import GroupCoordinator
 from coordinator.group.offsets import OffsetStore
+from coordinator.group.service import GroupCoordinatorService
 from coordinator.ops.view import (
     CLASSIC,
     CONSUMER,
@@ -35,7 +35,7 @@ from storage.topics import Topic
 
 class _Groups(Protocol):
     @property
-    def manager(self) -> GroupCoordinator: ...
+    def service(self) -> GroupCoordinatorService: ...
 
     @property
     def offsets(self) -> OffsetStore: ...
@@ -74,10 +74,10 @@ class BrokerOpsView:
     # where things live -------------------------------------------------------------------------
 
     def _classic(self) -> Mapping[str, ClassicGroup]:
-        return self._broker.groups.manager.groups
+        return self._broker.groups.service.groups
 
     def _consumer(self) -> ConsumerGroupCoordinator:
-        return self._broker.groups.manager.consumer
+        return self._broker.groups.service.consumer
 
     def _offsets(self) -> OffsetStore:
         return self._broker.groups.offsets

@@ -1,4 +1,4 @@
-"""A JoinGroup storm driven straight into `GroupCoordinator.handle`: broker CPU per phase.
+"""A JoinGroup storm driven straight into `GroupCoordinatorService.handle`: broker CPU per phase.
 
 No sockets and no asyncio: the same commands the wire layer would build, a `ManualClock`, the
 real `TimerWheel`, and every reply encoded the way `GroupRuntime._deliver` encodes it (the api
@@ -40,8 +40,8 @@ from coordinator.api import join_group as join_api
 from coordinator.api import sync_group as sync_api
 from coordinator.group import commands as c
 from coordinator.group.config import GroupConfig
-from coordinator.group.manager import GroupCoordinator
 from coordinator.group.result import RequestRef, Result
+from coordinator.group.service import GroupCoordinatorService
 from coordinator.group.timer import TimerWheel
 from coordinator.runtime.clock import ManualClock
 from protocol.codec import encode_response
@@ -84,7 +84,7 @@ class Storm:
     sync_version: int = SYNC_V
     clock: ManualClock = field(default_factory=lambda: ManualClock(1_000_000))
     wheel: TimerWheel = field(default_factory=lambda: TimerWheel(start_ms=1_000_000))
-    manager: GroupCoordinator = field(init=False)
+    service: GroupCoordinatorService = field(init=False)
     costs: dict[str, PhaseCost] = field(default_factory=dict)
     answers: dict[RequestRef, Any] = field(default_factory=dict)
     _pending: dict[RequestRef, ModuleType] = field(default_factory=dict)
@@ -93,7 +93,7 @@ class Storm:
 
     def __post_init__(self) -> None:
         config = GroupConfig(group_initial_rebalance_delay_ms=INITIAL_DELAY_MS)
-        self.manager = GroupCoordinator(config, lambda prefix: f"{prefix}-{next(self._ids)}")
+        self.service = GroupCoordinatorService(config, lambda prefix: f"{prefix}-{next(self._ids)}")
 
     # -- driving ---------------------------------------------------------------------------
 
@@ -110,7 +110,7 @@ class Storm:
                 self.wheel.schedule(op.key, op.deadline_ms)
         self._reply(result, phase)
         if result.records:
-            self._apply(self.manager.records_durable(result, self.clock.now_ms()), phase)
+            self._apply(self.service.records_durable(result, self.clock.now_ms()), phase)
 
     def _reply(self, result: Result, phase: PhaseCost) -> None:
         if not result.replies:
@@ -147,7 +147,7 @@ class Storm:
     def send(self, cmd: c.Command, module: ModuleType, phase: PhaseCost) -> RequestRef:
         ref: RequestRef = cmd.ref
         self._pending[ref] = module
-        self._apply(self.manager.handle(cmd, self.clock.now_ms()), phase)
+        self._apply(self.service.handle(cmd, self.clock.now_ms()), phase)
         return ref
 
     def advance_to(self, now_ms: int, phase: PhaseCost) -> None:
@@ -158,7 +158,7 @@ class Storm:
                 break
             self.clock.set(max(deadline, self.clock.now_ms()))
             for key in self.wheel.poll(self.clock.now_ms()):
-                self._apply(self.manager.expire(key, self.clock.now_ms()), phase)
+                self._apply(self.service.expire(key, self.clock.now_ms()), phase)
         self.clock.set(now_ms)
 
     def phase(self, name: str) -> PhaseCost:
@@ -209,7 +209,7 @@ class Storm:
         assignments = tuple((m, assignment(TOPIC, [i])) for i, m in enumerate(member_ids))
         leader_sync = self.sync_command(member_ids.index(leader), leader, generation, assignments)
         self.send_all("sync_leader", [leader_sync], sync_api)
-        group = self.manager.group(GROUP)
+        group = self.service.group(GROUP)
         assert group is not None and group.state.value == "Stable", group
         assert not self._pending, f"{len(self._pending)} requests never answered"
 
@@ -228,7 +228,7 @@ class Storm:
         phase = self.phase("disconnect")
         started = time.process_time()
         for i in range(n):
-            self._apply(self.manager.connection_closed(i, self.clock.now_ms()), phase)
+            self._apply(self.service.connection_closed(i, self.clock.now_ms()), phase)
         phase.core_s += time.process_time() - started
 
     def send_all(self, name: str, commands: Sequence[c.Command], module: ModuleType) -> None:

@@ -97,7 +97,7 @@ async def test_a_failed_write_leaves_no_state_behind(
     fs.fail_next_write()
     failed = await send(b, 68, 1, joining("m2"))
     assert failed.error_code is ErrorCode.coordinator_not_available
-    group = b.groups.manager.consumer.group("g")
+    group = b.groups.service.consumer.group("g")
     assert group is not None and set(group.members) == {"m1"} and group.group_epoch == 1
     again = await send(b, 68, 1, {"group_id": "g", "member_id": "m1", "member_epoch": 1})
     assert again.error_code is ErrorCode.none and again.member_epoch == 1

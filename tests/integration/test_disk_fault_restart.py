@@ -112,7 +112,7 @@ async def test_a_disk_fault_stops_the_broker_and_the_restart_keeps_the_durable_p
     restarted = await start(tmp_path / "data")  # no --repair
     try:
         assert {g: committed(restarted, g) for g in GROUPS} == acked
-        assert restarted.groups.manager.group("g0") is not None
+        assert restarted.groups.service.group("g0") is not None
     finally:
         await restarted.stop()
 

@@ -51,7 +51,7 @@ async def classic_member(b: Broker) -> tuple[str, int]:
 
 
 def types(b: Broker) -> tuple[Any, Any]:
-    return b.groups.manager.group("g"), b.groups.manager.consumer.group("g")
+    return b.groups.service.group("g"), b.groups.service.consumer.group("g")
 
 
 async def test_a_failed_upgrade_leaves_the_classic_group(
@@ -78,7 +78,7 @@ async def test_a_failed_downgrade_leaves_the_consumer_group(
     b, fs = broker
     member, _ = await classic_member(b)
     assert (await send(b, 68, 1, joining("n1"))).error_code is ErrorCode.none
-    epoch = b.groups.manager.consumer.group("g").members["n1"].member_epoch  # type: ignore[union-attr]
+    epoch = b.groups.service.consumer.group("g").members["n1"].member_epoch  # type: ignore[union-attr]
     fs.fail_next_write()
     leaving = {"group_id": "g", "member_id": "n1", "member_epoch": -1}
     assert (await send(b, 68, 1, leaving)).error_code is ErrorCode.coordinator_not_available

@@ -56,7 +56,7 @@ async def test_an_assignment_too_large_for_the_group_log_is_refused_and_not_writ
     assert leader_sync.answer.error_code == ErrorCode.unknown_server_error
     assert follower_sync.answer.error_code == ErrorCode.unknown_server_error
     assert log_end(broker, "g") == before  # nothing of it in the log
-    group = broker.groups.manager.group("g")
+    group = broker.groups.service.group("g")
     assert group is not None
     # As Kafka after a failed assignment write: no assignment given, a new rebalance.
     assert group.state is GroupState.PREPARING_REBALANCE
@@ -143,7 +143,7 @@ async def test_a_consumer_group_member_too_large_for_the_group_log_is_not_kept(
                                "topic_partitions": []})
     await until(lambda: ctx.responses, "heartbeat answer")
     assert ctx.answer.error_code == ErrorCode.unknown_server_error
-    group = broker.groups.manager.consumer.group("cg")
+    group = broker.groups.service.consumer.group("cg")
     assert group is None or "m1" not in group.members  # rebuilt from the log: not there
     small = send(broker, 68, 1, {"group_id": "cg", "member_id": "m2", "member_epoch": 0,
                                  "rebalance_timeout": 30_000, "subscribed_topic_names": ["t"],

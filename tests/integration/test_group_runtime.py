@@ -96,7 +96,7 @@ async def test_a_failed_group_write_answers_the_leader_with_an_error(broker: Bro
     await until(lambda: follower_sync.responses and leader_sync.responses, "answers")
     assert follower_sync.answer.error_code == ErrorCode.coordinator_not_available
     assert leader_sync.answer.error_code == ErrorCode.coordinator_not_available
-    group = broker.groups.manager.group("g")
+    group = broker.groups.service.group("g")
     assert group is not None and group.state is GroupState.PREPARING_REBALANCE
 
 

@@ -75,7 +75,7 @@ async def test_followers_wait_for_the_assignment_to_be_durable(
     # The assignment's fsync is held at the gate: nothing can be answered before it passes.
     await until(lambda: fs.held == 1, "the assignment's fsync at the gate")
     assert leader_sync.responses == [] and follower_sync.responses == []
-    group = broker.groups.manager.group("g")
+    group = broker.groups.service.group("g")
     assert group is not None and group.state is GroupState.COMPLETING_REBALANCE
     fs.let_through()
     await until(lambda: leader_sync.responses and follower_sync.responses, "sync answers")
@@ -97,9 +97,9 @@ async def test_a_failed_assignment_fsync_fails_every_sync_and_rebalances(
     assert leader_sync.answer.error_code == NOT_AVAILABLE
     assert follower_sync.answer.error_code == NOT_AVAILABLE
     assert follower_sync.answer.assignment == b""
-    group = broker.groups.manager.group("g")
+    group = broker.groups.service.group("g")
     assert group is not None and group.state is GroupState.PREPARING_REBALANCE
-    assert "g" not in broker.groups.manager.durable_view()
+    assert "g" not in broker.groups.service.durable_view()
 
 
 async def test_a_held_heartbeat_is_answered_once_its_offset_is_durable(
@@ -158,7 +158,7 @@ async def test_a_failed_delete_groups_write_keeps_the_group_and_its_offsets(
     deleted = send(broker, 42, 2, {"groups_names": ["standalone"]})
     await until(lambda: deleted.responses, "delete answer")
     assert [r.error_code for r in deleted.answer.results] == [NOT_AVAILABLE]
-    group = broker.groups.manager.group("standalone")
+    group = broker.groups.service.group("standalone")
     assert group is not None and group.state is GroupState.EMPTY
     assert broker.groups.offsets.has_offsets("standalone")
     listed = send(broker, 16, 4, {"states_filter": []})
@@ -167,7 +167,7 @@ async def test_a_failed_delete_groups_write_keeps_the_group_and_its_offsets(
     retried = send(broker, 42, 2, {"groups_names": ["standalone"]})
     await until(lambda: retried.responses, "delete answer")
     assert [r.error_code for r in retried.answer.results] == [ErrorCode.none]
-    assert broker.groups.manager.group("standalone") is None
+    assert broker.groups.service.group("standalone") is None
     assert not broker.groups.offsets.has_offsets("standalone")
 
 
@@ -182,11 +182,11 @@ async def test_a_failed_offset_expiry_write_keeps_the_group_and_its_offsets(
     fs.fail_next_write()
     with pytest.raises(OSError):
         await broker.groups.expire_offsets()
-    assert broker.groups.manager.group("standalone") is not None
+    assert broker.groups.service.group("standalone") is not None
     assert broker.groups.offsets.has_offsets("standalone")
 
     await broker.groups.expire_offsets()
-    assert broker.groups.manager.group("standalone") is None
+    assert broker.groups.service.group("standalone") is None
     assert not broker.groups.offsets.has_offsets("standalone")
 
 

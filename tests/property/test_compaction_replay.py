@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coordinator.group.config import GroupConfig
-from coordinator.group.manager import GroupCoordinator
 from coordinator.group.offsets import OffsetStore
+from coordinator.group.service import GroupCoordinatorService
 from coordinator.grouplog.log import GroupLog
 from coordinator.grouplog.records import (
     CoordinatorRecord,
@@ -54,13 +54,13 @@ steps = st.lists(st.one_of(
 
 def views(records: list[CoordinatorRecord]) -> tuple[object, object]:
     offsets = OffsetStore()
-    manager = GroupCoordinator(GroupConfig(), lambda prefix: prefix)
+    service = GroupCoordinatorService(GroupConfig(), lambda prefix: prefix)
     for record in records:
         if isinstance(record, GroupMetadataRecord):
-            manager.replay(record, 0)
+            service.replay(record, 0)
         else:
             offsets.apply(record)
-    return offsets.committed_view(), manager.durable_view()
+    return offsets.committed_view(), service.durable_view()
 
 
 async def run(path: Path, plan: list[tuple[str, object]]) -> None:

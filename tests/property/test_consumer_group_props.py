@@ -52,7 +52,7 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
         self.ctx = GroupTestContext(consumer_config=self.config)
         self.partitions = {"a": 3, "b": 2}
         self.version = 1
-        self.ctx.manager.consumer.set_topic_image(image(self.partitions, self.version))
+        self.ctx.service.consumer.set_topic_image(image(self.partitions, self.version))
         self.clients: dict[int, Client] = {}
         self.ids = 0
         self.max_group_epoch = 0
@@ -61,7 +61,7 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
     # -- helpers ----------------------------------------------------------------------------
 
     def group(self) -> ConsumerGroup | None:
-        return self.ctx.manager.consumer.group("g")
+        return self.ctx.service.consumer.group("g")
 
     def _answer(self, slot: int, reply: object) -> None:
         client = self.clients[slot]
@@ -138,7 +138,7 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
     def add_partition(self, topic: str) -> None:
         self.partitions[topic] += 1
         self.version += 1
-        self.ctx.manager.consumer.set_topic_image(image(self.partitions, self.version))
+        self.ctx.service.consumer.set_topic_image(image(self.partitions, self.version))
 
     # -- invariants -------------------------------------------------------------------------
 
@@ -182,8 +182,8 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
         fresh = GroupTestContext(consumer_config=self.config)
         for record in self.ctx.records:
             if isinstance(record, ConsumerGroupRecord):
-                fresh.manager.consumer.replay(record, 0)
-        rebuilt = fresh.manager.consumer.group("g")
+                fresh.service.consumer.replay(record, 0)
+        rebuilt = fresh.service.consumer.group("g")
         assert rebuilt is not None
         assert rebuilt.members == live.members
         assert rebuilt.target == live.target

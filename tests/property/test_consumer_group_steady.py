@@ -50,7 +50,7 @@ class SteadyHeartbeatMachine(ConsumerGroupMachine):
         connection = data.draw(st.sampled_from([1, 1, 1, 1, 1, 7]))
         cmd = dataclasses.replace(cmd, ref=RequestRef(connection,
                                                       data.draw(st.integers(1, 10**6))))
-        consumer = self.ctx.manager.consumer
+        consumer = self.ctx.service.consumer
         now = self.ctx.now_ms
         with_shortcut, full_only = _copy_of(consumer), _copy_of(consumer)
         shortcut_taken = steady_heartbeat(with_shortcut.config, with_shortcut.image,

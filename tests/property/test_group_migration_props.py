@@ -73,7 +73,7 @@ class MigrationMachine(RuleBasedStateMachine):
         super().__init__()
         self.config = ConsumerGroupConfig(session_timeout_ms=10_000)
         self.ctx = GroupTestContext(consumer_config=self.config)
-        self.ctx.manager.consumer.set_topic_image(image({"t": PARTITIONS}))
+        self.ctx.service.consumer.set_topic_image(image({"t": PARTITIONS}))
         self.classic: dict[int, ClassicClient] = {}
         self.modern: dict[int, ModernClient] = {}
         self.ids = 0
@@ -212,10 +212,10 @@ class MigrationMachine(RuleBasedStateMachine):
     # -- invariants ---------------------------------------------------------------------------
 
     def _members(self) -> set[str]:
-        consumer = self.ctx.manager.consumer.group("g")
+        consumer = self.ctx.service.consumer.group("g")
         if consumer is not None:
             return set(consumer.members)
-        classic = self.ctx.manager.group("g")
+        classic = self.ctx.service.group("g")
         return set(classic.members) if classic is not None else set()
 
     @invariant()
@@ -230,7 +230,7 @@ class MigrationMachine(RuleBasedStateMachine):
             for p in client.held:
                 assert p not in believed, f"{client.member_id} and {believed[p]} both own {p}"
                 believed[p] = client.member_id
-        consumer = self.ctx.manager.consumer.group("g")
+        consumer = self.ctx.service.consumer.group("g")
         if consumer is not None:
             seen: set[tuple[uuid.UUID, int]] = set()
             for m in consumer.members.values():
@@ -243,28 +243,28 @@ class MigrationMachine(RuleBasedStateMachine):
     @invariant()
     def replay_rebuilds_the_group(self) -> None:
         fresh = GroupTestContext(consumer_config=self.config)
-        fresh.manager.consumer.set_topic_image(image({"t": PARTITIONS}))
+        fresh.service.consumer.set_topic_image(image({"t": PARTITIONS}))
         for record in self.ctx.records:
             decoded = decode_record(*encode_record(record))
             if isinstance(decoded, GroupMetadataRecord):
-                fresh.manager.replay(decoded, 0)
+                fresh.service.replay(decoded, 0)
             elif isinstance(decoded, ConsumerGroupRecord):
-                fresh.manager.consumer.replay(decoded, 0)
-        fresh.manager.consumer.finish_replay(0)
-        live_consumer = self.ctx.manager.consumer.group("g")
-        rebuilt_consumer = fresh.manager.consumer.group("g")
+                fresh.service.consumer.replay(decoded, 0)
+        fresh.service.consumer.finish_replay(0)
+        live_consumer = self.ctx.service.consumer.group("g")
+        rebuilt_consumer = fresh.service.consumer.group("g")
         if live_consumer is not None and live_consumer.exists:
             assert rebuilt_consumer is not None
             assert rebuilt_consumer.members == live_consumer.members
             assert rebuilt_consumer.target == live_consumer.target
             assert rebuilt_consumer.group_epoch == live_consumer.group_epoch
             assert rebuilt_consumer.assignment_epoch == live_consumer.assignment_epoch
-            assert fresh.manager.group("g") is None
-        if self.ctx.manager.group("g") is not None:
+            assert fresh.service.group("g") is None
+        if self.ctx.service.group("g") is not None:
             # A classic group is persisted at the end of each rebalance: the log has the last
             # durable one.
-            durable = self.ctx.manager.durable_view().get("g")
-            rebuilt = fresh.manager.group("g")
+            durable = self.ctx.service.durable_view().get("g")
+            rebuilt = fresh.service.group("g")
             assert (rebuilt is None) == (durable is None)
             if rebuilt is not None and durable is not None:
                 assert rebuilt.generation_id == durable.generation

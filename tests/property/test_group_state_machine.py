@@ -97,7 +97,7 @@ class GroupMachine(RuleBasedStateMachine):
         if member_id is None:
             return
         generation = self.generation_of.get(slot, 0) - (1 if stale else 0)
-        group = self.ctx.manager.group("g")
+        group = self.ctx.service.group("g")
         assignments = None
         if group is not None and group.leader_id == member_id:
             assignments = {m: m.encode() for m in group.members}
@@ -107,7 +107,7 @@ class GroupMachine(RuleBasedStateMachine):
     @rule(slot=st.integers(0, SLOTS - 1))
     def sync_current(self, slot: int) -> None:
         """A well-behaved member: syncs with the generation the group is at."""
-        group = self.ctx.manager.group("g")
+        group = self.ctx.service.group("g")
         if group is not None:
             self.generation_of[slot] = group.generation_id
             self.sync(slot, stale=False)
@@ -140,7 +140,7 @@ class GroupMachine(RuleBasedStateMachine):
     def commit(self, slot: int) -> None:
         member_id = self.member_of.get(slot, "")
         generation = self.generation_of.get(slot, -1) if member_id else -1
-        _, result = self.ctx.manager.validate_offset_commit(
+        _, result = self.ctx.service.validate_offset_commit(
             "g", member_id, generation, None, self.ctx.now_ms
         )
         self.ctx.apply(result)
@@ -152,9 +152,9 @@ class GroupMachine(RuleBasedStateMachine):
 
     @rule()
     def delete_group(self) -> None:
-        _, result = self.ctx.manager.delete_group("g", self.ctx.now_ms)
+        _, result = self.ctx.service.delete_group("g", self.ctx.now_ms)
         self.ctx.apply(result)
-        if self.ctx.manager.group("g") is None:
+        if self.ctx.service.group("g") is None:
             self.max_generation = 0  # a group created under the same id starts over
 
     @rule(ms=st.sampled_from([0, 50, 100, 1_000, 3_000, 6_000, 8_000]))
@@ -172,14 +172,14 @@ class GroupMachine(RuleBasedStateMachine):
 
     @invariant()
     def generation_never_decreases(self) -> None:
-        group = self.ctx.manager.group("g")
+        group = self.ctx.service.group("g")
         if group is not None:
             assert group.generation_id >= self.max_generation
             self.max_generation = group.generation_id
 
     @invariant()
     def leader_is_a_member(self) -> None:
-        group = self.ctx.manager.group("g")
+        group = self.ctx.service.group("g")
         if group is None:
             return
         if group.members:
@@ -189,14 +189,14 @@ class GroupMachine(RuleBasedStateMachine):
 
     @invariant()
     def empty_means_no_members(self) -> None:
-        group = self.ctx.manager.group("g")
+        group = self.ctx.service.group("g")
         if group is not None and group.state is GroupState.EMPTY:
             assert not group.members
 
     @invariant()
     def parked_requests_are_consistent(self) -> None:
         self._absorb_replies()
-        group = self.ctx.manager.group("g")
+        group = self.ctx.service.group("g")
         parked = set()
         if group is not None:
             for m in group.members.values():
@@ -215,7 +215,7 @@ class GroupMachine(RuleBasedStateMachine):
 
     @invariant()
     def a_member_in_its_grace_has_no_open_connection_of_its_own(self) -> None:
-        group = self.ctx.manager.group("g")
+        group = self.ctx.service.group("g")
         if group is None:
             return
         for member in group.members.values():
@@ -244,7 +244,7 @@ class GroupMachine(RuleBasedStateMachine):
 
     @invariant()
     def tallies_match_a_recount(self) -> None:
-        group = self.ctx.manager.group("g")
+        group = self.ctx.service.group("g")
         if group is not None:
             check_tallies(group)
 
@@ -253,10 +253,10 @@ class GroupMachine(RuleBasedStateMachine):
         fresh = GroupTestContext()
         for record in self.ctx.records:
             if isinstance(record, GroupMetadataRecord):
-                fresh.manager.replay(record, 0)
-        durable = self.ctx.manager.durable_view()
-        assert fresh.manager.durable_view() == durable
-        group = self.ctx.manager.group("g")
+                fresh.service.replay(record, 0)
+        durable = self.ctx.service.durable_view()
+        assert fresh.service.durable_view() == durable
+        group = self.ctx.service.group("g")
         if group is not None and group.state is GroupState.STABLE:
             live = dataclasses.replace(group.snapshot(), current_state_timestamp=0)
             assert dataclasses.replace(durable["g"], current_state_timestamp=0) == live

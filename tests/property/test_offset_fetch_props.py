@@ -42,7 +42,7 @@ def test_every_group_is_answered_on_its_own_in_request_order(
     require_stable: bool,
 ) -> None:
     ctx = GroupTestContext()
-    core = GroupOffsets(ctx.manager, OffsetStore())
+    core = GroupOffsets(ctx.service, OffsetStore())
     durable: dict[tuple[str, str, int], int] = {}
     # Commits written but never made durable: each stays pending (a later one's write
     # finishing does not finish it).

@@ -23,12 +23,12 @@ def context(partitions: int = 4, grace_ms: int = GRACE) -> GroupTestContext:
     ctx = GroupTestContext(
         dataclasses.replace(DEFAULT_CONFIG, group_member_disconnect_grace_ms=grace_ms),
                            consumer_config=ConsumerGroupConfig())
-    ctx.manager.consumer.set_topic_image(image({"t": partitions}))
+    ctx.service.consumer.set_topic_image(image({"t": partitions}))
     return ctx
 
 
 def group(ctx: GroupTestContext) -> ConsumerGroup:
-    found = ctx.manager.consumer.group("g")
+    found = ctx.service.consumer.group("g")
     assert found is not None
     return found
 
@@ -94,7 +94,7 @@ def test_an_offset_commit_within_the_grace_keeps_the_member() -> None:
     two_members(ctx)
     epoch = group(ctx).group_epoch
     ctx.close(2)
-    error, result = ctx.manager.validate_offset_commit("g", "b", epoch, None, ctx.now_ms, 7)
+    error, result = ctx.service.validate_offset_commit("g", "b", epoch, None, ctx.now_ms, 7)
     ctx.apply(result)
     assert error is None
     ctx.sleep(10 * GRACE)
@@ -207,7 +207,7 @@ def test_the_last_consumer_member_disconnecting_downgrades_the_group() -> None:
     ctx.close(9)
     ctx.sleep(GRACE)
     assert removed(ctx) == [("n", "disconnect")]
-    assert ctx.manager.consumer.group("g") is None
+    assert ctx.service.consumer.group("g") is None
     classic = ctx.group("g")
     # The classic members keep their disconnect tracking after the downgrade.
     assert all(m.connection_id is not None for m in classic.members.values())

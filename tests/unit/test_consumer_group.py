@@ -15,13 +15,13 @@ T = topic_id("t")
 
 def context(partitions: int = 3, **config: object) -> GroupTestContext:
     ctx = GroupTestContext(consumer_config=ConsumerGroupConfig(**config))  # type: ignore[arg-type]
-    ctx.manager.consumer.set_topic_image(image({"t": partitions}))
+    ctx.service.consumer.set_topic_image(image({"t": partitions}))
     return ctx
 
 
 def owners(ctx: GroupTestContext, group: str = "g") -> dict[int, list[str]]:
     """partition -> members holding it (assigned or still revoking)."""
-    cg = ctx.manager.consumer.group(group)
+    cg = ctx.service.consumer.group(group)
     assert cg is not None
     out: dict[int, list[str]] = {}
     for m in cg.members.values():
@@ -38,7 +38,7 @@ def test_first_member_gets_every_partition_at_epoch_one() -> None:
     assert reply.member_epoch == 1
     assert parts(reply.assignment) == {0, 1, 2}
     assert reply.heartbeat_interval_ms == 5_000
-    group = ctx.manager.consumer.group("g")
+    group = ctx.service.consumer.group("g")
     assert group is not None and group.state.value == "Stable"
     assert [e.event for e in ctx.events] == [
         "member_added", "target_assignment_computed", "member_reconciled"]
@@ -60,7 +60,7 @@ def test_second_member_waits_until_the_first_revokes() -> None:
     assert a.member_epoch == 2
     b = ctx.send(beat("b", 2, {}))
     assert parts(b.assignment) == {0, 1, 2, 3} - kept
-    assert ctx.manager.consumer.group("g").state.value == "Stable"  # type: ignore[union-attr]
+    assert ctx.service.consumer.group("g").state.value == "Stable"  # type: ignore[union-attr]
     assert all(len(holders) == 1 for holders in owners(ctx).values())
 
 
@@ -71,7 +71,7 @@ def test_session_expiry_fences_and_bumps_the_epoch() -> None:
     ctx.sleep(40_000)
     ctx.send(beat("a", 1, {"t": [0, 1, 2]}))
     ctx.sleep(10_000)  # b never heartbeats again: 45 s after its join it is fenced
-    group = ctx.manager.consumer.group("g")
+    group = ctx.service.consumer.group("g")
     assert group is not None and set(group.members) == {"a"}
     removed = ctx.events_named("member_removed")
     assert [(e.member_id, e.cause.value) for e in removed] == [("b", "session_expiry")]
@@ -96,7 +96,7 @@ def test_leave_with_epoch_minus_one() -> None:
     ctx.send(join("a"))
     reply = ctx.send(beat("a", -1))
     assert reply.error is ErrorCode.none and reply.member_epoch == -1
-    group = ctx.manager.consumer.group("g")
+    group = ctx.service.consumer.group("g")
     assert group is not None and not group.members and group.state.value == "Empty"
     assert ctx.events_named("group_empty")
 
@@ -108,7 +108,7 @@ def test_static_member_is_replaced_without_a_rebalance() -> None:
     ctx.send(beat("a", 1, {"t": [0, 1, 2]}))
     ctx.send(beat("a", 1, {"t": [0, 1]}))
     b = ctx.send(beat("b", 2, {}))
-    group = ctx.manager.consumer.group("g")
+    group = ctx.service.consumer.group("g")
     assert group is not None and group.state.value == "Stable"
     epoch = group.group_epoch
     left = ctx.send(beat("b", -2, instance_id="i2"))
@@ -166,7 +166,7 @@ def test_max_size() -> None:
 def test_new_partitions_trigger_a_new_target() -> None:
     ctx = context(partitions=2)
     ctx.send(join("a"))
-    ctx.manager.consumer.set_topic_image(image({"t": 4}, version=2))
+    ctx.service.consumer.set_topic_image(image({"t": 4}, version=2))
     reply = ctx.send(beat("a", 1, {"t": [0, 1]}))
     assert reply.member_epoch == 2 and parts(reply.assignment) == {0, 1, 2, 3}
 
@@ -175,7 +175,7 @@ def test_regex_subscription_picks_up_a_new_topic() -> None:
     ctx = context()
     reply = ctx.send(join("a", topics=(), subscribed_topic_regex="t.*"))
     assert parts(reply.assignment) == {0, 1, 2}
-    ctx.manager.consumer.set_topic_image(image({"t": 3, "tx": 1, "other": 1}, version=2))
+    ctx.service.consumer.set_topic_image(image({"t": 3, "tx": 1, "other": 1}, version=2))
     reply = ctx.send(beat("a", 1, {"t": [0, 1, 2]}))
     assert parts(reply.assignment, "tx") == {0}
     assert parts(reply.assignment, "other") == set()
@@ -200,8 +200,8 @@ def test_an_empty_classic_group_is_upgraded() -> None:
     assert ctx.group("old").state.value == "Empty"
     reply = ctx.send(join("a", group="old"))
     assert reply.error is ErrorCode.none
-    assert ctx.manager.group("old") is None
-    assert ctx.manager.consumer.group("old") is not None
+    assert ctx.service.group("old") is None
+    assert ctx.service.consumer.group("old") is not None
     assert any(e.event == "group_dead" and e.reason == "converted to a consumer group"
                for e in ctx.events)
 
@@ -209,7 +209,7 @@ def test_an_empty_classic_group_is_upgraded() -> None:
 def test_offset_commit_checks_member_epochs() -> None:
     ctx = context()
     ctx.send(join("a"))
-    consumer = ctx.manager.consumer
+    consumer = ctx.service.consumer
     assert consumer.validate_offset_commit("g", "a", 1, 9) is None
     assert consumer.validate_offset_commit("g", "a", 0, 9) is ErrorCode.stale_member_epoch
     assert consumer.validate_offset_commit("g", "zz", 1, 9) is ErrorCode.unknown_member_id
@@ -227,9 +227,9 @@ def test_replaying_the_records_rebuilds_the_same_groups() -> None:
     ctx.send(beat("b", 2, {}))
     fresh = context(partitions=5)
     for record in ctx.records:
-        fresh.manager.consumer.replay(record, 0)  # type: ignore[arg-type]
-    live = ctx.manager.consumer.group("g")
-    rebuilt = fresh.manager.consumer.group("g")
+        fresh.service.consumer.replay(record, 0)  # type: ignore[arg-type]
+    live = ctx.service.consumer.group("g")
+    rebuilt = fresh.service.consumer.group("g")
     assert live is not None and rebuilt is not None
     assert rebuilt.members == live.members
     assert rebuilt.target == live.target
@@ -246,18 +246,18 @@ def test_an_empty_consumer_group_gives_way_to_a_classic_join() -> None:
     ctx.send(beat("a", -1, group="cg"))
     member = ctx.join_dynamic(JoinGroupBuilder(group="cg"))
     assert member
-    assert ctx.manager.consumer.group("cg") is None
-    assert ctx.manager.group("cg") is not None
+    assert ctx.service.consumer.group("cg") is None
+    assert ctx.service.group("cg") is not None
     assert any(e.event == "group_dead" and e.reason == "converted to a classic group"
                for e in ctx.events)
 
 
 def test_a_deleted_topic_is_revoked() -> None:
     ctx = context()
-    ctx.manager.consumer.set_topic_image(image({"t": 3, "u": 2}, version=2))
+    ctx.service.consumer.set_topic_image(image({"t": 3, "u": 2}, version=2))
     reply = ctx.send(join("a", topics=("t", "u")))
     assert parts(reply.assignment, "u") == {0, 1}
-    ctx.manager.consumer.set_topic_image(image({"t": 3}, version=3))
+    ctx.service.consumer.set_topic_image(image({"t": 3}, version=3))
     reply = ctx.send(beat("a", 1, {"t": [0, 1, 2], "u": [0, 1]}))
     assert parts(reply.assignment, "u") == set() and parts(reply.assignment) == {0, 1, 2}
 

@@ -15,12 +15,12 @@ INTERVAL = 2_000
 def _context(interval: int = INTERVAL) -> GroupTestContext:
     ctx = GroupTestContext(consumer_config=ConsumerGroupConfig(
         session_timeout_ms=45_000, heartbeat_interval_ms=interval))
-    ctx.manager.consumer.set_topic_image(image({"t": 4}))
+    ctx.service.consumer.set_topic_image(image({"t": 4}))
     return ctx
 
 
 def _state(ctx: GroupTestContext, member_id: str) -> MemberState:
-    return ctx.manager.consumer.groups["g"].members[member_id].state
+    return ctx.service.consumer.groups["g"].members[member_id].state
 
 
 def test_the_shorter_interval_is_a_quarter_with_a_floor() -> None:

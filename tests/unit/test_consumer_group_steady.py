@@ -27,14 +27,14 @@ def _reconciled(ctx: GroupTestContext) -> int:
 
 def _context() -> GroupTestContext:
     ctx = GroupTestContext(consumer_config=ConsumerGroupConfig(session_timeout_ms=10_000))
-    ctx.manager.consumer.set_topic_image(image({"t": 3}))
+    ctx.service.consumer.set_topic_image(image({"t": 3}))
     return ctx
 
 
 def test_a_reconciled_member_s_null_heartbeat_takes_the_shortcut_and_moves_its_session() -> None:
     ctx = _context()
     epoch = _reconciled(ctx)
-    consumer = ctx.manager.consumer
+    consumer = ctx.service.consumer
     groups = dict(consumer.groups)
     ctx.sleep(4_000)
     outcome = steady_heartbeat(consumer.config, consumer.image, groups,
@@ -52,7 +52,7 @@ def test_a_reconciled_member_s_null_heartbeat_takes_the_shortcut_and_moves_its_s
 def test_anything_else_takes_the_full_path() -> None:
     ctx = _context()
     epoch = _reconciled(ctx)
-    consumer = ctx.manager.consumer
+    consumer = ctx.service.consumer
     groups = dict(consumer.groups)
 
     def shortcut(**kw: object) -> object:

@@ -54,7 +54,7 @@ def test_an_offset_commit_within_the_grace_keeps_the_member() -> None:
     ctx = GroupTestContext()
     _, b = ctx.stable_group(2)
     ctx.close_member_connection(b)
-    error, result = ctx.manager.validate_offset_commit("g", b, 1, None, ctx.now_ms, 600)
+    error, result = ctx.service.validate_offset_commit("g", b, 1, None, ctx.now_ms, 600)
     ctx.apply(result)
     assert error is None
     ctx.sleep(5 * GRACE)

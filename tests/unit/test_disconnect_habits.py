@@ -85,7 +85,7 @@ def test_a_rejected_heartbeat_binds_nothing() -> None:
     # An outsider read b's id from DescribeGroups and guesses a wrong generation.
     assert ctx.send(heartbeat(b, 7), 900).error is ErrorCode.illegal_generation
     ctx.send(sync(b, 7), 900)
-    error, result = ctx.manager.validate_offset_commit("g", b, 7, None, ctx.now_ms, 900)
+    error, result = ctx.service.validate_offset_commit("g", b, 7, None, ctx.now_ms, 900)
     ctx.apply(result)
     assert error is ErrorCode.illegal_generation
     assert ctx.group().members[b].session_deadline_ms == session  # its session untouched
@@ -139,10 +139,10 @@ def test_a_member_with_two_connections_is_connected_until_both_close() -> None:
 def test_a_commit_binds_its_connection_like_a_heartbeat() -> None:
     ctx = GroupTestContext()
     member = _kafka_go_member(ctx, join_on=1, sync_on=2)
-    error, result = ctx.manager.validate_offset_commit("g", member, 1, None, ctx.now_ms, 3)
+    error, result = ctx.service.validate_offset_commit("g", member, 1, None, ctx.now_ms, 3)
     ctx.apply(result)
     assert error is None and ctx.connection_of(member) == 3
-    error, result = ctx.manager.validate_offset_commit("g", member, 9, None, ctx.now_ms, 4)
+    error, result = ctx.service.validate_offset_commit("g", member, 9, None, ctx.now_ms, 4)
     ctx.apply(result)
     assert error is ErrorCode.illegal_generation and ctx.connection_of(member) == 3
     ctx.close(4)

@@ -26,12 +26,12 @@ T = topic_id("t")
 
 def context(partitions: int = 6, **config: object) -> GroupTestContext:
     ctx = GroupTestContext(consumer_config=ConsumerGroupConfig(**config))  # type: ignore[arg-type]
-    ctx.manager.consumer.set_topic_image(image({"t": partitions}))
+    ctx.service.consumer.set_topic_image(image({"t": partitions}))
     return ctx
 
 
 def consumer_group(ctx: GroupTestContext, group_id: str = "g") -> ConsumerGroup:
-    group = ctx.manager.consumer.group(group_id)
+    group = ctx.service.consumer.group(group_id)
     assert group is not None
     return group
 
@@ -68,7 +68,7 @@ def rejoin(ctx: GroupTestContext, member: str, connection: int, **kw: object) ->
 def test_a_consumer_member_joining_converts_the_classic_group_with_its_members() -> None:
     ctx = context()
     share, generation = upgraded(ctx)
-    assert ctx.manager.group("g") is None
+    assert ctx.service.group("g") is None
     group = consumer_group(ctx)
     assert group.group_epoch == generation + 1
     for member_id, partitions in share.items():
@@ -159,7 +159,7 @@ def test_offset_commits_of_classic_members_use_the_generation() -> None:
     ctx = context()
     share, generation = upgraded(ctx)
     a = sorted(share)[0]
-    check = ctx.manager.validate_offset_commit
+    check = ctx.service.validate_offset_commit
     assert check("g", a, generation, None, ctx.now_ms, api_version=8)[0] is None
     assert check("g", a, generation + 1, None, ctx.now_ms)[0] is ErrorCode.illegal_generation
     assert check("g", "n", 0, None, ctx.now_ms, api_version=8)[0] is \
@@ -203,7 +203,7 @@ def test_no_upgrade_when_the_policy_does_not_allow_it() -> None:
         ctx = context(migration_policy=policy)
         stable_classic_group(ctx, 2, 6)
         assert ctx.send(join("n")).error is ErrorCode.group_id_not_found
-        assert ctx.manager.group("g") is not None
+        assert ctx.service.group("g") is not None
 
 
 def test_a_classic_group_of_another_protocol_type_is_not_upgraded() -> None:
@@ -219,7 +219,7 @@ def test_the_last_consumer_member_leaving_downgrades_the_group() -> None:
     epoch = consumer_group(ctx).group_epoch
     reply = ctx.send(beat("n", -1))
     assert reply.error is ErrorCode.none
-    assert ctx.manager.consumer.group("g") is None
+    assert ctx.service.consumer.group("g") is None
     classic = ctx.group("g")
     assert classic.state.value == "PreparingRebalance" and classic.generation_id == epoch
     (down,) = [e for e in ctx.events_named("group_converted") if e.direction == "downgrade"]
@@ -246,10 +246,10 @@ def test_a_consumer_member_expiring_downgrades_the_group_too() -> None:
     for _ in range(12):  # the classic members heartbeat; n goes silent (45 s session)
         ctx.sleep(4_000)
         for member, connection in ((a, 100), (b, 101)):
-            group = ctx.manager.consumer.group("g")
+            group = ctx.service.consumer.group("g")
             epoch = group.members[member].member_epoch if group else generation
             ctx.send(heartbeat(member, epoch), connection)
-    assert ctx.manager.consumer.group("g") is None
+    assert ctx.service.consumer.group("g") is None
     assert ctx.group("g").state.value == "PreparingRebalance"
 
 
@@ -257,7 +257,7 @@ def test_no_downgrade_with_the_upgrade_policy() -> None:
     ctx = context(migration_policy="upgrade")
     upgraded(ctx)
     ctx.send(beat("n", -1))
-    assert ctx.manager.group("g") is None
+    assert ctx.service.group("g") is None
     assert len(consumer_group(ctx).members) == 2
 
 
@@ -271,10 +271,10 @@ def test_replaying_the_log_rebuilds_the_upgraded_group() -> None:
         decoded = decode_record(key, value)
         assert decoded == record  # the classic member metadata survives the codec
         if isinstance(decoded, GroupMetadataRecord):
-            fresh.apply(fresh.manager.replay(decoded, 0))
+            fresh.apply(fresh.service.replay(decoded, 0))
         elif isinstance(decoded, ConsumerGroupRecord):
-            fresh.apply(fresh.manager.consumer.replay(decoded, 0))
-    assert fresh.manager.group("g") is None
+            fresh.apply(fresh.service.consumer.replay(decoded, 0))
+    assert fresh.service.group("g") is None
     live, replayed = consumer_group(ctx), consumer_group(fresh)
     assert live.members == replayed.members
     assert (live.group_epoch, live.assignment_epoch, live.target) == (
@@ -291,7 +291,7 @@ def test_a_failed_upgrade_write_leaves_the_classic_group() -> None:
     generation = ctx.group("g").generation_id
     ctx.fail_next_writes()
     assert ctx.send(join("n")).error is ErrorCode.coordinator_not_available
-    assert ctx.manager.consumer.group("g") is None
+    assert ctx.service.consumer.group("g") is None
     group = ctx.group("g")
     assert group.generation_id == generation and len(group.members) == 2
 
@@ -300,7 +300,7 @@ def test_a_join_the_converted_group_would_refuse_does_not_convert_it() -> None:
     ctx = context(max_size=2)
     stable_classic_group(ctx, 2, 6)
     assert ctx.send(join("n")).error is ErrorCode.group_max_size_reached
-    assert ctx.manager.consumer.group("g") is None and ctx.manager.group("g") is not None
+    assert ctx.service.consumer.group("g") is None and ctx.service.group("g") is not None
     assert not ctx.events_named("group_converted")
 
 

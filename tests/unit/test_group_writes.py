@@ -40,7 +40,7 @@ def test_a_durable_assignment_answers_everyone_and_makes_the_group_stable() -> N
     assert out is not None and out.assignment == b"L"
     assert ctx.reply(follower_ref).assignment == b"F"
     assert ctx.group().state is GroupState.STABLE
-    assert {m.member_id: m.assignment for m in ctx.manager.durable_view()["g"].members} == {
+    assert {m.member_id: m.assignment for m in ctx.service.durable_view()["g"].members} == {
         leader: b"L", follower: b"F"}
 
 
@@ -58,7 +58,7 @@ def test_a_failed_assignment_write_answers_the_error_and_rebalances() -> None:
     group = ctx.group()
     assert group.state is GroupState.PREPARING_REBALANCE
     assert all(m.assignment == b"" for m in group.members.values())
-    assert "g" not in ctx.manager.durable_view()  # nothing of generation 1 reached the log
+    assert "g" not in ctx.service.durable_view()  # nothing of generation 1 reached the log
     # A heartbeat now learns of the rebalance; nobody was ever told the unwritten assignment.
     assert ctx.send(heartbeat(follower, 1), connection=2).error is ErrorCode.rebalance_in_progress
 
@@ -78,13 +78,13 @@ def test_after_a_failed_assignment_write_the_group_recovers_by_rejoining() -> No
     out = ctx.send(sync(new_leader, 2, assignments={leader: b"L2", follower: b"F2"}))
     assert out.error is ErrorCode.none
     assert ctx.group().state is GroupState.STABLE
-    assert ctx.manager.durable_view()["g"].generation == 2
+    assert ctx.service.durable_view()["g"].generation == 2
 
 
 def test_a_failed_static_member_replacement_restores_the_old_member_id() -> None:
     ctx = GroupTestContext()
     leader, old_follower = static_group(ctx, "i1", "i2")
-    before = ctx.manager.durable_view()["g"]
+    before = ctx.service.durable_view()["g"]
     ctx.fail_next_writes()
     out = ctx.send(JoinGroupBuilder(client_id="i2").group_instance_id("i2"), connection=5)
     assert out.error is NOT_AVAILABLE and out.member_id == ""
@@ -92,7 +92,7 @@ def test_a_failed_static_member_replacement_restores_the_old_member_id() -> None
     assert group.state is GroupState.STABLE
     assert group.static_member_id("i2") == old_follower
     assert set(group.members) == {leader, old_follower}
-    assert ctx.manager.durable_view()["g"] == before
+    assert ctx.service.durable_view()["g"] == before
     # The old id is still the member: it heartbeats and syncs as before.
     assert ctx.send(heartbeat(old_follower, 1, instance_id="i2")).error is ErrorCode.none
     assert ctx.send(sync(old_follower, 1, instance_id="i2")).assignment == old_follower.encode()
@@ -106,15 +106,15 @@ def test_a_failed_group_deletion_brings_the_group_back() -> None:
     ctx.send(leave(member))
     assert ctx.group().state is GroupState.EMPTY
     stamp = ctx.group().state_timestamp_ms
-    error, result = ctx.manager.delete_group("g", ctx.now_ms)
-    assert error is None and ctx.manager.group("g") is None
+    error, result = ctx.service.delete_group("g", ctx.now_ms)
+    assert error is None and ctx.service.group("g") is None
     ctx.fail_next_writes()
     ctx.apply(result)
     group = ctx.group()
     assert group.state is GroupState.EMPTY and group.state_timestamp_ms == stamp
-    assert "g" in ctx.manager.durable_view()
+    assert "g" in ctx.service.durable_view()
     # ... and can be deleted again.
-    error, result = ctx.manager.delete_group("g", ctx.now_ms)
+    error, result = ctx.service.delete_group("g", ctx.now_ms)
     assert error is None
     ctx.apply(result)
-    assert ctx.manager.group("g") is None and "g" not in ctx.manager.durable_view()
+    assert ctx.service.group("g") is None and "g" not in ctx.service.durable_view()

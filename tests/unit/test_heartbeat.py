@@ -57,7 +57,7 @@ def test_heartbeats_keep_a_member_alive() -> None:
 def test_heartbeat_does_not_touch_the_wheel() -> None:
     ctx = GroupTestContext()
     a = ctx.stable_group(1, session_ms=10_000)[0]
-    result = ctx.manager.handle(heartbeat(a, 1), ctx.now_ms)
+    result = ctx.service.handle(heartbeat(a, 1), ctx.now_ms)
     assert result.timers == []
 
 
@@ -149,20 +149,23 @@ def test_steady_heartbeat_does_what_the_full_path_does() -> None:
                     for instance in (None, "i0", "i1"):
                         for group in ("g", "other", ""):
                             fast, full = copy.deepcopy(ctx), copy.deepcopy(ctx)
-                            done = fast.manager.steady_heartbeat(
+                            done = fast.service.steady_heartbeat(
                                 group, member, gen, instance, connection, ctx.now_ms)
                             ref = RequestRef(connection, 999)
                             cmd = heartbeat(member, gen, group=group, instance_id=instance)
-                            result = full.manager.handle(replace(cmd, ref=ref), ctx.now_ms)
+                            result = full.service.handle(replace(cmd, ref=ref), ctx.now_ms)
                             case = (name, member, gen, connection, instance, group)
                             if done:
                                 taken += 1
                                 assert result.replies == [Reply(ref, HeartbeatOutcome())], case
                                 assert not (result.timers or result.records or result.events
                                             or result.writes), case
-                                assert fast.manager._groups == full.manager._groups, case
-                                assert (fast.manager._members_by_connection
-                                        == full.manager._members_by_connection), case
+                                assert (fast.service.classic._groups
+                                        == full.service.classic._groups), case
+                                assert (fast.service.classic.connections.members_by_connection
+                                        == full.service.classic.connections
+                                           .members_by_connection), case
                             else:
-                                assert fast.manager._groups == ctx.manager._groups, case
+                                assert (fast.service.classic._groups
+                                        == ctx.service.classic._groups), case
     assert taken >= 10  # the steady state was exercised in every scenario that has one

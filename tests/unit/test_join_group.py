@@ -33,7 +33,7 @@ def test_unknown_group_with_member_id_is_unknown_member() -> None:
     ctx = GroupTestContext()
     out = ctx.send(JoinGroupBuilder().member_id("ghost"))
     assert out.error is ErrorCode.unknown_member_id
-    assert ctx.manager.group("g") is None
+    assert ctx.service.group("g") is None
 
 
 def test_v4_dynamic_member_gets_member_id_required() -> None:
@@ -215,7 +215,7 @@ def test_group_becoming_empty_is_persisted() -> None:
     ctx = GroupTestContext()
     a = ctx.stable_group(1)[0]
     ctx.send(leave(a))
-    value = ctx.manager.durable_view()["g"]
+    value = ctx.service.durable_view()["g"]
     assert value.members == () and value.generation == 2 and value.protocol is None
     assert ctx.events_named("group_empty")[0].generation_id == 2
 
@@ -282,6 +282,6 @@ def test_join_fields_the_group_log_cannot_store_are_invalid() -> None:
     ]
     for builder in cases:
         assert ctx.send(builder).error is ErrorCode.invalid_request
-    assert ctx.manager.group("g") is None
+    assert ctx.service.group("g") is None
     assert ctx.send(JoinGroupBuilder(client_id="c" * 32_730)).error is not (
         ErrorCode.invalid_request)

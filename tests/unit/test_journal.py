@@ -12,6 +12,7 @@ import pytest
 from coordinator.group.events import (
     GroupStabilized,
     MemberRemoved,
+    RebalanceCause,
     RebalanceStarted,
     RemovalCause,
     journal_record,
@@ -173,7 +174,8 @@ def test_a_full_disk_drops_and_counts_lines_instead_of_raising(tmp_path: Path) -
 def test_journal_record_uses_the_contract_names() -> None:
     started = RebalanceStarted(ts_ms=5, group_id="g", generation_id=3, partition=7,
                                previous_state="Stable", reason="removing member m on heartbeat "
-                               "expiration", member_id="m", client_id="c", client_host="/h")
+                               "expiration", cause=RebalanceCause.SESSION_EXPIRY, member_id="m",
+                               client_id="c", client_host="/h")
     record = journal_record(started.as_dict(), 1_700_000_000_000)
     assert record == {
         "v": 1, "event_type": "rebalance_started", "ts": 1_700_000_000_000, "group_id": "g",
@@ -208,4 +210,10 @@ def test_journal_record_uses_the_contract_names() -> None:
     ("something new", "other"),
 ])
 def test_rebalance_causes(reason: str, cause: str) -> None:
-    assert rebalance_cause(reason) == cause
+    """The cause is set where the rebalance starts and reaches the journal as it is: the
+    reason's text plays no part in it."""
+    started = RebalanceStarted(ts_ms=5, group_id="g", generation_id=3, partition=7,
+                               previous_state="Stable", reason=reason,
+                               cause=RebalanceCause(cause))
+    assert rebalance_cause(started) == cause
+    assert journal_record(started.as_dict(), 1)["cause"] == cause

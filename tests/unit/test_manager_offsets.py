@@ -6,14 +6,14 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.group.classic.state import GroupState
 from coordinator.group.config import GroupConfig
-from coordinator.group.manager import GroupCoordinator
+from coordinator.group.service import GroupCoordinatorService
 from coordinator.grouplog.records import GroupMetadataRecord
 from tests.builders import JoinGroupBuilder, describe, heartbeat, leave, list_groups, sync
 from tests.context import GroupTestContext
 
 
 def commit(ctx: GroupTestContext, member: str, generation: int, group: str = "g") -> object:
-    error, result = ctx.manager.validate_offset_commit(group, member, generation, None, ctx.now_ms)
+    error, result = ctx.service.validate_offset_commit(group, member, generation, None, ctx.now_ms)
     ctx.apply(result)
     return error
 
@@ -59,13 +59,13 @@ def test_commit_during_completing_rebalance_is_rebalance_in_progress() -> None:
 def test_delete_group() -> None:
     ctx = GroupTestContext()
     a = ctx.stable_group(1)[0]
-    error, _ = ctx.manager.delete_group("g", ctx.now_ms)
+    error, _ = ctx.service.delete_group("g", ctx.now_ms)
     assert error is ErrorCode.non_empty_group
     ctx.send(leave(a))
-    error, result = ctx.manager.delete_group("g", ctx.now_ms)
+    error, result = ctx.service.delete_group("g", ctx.now_ms)
     ctx.apply(result)
-    assert error is None and ctx.manager.group("g") is None
-    assert "g" not in ctx.manager.durable_view()
+    assert error is None and ctx.service.group("g") is None
+    assert "g" not in ctx.service.durable_view()
     assert isinstance(result.records[-1], GroupMetadataRecord) and result.records[-1].value is None
 
 
@@ -87,8 +87,8 @@ def test_replay_restores_stable_groups_with_fresh_sessions() -> None:
     other = GroupTestContext()
     for record in ctx.records:
         if isinstance(record, GroupMetadataRecord):
-            other.apply(other.manager.replay(record, other.now_ms))
-    assert other.manager.durable_view() == ctx.manager.durable_view()
+            other.apply(other.service.replay(record, other.now_ms))
+    assert other.service.durable_view() == ctx.service.durable_view()
     group = other.group()
     assert group.state is GroupState.STABLE and group.generation_id == 1
     assert list(group.members) == members
@@ -122,7 +122,7 @@ def test_new_member_id_is_injected() -> None:
         seen.append(prefix)
         return prefix + "-fixed"
 
-    manager = GroupCoordinator(GroupConfig(), ids)
+    service = GroupCoordinatorService(GroupConfig(), ids)
     cmd = JoinGroupBuilder(client_id="cid").build()
-    result = manager.handle(cmd, 0)
+    result = service.handle(cmd, 0)
     assert result.replies[0].outcome.member_id == "cid-fixed" and seen == ["cid"]

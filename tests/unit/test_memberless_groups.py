@@ -15,7 +15,7 @@ from tests.context import GroupTestContext
 
 def expire_pending(ctx: GroupTestContext, core: GroupOffsets, groups: list[str]) -> None:
     """Let the pending members' session timeout pass, as the runtime does it: every due
-    heartbeat timer to the manager, then the group offered to `forget_if_unused`."""
+    heartbeat timer to the service, then the group offered to `forget_if_unused`."""
     ctx.sleep(10_001)
     for group_id in groups:
         core.forget_if_unused(group_id)
@@ -23,14 +23,14 @@ def expire_pending(ctx: GroupTestContext, core: GroupOffsets, groups: list[str])
 
 def test_a_group_of_only_an_expired_pending_member_is_gone() -> None:
     ctx = GroupTestContext()
-    core = GroupOffsets(ctx.manager, OffsetStore())
+    core = GroupOffsets(ctx.service, OffsetStore())
     groups = [f"g{i}" for i in range(100)]
     for group_id in groups:
         answer = ctx.send(JoinGroupBuilder(group=group_id, session_ms=10_000))
         assert answer.member_id  # MEMBER_ID_REQUIRED, with a pending member
-    assert len(ctx.manager.groups) == 100
+    assert len(ctx.service.groups) == 100
     expire_pending(ctx, core, groups)
-    assert len(ctx.manager.groups) == 0
+    assert len(ctx.service.groups) == 0
     assert ctx.records == []  # nothing was, or needed to be, written
     expiry = core.expire(ctx.now_ms)
     assert expiry.result.records == [] and expiry.groups_deleted == 0
@@ -39,21 +39,21 @@ def test_a_group_of_only_an_expired_pending_member_is_gone() -> None:
 def test_a_group_with_offsets_stays() -> None:
     ctx = GroupTestContext()
     offsets = OffsetStore()
-    core = GroupOffsets(ctx.manager, offsets)
+    core = GroupOffsets(ctx.service, offsets)
     ctx.send(JoinGroupBuilder(group="kept"))
     offsets.apply(offset_commit_record(
         "kept", "t", 0, offset_commit_value(5, -1, "", ctx.now_ms, -1)))
     expire_pending(ctx, core, ["kept"])
-    assert ctx.manager.group("kept") is not None
+    assert ctx.service.group("kept") is not None
 
 
 def test_a_group_the_log_holds_stays_until_expiry_deletes_it() -> None:
     ctx = GroupTestContext()
-    core = GroupOffsets(ctx.manager, OffsetStore())
+    core = GroupOffsets(ctx.service, OffsetStore())
     [member] = ctx.stable_group(1, group="written")
     ctx.send(JoinGroupBuilder(group="written").member_id(member).session_timeout_ms(10_000))
     ctx.sleep(60_000)  # the member's session ends: the group is Empty, with a record
-    group = ctx.manager.group("written")
+    group = ctx.service.group("written")
     assert group is not None and not group.members
     assert not core.forget_if_unused("written")
     expiry = core.expire(ctx.now_ms)
@@ -62,16 +62,16 @@ def test_a_group_the_log_holds_stays_until_expiry_deletes_it() -> None:
 
 def test_a_group_with_a_member_is_not_dropped() -> None:
     ctx = GroupTestContext()
-    core = GroupOffsets(ctx.manager, OffsetStore())
+    core = GroupOffsets(ctx.service, OffsetStore())
     ctx.join_dynamic(JoinGroupBuilder(group="busy"))
     assert not core.forget_if_unused("busy")
-    assert ctx.manager.group("busy") is not None
+    assert ctx.service.group("busy") is not None
 
 
 def test_expiry_in_slices_decides_as_one_pass() -> None:
     ctx = GroupTestContext()
     offsets = OffsetStore()
-    core = GroupOffsets(ctx.manager, offsets)
+    core = GroupOffsets(ctx.service, offsets)
     for i in range(30):
         offsets.apply(offset_commit_record(f"s{i}", "t", 0, offset_commit_value(1, -1, "", 0, -1)))
     later = 8 * 24 * 3600 * 1000  # past the default 7 days of retention

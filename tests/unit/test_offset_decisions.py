@@ -21,7 +21,7 @@ REF = RequestRef(1, 1)
 
 def core_with_standalone_offsets() -> tuple[GroupTestContext, GroupOffsets]:
     ctx = GroupTestContext()
-    core = GroupOffsets(ctx.manager, OffsetStore())
+    core = GroupOffsets(ctx.service, OffsetStore())
     decision = core.commit(
         oc.OffsetCommit(ref=REF, group_id="solo", topics=(("t", ((0, 5, -1, ""),)),)),
         8, ctx.now_ms, lambda topic, partition: True)
@@ -32,7 +32,7 @@ def core_with_standalone_offsets() -> tuple[GroupTestContext, GroupOffsets]:
 
 def test_a_commit_to_an_unknown_group_with_a_generation_is_refused_by_version() -> None:
     ctx = GroupTestContext()
-    core = GroupOffsets(ctx.manager, OffsetStore())
+    core = GroupOffsets(ctx.service, OffsetStore())
     cmd = oc.OffsetCommit(ref=REF, group_id="nobody", generation_id=3, member_id="m")
     exists = lambda topic, partition: True  # noqa: E731
     assert core.commit(cmd, 8, 0, exists).error is ErrorCode.illegal_generation
@@ -41,7 +41,7 @@ def test_a_commit_to_an_unknown_group_with_a_generation_is_refused_by_version() 
 
 def test_offsets_of_a_subscribed_topic_are_kept() -> None:
     ctx = GroupTestContext()
-    core = GroupOffsets(ctx.manager, OffsetStore())
+    core = GroupOffsets(ctx.service, OffsetStore())
     builder = JoinGroupBuilder(group="c").with_protocols(
         *protocols("range", metadata=subscription(["t"])))
     ctx.join_dynamic(builder, connection=9)
@@ -67,7 +67,7 @@ def test_a_group_the_runtime_does_not_serve_is_answered_as_it_says() -> None:
     outcome, result = core.delete_groups(
         ["solo"], ctx.now_ms, lambda g: ErrorCode.coordinator_load_in_progress)
     assert outcome.results == (("solo", ErrorCode.coordinator_load_in_progress),)
-    assert result.records == [] and ctx.manager.group("solo") is not None
+    assert result.records == [] and ctx.service.group("solo") is not None
 
 
 def test_strings_the_group_log_cannot_store_are_refused_with_kafkas_codes() -> None:
@@ -75,13 +75,13 @@ def test_strings_the_group_log_cannot_store_are_refused_with_kafkas_codes() -> N
     that could never be written is refused before anything is written or held."""
     ctx = GroupTestContext()
     offsets = OffsetStore(OffsetStoreConfig(offset_metadata_max_bytes=1 << 20))  # allows it
-    core = GroupOffsets(ctx.manager, offsets)
+    core = GroupOffsets(ctx.service, offsets)
     exists = lambda topic, partition: True  # noqa: E731
     long_group = oc.OffsetCommit(ref=REF, group_id="g" * 32768,
                                  topics=(("t", ((0, 5, -1, ""),)),))
     refused = core.commit(long_group, 8, ctx.now_ms, exists)
     assert refused.error is ErrorCode.invalid_group_id and not refused.records
-    assert ctx.manager.group("g" * 32768) is None
+    assert ctx.service.group("g" * 32768) is None
     # 11,000 characters of three UTF-8 bytes each: under the setting in UTF-16 units, over the
     # log's limit in bytes.
     wide = "\u4e2d" * 11_000
@@ -153,8 +153,8 @@ def test_a_consumer_group_member_fetch_is_checked_against_its_epoch() -> None:
     from tests.consumer_helpers import image, join
 
     ctx = GroupTestContext(consumer_config=ConsumerGroupConfig())
-    ctx.manager.consumer.set_topic_image(image({"t": 1}))
-    core = GroupOffsets(ctx.manager, OffsetStore())
+    ctx.service.consumer.set_topic_image(image({"t": 1}))
+    core = GroupOffsets(ctx.service, OffsetStore())
     assert ctx.send(join("a")).member_epoch == 1
 
     def error_of(member_id: str | None, epoch: int) -> ErrorCode:
@@ -201,9 +201,9 @@ def test_the_steady_commit_does_what_the_full_checks_do() -> None:
                     for instance in (None, "i0", "i1"):
                         for group in ("g", "other", ""):
                             fast, full = copy.deepcopy(ctx), copy.deepcopy(ctx)
-                            done = fast.manager.steady_commit(
+                            done = fast.service.steady_commit(
                                 group, member, gen, instance, connection, ctx.now_ms)
-                            error, result = full.manager._validate_offset_commit_in_full(
+                            error, result = full.service.classic.validate_offset_commit_in_full(
                                 group, member, gen, instance, ctx.now_ms, connection)
                             case = (name, member, gen, connection, instance, group)
                             if done:
@@ -211,16 +211,19 @@ def test_the_steady_commit_does_what_the_full_checks_do() -> None:
                                 assert error is None, case
                                 assert not (result.timers or result.records or result.events
                                             or result.writes or result.replies), case
-                                assert fast.manager._groups == full.manager._groups, case
-                                assert (fast.manager._members_by_connection
-                                        == full.manager._members_by_connection), case
+                                assert (fast.service.classic._groups
+                                        == full.service.classic._groups), case
+                                assert (fast.service.classic.connections.members_by_connection
+                                        == full.service.classic.connections
+                                           .members_by_connection), case
                             else:
-                                assert fast.manager._groups == ctx.manager._groups, case
+                                assert (fast.service.classic._groups
+                                        == ctx.service.classic._groups), case
             # Through the public entry point the answer is the same either way.
             fast, full = copy.deepcopy(ctx), copy.deepcopy(ctx)
             for member in ids:
-                assert (fast.manager.validate_offset_commit("g", member, generation, None,
+                assert (fast.service.validate_offset_commit("g", member, generation, None,
                                                             ctx.now_ms, 100)[0]
-                        == full.manager._validate_offset_commit_in_full(
+                        == full.service.classic.validate_offset_commit_in_full(
                             "g", member, generation, None, ctx.now_ms, 100)[0]), name
     assert taken >= 10  # the steady state was exercised in every scenario that has one

@@ -26,7 +26,7 @@ class _Broker:
     def __init__(self, ctx: GroupTestContext) -> None:
         self.ctx = ctx
         self.groups = self
-        self.manager = ctx.manager
+        self.service = ctx.service
         self.offsets = OffsetStore()
         self.topics: dict[str, Topic] = {}
 
@@ -39,7 +39,7 @@ class Fed:
 
     def __init__(self, partitions: int = 4) -> None:
         self.ctx = GroupTestContext(consumer_config=ConsumerGroupConfig())
-        self.ctx.manager.consumer.set_topic_image(image({"t": partitions}))
+        self.ctx.service.consumer.set_topic_image(image({"t": partitions}))
         self.view = BrokerOpsView(_Broker(self.ctx))
         self.metrics = om.BrokerMetrics()
         self.metrics.rebalances.consumer_groups = self.view
@@ -115,7 +115,7 @@ def test_an_expired_member_is_counted_by_cause_and_type() -> None:
     fed.sleep(40_000)
     fed.send(beat("a", 1, {"t": [0, 1, 2]}))
     fed.sleep(10_000)  # b never heartbeats again: 45 s after its join it is fenced
-    group = fed.ctx.manager.consumer.group("g")
+    group = fed.ctx.service.consumer.group("g")
     assert group is not None
     # the new target assignment is computed at a's next heartbeat
     fed.send(beat("a", group.members["a"].member_epoch, {"t": [0, 1, 2]}))

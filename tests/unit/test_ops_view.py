@@ -23,7 +23,7 @@ class _Broker:
     def __init__(self, ctx: GroupTestContext, topics: TopicStore) -> None:
         self.ctx = ctx
         self.groups = self
-        self.manager = ctx.manager
+        self.service = ctx.service
         self.offsets = OffsetStore()
         self.topics = topics
 

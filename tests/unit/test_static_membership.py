@@ -43,7 +43,7 @@ def test_rejoin_with_empty_id_replaces_without_rebalance() -> None:
     # It gets its previous assignment.
     assert ctx.send(sync(out.member_id, 1, instance_id="i2")).assignment == old_follower.encode()
     # The new id is persisted.
-    members = [m.member_id for m in ctx.manager.durable_view()["g"].members]
+    members = [m.member_id for m in ctx.service.durable_view()["g"].members]
     assert out.member_id in members and old_follower not in members
 
 

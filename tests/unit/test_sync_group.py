@@ -39,7 +39,7 @@ def test_leader_assignment_is_persisted_with_members() -> None:
     ctx = GroupTestContext()
     leader, follower = joined(ctx, 2)
     ctx.send(sync(leader, 1, assignments={leader: b"L"}))
-    value = ctx.manager.durable_view()["g"]
+    value = ctx.service.durable_view()["g"]
     assert value.generation == 1 and value.leader == leader and value.protocol == "range"
     assert [(m.member_id, m.assignment) for m in value.members] == [(leader, b"L"), (follower, b"")]
     assert ctx.events_named("assignment_received")[0].missing_assignments == 1

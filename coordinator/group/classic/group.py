@@ -365,3 +365,32 @@ class ClassicGroup:
                 for m in self.members.values()
             ),
         )
+
+
+def group_from_record(group_id: str, value: GroupMetadataValue) -> ClassicGroup:
+    """A group as its record left it (replay): with members it is Stable at its generation,
+    as Kafka loads it; without, Empty. Session deadlines are the caller's to arm."""
+    state = GroupState.STABLE if value.members else GroupState.EMPTY
+    group = ClassicGroup(
+        group_id=group_id,
+        state=state,
+        previous_state=state,
+        state_timestamp_ms=value.current_state_timestamp,
+        generation_id=value.generation,
+        protocol_type=value.protocol_type or None,
+        protocol_name=value.protocol,
+        leader_id=value.leader,
+    )
+    for m in value.members:
+        group.restore_member(ClassicGroupMember(
+            member_id=m.member_id,
+            group_instance_id=m.group_instance_id,
+            client_id=m.client_id,
+            client_host=m.client_host,
+            rebalance_timeout_ms=m.rebalance_timeout,
+            session_timeout_ms=m.session_timeout,
+            protocol_type=value.protocol_type,
+            protocols=(Protocol(name=value.protocol or "", metadata=m.subscription),),
+            assignment=m.assignment,
+        ))
+    return group

@@ -52,11 +52,11 @@ def steady_heartbeat(group: ClassicGroup, member_id: str, generation_id: int,
                      tracks_connections: bool) -> bool:
     """The steady-state heartbeat, done without building a command or a Result: True when it
     was one (its session moved; the answer is NONE), False, having changed nothing, when the
-    full path (`heartbeat`, then the manager's connection tracking) must run.
+    full path (`heartbeat`, then `ClassicGroups`' connection tracking) must run.
 
     Nearly every heartbeat of a stable group is one: the member exists (under its instance id
     too), at the group's generation, in a group that is Stable or CompletingRebalance, on the
-    connection it last used with no disconnect grace running (when the manager tracks the
+    connection it last used with no disconnect grace running (when `ClassicGroups` tracks the
     connections of dynamic members: `tracks_connections`), and its session deadline only moves
     later than the wheel's armed wake-up. The full path then moves the deadline and
     answers NONE, with no timer change, record or event: exactly what is done here.
@@ -73,7 +73,7 @@ def steady_commit(group: ClassicGroup, member_id: str, generation_id: int,
                   tracks_connections: bool) -> bool:
     """The group side of an OffsetCommit by a current member in the steady state, done in
     place: True when it was one (its session moved, as a heartbeat moves it; the offsets may
-    be stored), False, having changed nothing, when `GroupCoordinator.validate_offset_commit`
+    be stored), False, having changed nothing, when `GroupCoordinatorService.validate_offset_commit`
     must take it.
 
     Kafka restarts a member's session on a commit in Stable and PreparingRebalance; the
@@ -99,7 +99,7 @@ def _steady_session(group: ClassicGroup, member_id: str, generation_id: int,
     if (tracks_connections and not member.is_static
             and (member.connection_id != connection_id
                  or member.disconnect_deadline_ms is not None)):
-        return False  # the manager notes the member's new connection or ends its grace
+        return False  # `ClassicGroups` notes the member's new connection or ends its grace
     if group_instance_id is not None and group.static_members.get(group_instance_id) != member_id:
         return False
     deadline_ms = now_ms + member.session_timeout_ms

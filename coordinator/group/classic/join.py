@@ -1,6 +1,6 @@
 """JoinGroup for a classic group (SPEC §4, §8; Kafka `classicGroupJoinToClassicGroup`).
 
-The manager has already validated the group id, the session timeout and the protocol list,
+`ClassicGroups` has already validated the group id, the session timeout and the protocol list,
 and found or created the group. Versions (decided in `commands.JoinGroup`):
 
 * v0: no rebalance timeout; the session timeout stands in for it.
@@ -23,7 +23,7 @@ from coordinator.group.classic.writes import StaticMemberWrite
 from coordinator.group.outcomes import JoinGroupOutcome, SyncGroupOutcome
 from coordinator.group.result import Reply
 
-__all__ = ["join_group"]
+__all__ = ["join_group", "joined_member_id"]
 
 
 def join_group(env: rb.Env, group: ClassicGroup, cmd: c.JoinGroup) -> None:
@@ -117,7 +117,9 @@ def join_existing_member(env: rb.Env, group: ClassicGroup, cmd: c.JoinGroup) -> 
     match group.state:
         case GroupState.PREPARING_REBALANCE:
             update_member_and_rebalance(
-                env, group, member, cmd, f"member {member.member_id} joining group during rebalance"
+                env, group, member, cmd,
+                f"member {member.member_id} joining group during rebalance",
+                ev.RebalanceCause.MEMBER_REJOIN,
             )
         case GroupState.COMPLETING_REBALANCE:
             if member.matches(cmd.protocols):
@@ -131,17 +133,20 @@ def join_existing_member(env: rb.Env, group: ClassicGroup, cmd: c.JoinGroup) -> 
                 )
             else:
                 update_member_and_rebalance(
-                    env, group, member, cmd, f"updating metadata for member {member.member_id}"
+                    env, group, member, cmd, f"updating metadata for member {member.member_id}",
+                    ev.RebalanceCause.METADATA_CHANGE,
                 )
         case GroupState.STABLE:
             if group.is_leader(member.member_id):
                 # The leader rejoins to make the group reassign (e.g. topic metadata changed).
                 update_member_and_rebalance(
-                    env, group, member, cmd, f"leader {member.member_id} re-joining group"
+                    env, group, member, cmd, f"leader {member.member_id} re-joining group",
+                    ev.RebalanceCause.MEMBER_REJOIN,
                 )
             elif not member.matches(cmd.protocols):
                 update_member_and_rebalance(
-                    env, group, member, cmd, f"updating metadata for member {member.member_id}"
+                    env, group, member, cmd, f"updating metadata for member {member.member_id}",
+                    ev.RebalanceCause.METADATA_CHANGE,
                 )
             else:
                 reply(env, cmd, rb.join_outcome(group, member.member_id, with_members=False))
@@ -180,10 +185,11 @@ def update_member(
 
 
 def update_member_and_rebalance(
-    env: rb.Env, group: ClassicGroup, member: ClassicGroupMember, cmd: c.JoinGroup, reason: str
+    env: rb.Env, group: ClassicGroup, member: ClassicGroupMember, cmd: c.JoinGroup, reason: str,
+    cause: ev.RebalanceCause
 ) -> None:
     update_member(env, group, member, cmd)
-    rb.maybe_prepare_rebalance(env, group, with_client_reason(reason, cmd), member)
+    rb.maybe_prepare_rebalance(env, group, with_client_reason(reason, cmd), cause, member)
 
 
 def with_client_reason(reason: str, cmd: c.JoinGroup) -> str:
@@ -227,6 +233,7 @@ def add_member_and_rebalance(
         with_client_reason(
             f"adding new member {member_id} with group instance id {cmd.group_instance_id}", cmd
         ),
+        ev.RebalanceCause.MEMBER_JOIN,
         member,
     )
 
@@ -325,6 +332,7 @@ def update_static_member_and_rebalance(
                         f"{cmd.group_instance_id} changed the selected protocol",
                         cmd,
                     ),
+                    ev.RebalanceCause.METADATA_CHANGE,
                     member,
                 )
         case GroupState.COMPLETING_REBALANCE:
@@ -338,6 +346,7 @@ def update_static_member_and_rebalance(
                     f"{cmd.group_instance_id}",
                     cmd,
                 ),
+                ev.RebalanceCause.METADATA_CHANGE,
                 member,
             )
         case GroupState.PREPARING_REBALANCE:
@@ -357,3 +366,22 @@ def update_static_member_and_rebalance(
             rebalance=rebalance,
         )
     )
+
+
+def joined_member_id(env: rb.Env, group: ClassicGroup, cmd: c.JoinGroup) -> str | None:
+    """The dynamic member a handled JoinGroup spoke for, if it is one now."""
+    if cmd.member_id != c.UNKNOWN_MEMBER_ID:
+        return cmd.member_id
+    if cmd.group_instance_id is not None or cmd.require_known_member_id:
+        return None  # static (no disconnect grace) or only handed a KIP-394 id
+    # Before v4 a dynamic member is added at once with a fresh id: the newest member,
+    # still parked on this request, or named by the answer when the join completed.
+    newest = next(reversed(group.members), None)
+    if newest is not None:
+        parked = group.members[newest].awaiting_join
+        if parked is not None and parked.ref == cmd.ref:
+            return newest
+    for reply in env.result.replies:
+        if reply.ref == cmd.ref:
+            return getattr(reply.outcome, "member_id", None) or None
+    return None

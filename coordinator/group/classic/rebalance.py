@@ -1,5 +1,8 @@
 """The rebalance machinery shared by every classic API: prepare, complete join, propagate.
 
+Longer than ~400 lines: the one rebalance state machine every classic API drives, with its
+timers and disconnect grace; its parts call each other and read best in one place.
+
 Theory of operation (Kafka `GroupCoordinator` / `GroupMetadataManager`, classic part)
 ----------------------------------------------------------------------------------------
 A rebalance starts with `prepare_rebalance`: members parked in SyncGroup are told
@@ -32,7 +35,7 @@ harmless. Keys:
 Disconnect-fast failover: a dynamic member is *connected* while a connection of its own is
 open: one that carried an accepted Heartbeat or OffsetCommit for it, or an accepted JoinGroup
 or SyncGroup after an earlier JoinGroup or SyncGroup on the same connection (the client keeps
-it; the manager tells which). A client may have several. The grace
+it; `ClassicGroups` tells which). A client may have several. The grace
 `group.member.disconnect.grace.ms` starts when
 
 * the last of its session connections closes without a LeaveGroup (the process died, or the
@@ -61,6 +64,7 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from coordinator.group import events as ev
+from coordinator.group import record_helpers as rh
 from coordinator.group.classic.group import ClassicGroup, InitialJoin
 from coordinator.group.classic.member import ClassicGroupMember, Parked
 from coordinator.group.classic.state import GroupState
@@ -68,7 +72,6 @@ from coordinator.group.config import GroupConfig
 from coordinator.group.outcomes import JoinedMember, JoinGroupOutcome, Outcome, SyncGroupOutcome
 from coordinator.group.result import Reply, Result, TimerKey
 from coordinator.grouplog.placement import partition_for
-from coordinator.grouplog.records import GroupMetadataKey, GroupMetadataRecord
 
 __all__ = [
     "Env",
@@ -213,7 +216,7 @@ def validate_current_member(
 def store_group(env: Env, group: ClassicGroup) -> None:
     """Emit the group's snapshot (Kafka `storeGroup`); the runtime makes it durable first."""
     env.result.records.append(
-        GroupMetadataRecord(key=GroupMetadataKey(group=group.group_id), value=group.snapshot())
+        rh.group_metadata_record(group.group_id, group.snapshot())
     )
 
 
@@ -270,7 +273,7 @@ def remove_member_and_update_group(
     drop_member(env, group, member, cause, reason)
     match group.state:
         case GroupState.STABLE | GroupState.COMPLETING_REBALANCE:
-            prepare_rebalance(env, group, reason, culprit=member)
+            prepare_rebalance(env, group, reason, _REBALANCE_CAUSE[cause], culprit=member)
         case GroupState.PREPARING_REBALANCE:
             maybe_complete_join(env, group)
         case GroupState.EMPTY | GroupState.DEAD:
@@ -284,21 +287,34 @@ def remove_pending_member_and_update_group(env: Env, group: ClassicGroup, member
     maybe_complete_join(env, group)
 
 
+# The rebalance a member's removal starts, by why it was removed (those that start one here).
+_REBALANCE_CAUSE = {
+    ev.RemovalCause.LEAVE: ev.RebalanceCause.MEMBER_LEAVE,
+    ev.RemovalCause.SESSION_EXPIRY: ev.RebalanceCause.SESSION_EXPIRY,
+    ev.RemovalCause.DISCONNECT: ev.RebalanceCause.DISCONNECT,
+    ev.RemovalCause.REBALANCE_TIMEOUT: ev.RebalanceCause.REBALANCE_TIMEOUT,
+    ev.RemovalCause.FENCED: ev.RebalanceCause.OTHER,
+    ev.RemovalCause.MAX_SIZE: ev.RebalanceCause.OTHER,
+}
+
+
 # -- the join phase --------------------------------------------------------------------------
 
 
 def maybe_prepare_rebalance(
-    env: Env, group: ClassicGroup, reason: str, culprit: ClassicGroupMember | None = None
+    env: Env, group: ClassicGroup, reason: str, cause: ev.RebalanceCause,
+    culprit: ClassicGroupMember | None = None
 ) -> None:
     """Prepare a rebalance if the state allows one; otherwise try to finish the join phase."""
     if group.can_rebalance():
-        prepare_rebalance(env, group, reason, culprit)
+        prepare_rebalance(env, group, reason, cause, culprit)
     else:
         maybe_complete_join(env, group)
 
 
 def prepare_rebalance(
-    env: Env, group: ClassicGroup, reason: str, culprit: ClassicGroupMember | None = None
+    env: Env, group: ClassicGroup, reason: str, cause: ev.RebalanceCause,
+    culprit: ClassicGroupMember | None = None
 ) -> None:
     assert group.can_rebalance(), f"cannot rebalance group {group.group_id} in {group.state}"
     if group.is_state(GroupState.COMPLETING_REBALANCE):
@@ -317,6 +333,7 @@ def prepare_rebalance(
             partition=env.partition(group.group_id),
             previous_state=previous.value,
             reason=reason,
+            cause=cause,
             member_id=culprit.member_id if culprit else None,
             client_id=culprit.client_id if culprit else None,
             client_host=culprit.client_host if culprit else None,
@@ -494,7 +511,8 @@ def on_sync_deadline(env: Env, group: ClassicGroup) -> None:
                 ev.RemovalCause.REBALANCE_TIMEOUT,
                 "did not send SyncGroup before the rebalance timeout",
             )
-    prepare_rebalance(env, group, f"removing {pending} on pending sync request expiration")
+    prepare_rebalance(env, group, f"removing {pending} on pending sync request expiration",
+                      ev.RebalanceCause.REBALANCE_TIMEOUT)
 
 
 def reset_and_propagate_assignment_error(env: Env, group: ClassicGroup, error: ErrorCode) -> None:

@@ -18,6 +18,7 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.group import commands as c
 from coordinator.group import events as ev
+from coordinator.group import record_helpers as rh
 from coordinator.group.classic import rebalance as rb
 from coordinator.group.classic.group import ClassicGroup
 from coordinator.group.classic.member import Parked
@@ -25,7 +26,6 @@ from coordinator.group.classic.state import GroupState
 from coordinator.group.classic.writes import AssignmentWrite
 from coordinator.group.outcomes import SyncGroupOutcome
 from coordinator.group.result import Reply
-from coordinator.grouplog.records import GroupMetadataKey, GroupMetadataRecord
 
 __all__ = ["sync_group", "validate_sync_group"]
 
@@ -103,10 +103,7 @@ def complete_sync(env: rb.Env, group: ClassicGroup, cmd: c.SyncGroup) -> None:
         )
     )
     env.result.records.append(
-        GroupMetadataRecord(
-            key=GroupMetadataKey(group=group.group_id),
-            value=group.snapshot(assignment),
-        )
+        rh.group_metadata_record(group.group_id, group.snapshot(assignment))
     )
     env.result.writes.append(
         AssignmentWrite(

@@ -3,7 +3,7 @@
 State follows the log, as in Kafka's group coordinator: a command whose effect must not be seen
 before it is written returns the record in `Result.records` and one of the values below in
 `Result.writes`, leaving the group as it was (or, where the change cannot wait, as it will be
-after the write, with what is needed to take it back). When the append completes the manager
+after the write, with what is needed to take it back). When the append completes `ClassicGroups`
 calls `finish` (durable) or `undo` (the append or its fsync failed) with every value of the
 Result, in order.
 
@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from coordinator.group import events as ev
+from coordinator.group import record_helpers as rh
 from coordinator.group.classic import rebalance as rb
 from coordinator.group.classic.group import ClassicGroup
 from coordinator.group.classic.member import ClassicGroupMember
@@ -38,7 +39,14 @@ from coordinator.group.classic.state import GroupState
 from coordinator.group.commands import Protocol
 from coordinator.group.result import APPEND_FAILED
 
-__all__ = ["AssignmentWrite", "GroupDeletionWrite", "StaticMemberWrite", "finish", "undo"]
+__all__ = [
+    "AssignmentWrite",
+    "GroupDeletionWrite",
+    "StaticMemberWrite",
+    "delete_empty_group",
+    "finish",
+    "undo",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +79,37 @@ class GroupDeletionWrite:
 Write = AssignmentWrite | StaticMemberWrite | GroupDeletionWrite
 
 
+def delete_empty_group(env: rb.Env, group: ClassicGroup, reason: str) -> None:
+    """An Empty group goes Dead: its tombstone, a `GroupDeletionWrite` to bring it back if the
+    tombstone is not made durable, its pending members and join timer dropped. The caller
+    forgets it."""
+    group_id = group.group_id
+    env.result.writes.append(
+        GroupDeletionWrite(
+            group=group,
+            state_timestamp_ms=group.state_timestamp_ms,
+            pending_members=dict(group.pending_members),
+        )
+    )
+    for member_id in list(group.pending_members):
+        env.result.cancel(rb.heartbeat_key(group_id, member_id))
+    group.pending_members.clear()
+    if group.join_deadline_ms is not None:
+        env.result.cancel(rb.join_key(group_id))
+    group.transition_to(GroupState.DEAD, env.now_ms)
+    env.result.records.append(
+        rh.group_metadata_tombstone(group_id)
+    )
+    env.result.events.append(
+        ev.GroupDead(
+            ts_ms=env.now_ms,
+            group_id=group_id,
+            generation_id=group.generation_id,
+            reason=reason,
+        )
+    )
+
+
 def finish(env: rb.Env, groups: dict[str, ClassicGroup], write: Write) -> None:
     """The write's records are durable: make the change it was waiting for."""
     if isinstance(write, AssignmentWrite):
@@ -92,6 +131,7 @@ def undo(env: rb.Env, groups: dict[str, ClassicGroup], write: Write,
                     group,
                     f"error {error.name} when storing the group assignment during "
                     f"SyncGroup (member: {write.leader_id})",
+                    ev.RebalanceCause.OTHER,
                 )
         case StaticMemberWrite():
             group = groups.get(write.group_id)

@@ -36,16 +36,15 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.group import commands as c
 from coordinator.group import events as ev
+from coordinator.group import record_helpers as rh
 from coordinator.group.consumer.group import ConsumerGroup, TopicImage
 from coordinator.group.consumer.heartbeat import (
     ConsumerEnv,
     HeartbeatError,
     apply,
     compute_target,
-    epoch_record,
     fence_member,
     maybe_reconcile,
-    member_metadata_record,
     refresh_metadata,
     session_key,
 )
@@ -227,14 +226,14 @@ def classic_join(env: ConsumerEnv, group: ConsumerGroup, cmd: c.JoinGroup) -> Jo
     is_new = member_id not in group.members
     bump, reason = False, ""
     if is_new or not updated.subscription_equals(member):
-        apply(env, group, member_metadata_record(group.group_id, updated))
+        apply(env, group, rh.consumer_group_member_subscription_record(group.group_id, updated))
         if is_new or updated.subscribed_topic_names != member.subscribed_topic_names:
             bump, reason = True, ("member joined" if is_new else "subscription changed")
     if bump or group.metadata_version != env.image.version:
         if refresh_metadata(env, group) and not bump:
             bump, reason = True, "subscribed topic metadata changed"
         if bump:
-            apply(env, group, epoch_record(group.group_id, group.group_epoch + 1))
+            apply(env, group, rh.consumer_group_epoch_record(group.group_id, group.group_epoch + 1))
             group.epoch_reason = reason
     if group.group_epoch > group.assignment_epoch:
         compute_target(env, group, group.epoch_reason or "group epoch ahead", member_id)

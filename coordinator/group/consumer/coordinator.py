@@ -1,8 +1,11 @@
 """Every consumer group of this node: dispatch, timers, replay, describe and the offset checks.
 
-`GroupCoordinator` (the classic side, `coordinator/group/manager.py`) owns one of these and routes
-the consumer group APIs to it; the two group types share one id space (a group id names either a
-classic or a consumer group, see the manager for the conflict rules).
+A little over 400 lines: the entry points of one group type, each short; the rules are in the
+modules it calls.
+
+The service (`coordinator/group/service.py`) routes the consumer group APIs to it; the two group
+types share one id space (a group id names either a classic or a consumer group; a group changing
+type is `coordinator/group/migrator.py`'s).
 
 The broker's topics reach the core as a `TopicImage` value set by the runtime
 (`set_topic_image`) whenever topics are created, deleted or grow; a group notices a new image
@@ -19,6 +22,7 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.group import commands as c
 from coordinator.group import events as ev
+from coordinator.group import record_helpers as rh
 from coordinator.group.consumer import classic_members as cm
 from coordinator.group.consumer import disconnect
 from coordinator.group.consumer.commands import (
@@ -30,12 +34,12 @@ from coordinator.group.consumer.commands import (
     DescribedConsumerMember,
 )
 from coordinator.group.consumer.config import ConsumerGroupConfig
+from coordinator.group.consumer.durable import DurableRecords
 from coordinator.group.consumer.group import ConsumerGroup, ConsumerGroupState, TopicImage
 from coordinator.group.consumer.heartbeat import (
     ConsumerEnv,
     HeartbeatError,
     disconnect_key,
-    epoch_record,
     fence_member,
     heartbeat,
     rebalance_key,
@@ -51,9 +55,8 @@ from coordinator.group.outcomes import (
 )
 from coordinator.group.result import Reply, Result, TimerKey
 from coordinator.grouplog.records import (
-    ConsumerGroupPartitionMetadataKey,
+    ConsumerGroupMetadataKey,
     ConsumerGroupRecord,
-    ConsumerGroupTargetAssignmentMetadataKey,
 )
 
 __all__ = ["ConsumerGroupCoordinator"]
@@ -74,6 +77,7 @@ class ConsumerGroupCoordinator:
         # connection id -> (group id, member id) of dynamic members whose requests came on it;
         # an entry is stale once the member moved to another connection (checked on close).
         self._members_by_connection: dict[int, set[tuple[str, str]]] = {}
+        self._durable = DurableRecords()  # what a failed write goes back to
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -310,8 +314,10 @@ class ConsumerGroupCoordinator:
                     else ErrorCode.stale_member_epoch)
         return None
 
-    def delete_group(self, group_id: str, now_ms: int) -> tuple[ErrorCode | None, Result]:
-        """DeleteGroups / expiry of an Empty consumer group: every record's tombstone."""
+    def delete_group(self, group_id: str, now_ms: int, reason: str = "group deleted"
+                     ) -> tuple[ErrorCode | None, Result]:
+        """DeleteGroups / expiry of an Empty consumer group, or a classic group taking its
+        place (`reason`): every record's tombstone."""
         env = self._env(now_ms)
         group = self._groups.get(group_id)
         if group is None:
@@ -319,16 +325,14 @@ class ConsumerGroupCoordinator:
         if group.members:
             return ErrorCode.non_empty_group, env.result
         env.result.records.extend([
-            ConsumerGroupRecord(key=ConsumerGroupTargetAssignmentMetadataKey(group=group_id),
-                                value=None),
-            ConsumerGroupRecord(key=ConsumerGroupPartitionMetadataKey(group=group_id),
-                                value=None),
-            ConsumerGroupRecord(key=epoch_record(group_id, 0).key, value=None),
+            rh.consumer_group_target_assignment_epoch_tombstone(group_id),
+            rh.consumer_group_subscription_metadata_tombstone(group_id),
+            rh.consumer_group_epoch_tombstone(group_id),
         ])
         del self._groups[group_id]
         env.result.events.append(ev.GroupDead(ts_ms=now_ms, group_id=group_id,
                                               generation_id=group.group_epoch,
-                                              reason="group deleted"))
+                                              reason=reason))
         return None, env.result
 
     # -- recovery --------------------------------------------------------------------------
@@ -339,10 +343,11 @@ class ConsumerGroupCoordinator:
         Members come back with their epochs and assignments and a fresh session; a member
         still revoking gets a fresh rebalance timeout. A group epoch tombstone deletes the group.
         """
+        self._durable.note(record)
         env = self._env(now_ms)
         group_id = record.key.group
         group = self._groups.get(group_id)
-        if record.value is None and record.key == epoch_record(group_id, 0).key:
+        if record.value is None and type(record.key) is ConsumerGroupMetadataKey:
             if group is not None:
                 for member_id in list(group.members):
                     env.result.cancel(session_key(group_id, member_id))
@@ -375,6 +380,22 @@ class ConsumerGroupCoordinator:
                     group.rebalance_deadlines[member.member_id] = (member.member_epoch, deadline)
                     env.result.schedule(rebalance_key(group_id, member.member_id), deadline)
         return env.result
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def records_durable(self, records: list[ConsumerGroupRecord]) -> None:
+        for record in records:
+            self._durable.note(record)
+
+    def records_failed(self, group_ids: set[str], now_ms: int) -> Result:
+        """The records of `group_ids` could not be made durable: their in-memory state ran
+        ahead of the log, so each is rebuilt from its durable records (`durable.py`)."""
+        result = Result()
+        for group_id in sorted(group_ids):
+            result.merge(self.forget(group_id))
+            for record in self._durable.records_of(group_id):
+                result.merge(self.replay(record, now_ms))
+        return result.merge(self.finish_replay(now_ms))
 
     def forget(self, group_id: str) -> Result:
         """Drop a group from memory (its timers too), before it is replayed again from the log:

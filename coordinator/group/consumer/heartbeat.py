@@ -1,6 +1,10 @@
 """ConsumerGroupHeartbeat: join, stay, move towards the target, leave (Kafka's
 `GroupMetadataManager.consumerGroupHeartbeat`).
 
+Longer than ~400 lines: one heartbeat carries a member through join, subscription change,
+target assignment and reconciliation, each step writing its records; split further, a reader
+would follow one request across files.
+
 One heartbeat, in order:
 
 1. Validate the request (INVALID_REQUEST, UNSUPPORTED_ASSIGNOR, INVALID_REGULAR_EXPRESSION).
@@ -34,6 +38,7 @@ from dataclasses import dataclass, replace
 from kio.schema.errors import ErrorCode
 
 from coordinator.group import events as ev
+from coordinator.group import record_helpers as rh
 from coordinator.group.assignors import ASSIGNORS, MemberSpec
 from coordinator.group.consumer.commands import (
     ConsumerGroupHeartbeat,
@@ -55,19 +60,7 @@ from coordinator.group.consumer.reconciling_interval import heartbeat_interval_f
 from coordinator.group.result import Result, TimerKey
 from coordinator.grouplog.records import (
     MAX_STORED_STRING_BYTES,
-    ConsumerGroupCurrentMemberAssignmentKey,
-    ConsumerGroupCurrentMemberAssignmentValue,
-    ConsumerGroupMemberMetadataKey,
-    ConsumerGroupMemberMetadataValue,
-    ConsumerGroupMetadataKey,
-    ConsumerGroupMetadataValue,
-    ConsumerGroupPartitionMetadataKey,
-    ConsumerGroupPartitionMetadataValue,
     ConsumerGroupRecord,
-    ConsumerGroupTargetAssignmentMemberKey,
-    ConsumerGroupTargetAssignmentMemberValue,
-    ConsumerGroupTargetAssignmentMetadataKey,
-    ConsumerGroupTargetAssignmentMetadataValue,
     SubscribedTopicMetadata,
 )
 
@@ -215,50 +208,6 @@ def apply(env: ConsumerEnv, group: ConsumerGroup, record: ConsumerGroupRecord) -
     env.result.records.append(record)
 
 
-def member_metadata_record(group_id: str, m: ConsumerGroupMember) -> ConsumerGroupRecord:
-    return ConsumerGroupRecord(
-        key=ConsumerGroupMemberMetadataKey(group=group_id, member_id=m.member_id),
-        value=ConsumerGroupMemberMetadataValue(
-            instance_id=m.instance_id, rack_id=m.rack_id, client_id=m.client_id,
-            client_host=m.client_host, subscribed_topic_names=m.subscribed_topic_names,
-            subscribed_topic_regex=m.subscribed_topic_regex,
-            rebalance_timeout_ms=m.rebalance_timeout_ms, server_assignor=m.server_assignor,
-            classic_member_metadata=m.classic))
-
-
-def current_assignment_record(group_id: str, m: ConsumerGroupMember) -> ConsumerGroupRecord:
-    return ConsumerGroupRecord(
-        key=ConsumerGroupCurrentMemberAssignmentKey(group=group_id, member_id=m.member_id),
-        value=ConsumerGroupCurrentMemberAssignmentValue(
-            member_epoch=m.member_epoch, previous_member_epoch=m.previous_member_epoch,
-            state=int(m.state), assigned_partitions=assignment_to_record(m.assigned),
-            partitions_pending_revocation=assignment_to_record(m.pending_revocation)))
-
-
-def target_record(group_id: str, member_id: str, target: Assignment | None
-                  ) -> ConsumerGroupRecord:
-    return ConsumerGroupRecord(
-        key=ConsumerGroupTargetAssignmentMemberKey(group=group_id, member_id=member_id),
-        value=None if target is None else ConsumerGroupTargetAssignmentMemberValue(
-            topic_partitions=assignment_to_record(target)))
-
-
-def member_tombstones(group_id: str, member_id: str) -> list[ConsumerGroupRecord]:
-    """Kafka's `removeMember`: current assignment, target assignment, then subscription."""
-    return [
-        ConsumerGroupRecord(key=ConsumerGroupCurrentMemberAssignmentKey(
-            group=group_id, member_id=member_id), value=None),
-        target_record(group_id, member_id, None),
-        ConsumerGroupRecord(key=ConsumerGroupMemberMetadataKey(
-            group=group_id, member_id=member_id), value=None),
-    ]
-
-
-def epoch_record(group_id: str, epoch: int) -> ConsumerGroupRecord:
-    return ConsumerGroupRecord(key=ConsumerGroupMetadataKey(group=group_id),
-                               value=ConsumerGroupMetadataValue(epoch=epoch))
-
-
 # -- subscriptions -------------------------------------------------------------------------
 
 
@@ -292,9 +241,8 @@ def refresh_metadata(env: ConsumerEnv, group: ConsumerGroup) -> bool:
     metadata = subscription_metadata(group, env.image)
     if metadata == group.subscription_metadata:
         return False
-    apply(env, group, ConsumerGroupRecord(
-        key=ConsumerGroupPartitionMetadataKey(group=group.group_id),
-        value=ConsumerGroupPartitionMetadataValue(topics=tuple(metadata.values()))))
+    apply(env, group, rh.consumer_group_subscription_metadata_record(
+        group.group_id, metadata.values()))
     return True
 
 
@@ -324,14 +272,15 @@ def compute_target(env: ConsumerEnv, group: ConsumerGroup, reason: str,
         old = group.target.get(member_id)
         if new is None:
             if member_id not in group.members and old is not None:
-                apply(env, group, target_record(group.group_id, member_id, None))
+                apply(env, group, rh.consumer_group_target_assignment_record(
+                    group.group_id, member_id, None))
             continue
         if old is None or assignment_to_record(old) != assignment_to_record(new):
             moved += sum(len(p - (old or {}).get(t, frozenset())) for t, p in new.items())
-            apply(env, group, target_record(group.group_id, member_id, new))
-    apply(env, group, ConsumerGroupRecord(
-        key=ConsumerGroupTargetAssignmentMetadataKey(group=group.group_id),
-        value=ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=group.group_epoch)))
+            apply(env, group, rh.consumer_group_target_assignment_record(
+                group.group_id, member_id, new))
+    apply(env, group, rh.consumer_group_target_assignment_epoch_record(
+        group.group_id, group.group_epoch))
     env.result.events.append(ev.TargetAssignmentComputed(
         ts_ms=env.now_ms, group_id=group.group_id, group_type=GROUP_TYPE,
         generation_id=group.group_epoch, assignor=assignor_name,
@@ -350,7 +299,7 @@ def maybe_reconcile(env: ConsumerEnv, group: ConsumerGroup, member: ConsumerGrou
     updated = reconcile(member, group.assignment_epoch, target, group.owner_epoch, owned)
     if updated.assignment_equals(member):
         return member
-    apply(env, group, current_assignment_record(group.group_id, updated))
+    apply(env, group, rh.consumer_group_current_assignment_record(group.group_id, updated))
     updated = group.members[member.member_id]
     if updated.state is MemberState.UNREVOKED_PARTITIONS:
         deadline = env.now_ms + max(updated.rebalance_timeout_ms, 0)
@@ -439,7 +388,7 @@ def heartbeat(env: ConsumerEnv, groups: dict[str, ConsumerGroup],
     reason = ""
     is_new = member_id not in group.members
     if is_new or (updated is not member and not updated.subscription_equals(member)):
-        apply(env, group, member_metadata_record(group.group_id, updated))
+        apply(env, group, rh.consumer_group_member_subscription_record(group.group_id, updated))
         if (is_new or updated.subscribed_topic_names != member.subscribed_topic_names
                 or updated.subscribed_topic_regex != member.subscribed_topic_regex):
             bump = True
@@ -448,7 +397,7 @@ def heartbeat(env: ConsumerEnv, groups: dict[str, ConsumerGroup],
         if refresh_metadata(env, group) and not bump:
             bump, reason = True, "subscribed topic metadata changed"
         if bump:
-            apply(env, group, epoch_record(group.group_id, group.group_epoch + 1))
+            apply(env, group, rh.consumer_group_epoch_record(group.group_id, group.group_epoch + 1))
             group.epoch_reason = reason
     if group.group_epoch > group.assignment_epoch:
         compute_target(env, group, group.epoch_reason or "group epoch ahead", member_id)
@@ -534,12 +483,13 @@ def _replace_static_member(env: ConsumerEnv, group: ConsumerGroup, old: Consumer
     """Kafka's `replaceMember`: the newcomer inherits the old member's target and assignment,
     so the group epoch does not move and nobody else notices."""
     target = group.target.get(old.member_id, {})
-    for record in member_tombstones(group.group_id, old.member_id):
+    for record in rh.consumer_group_member_tombstones(group.group_id, old.member_id):
         apply(env, group, record)
     _drop_timers(env, group, old.member_id)
-    apply(env, group, member_metadata_record(group.group_id, new))
-    apply(env, group, target_record(group.group_id, new.member_id, target))
-    apply(env, group, current_assignment_record(group.group_id, new))
+    apply(env, group, rh.consumer_group_member_subscription_record(group.group_id, new))
+    apply(env, group, rh.consumer_group_target_assignment_record(
+        group.group_id, new.member_id, target))
+    apply(env, group, rh.consumer_group_current_assignment_record(group.group_id, new))
     env.result.events.append(ev.StaticMemberReplaced(
         ts_ms=env.now_ms, group_id=group.group_id, generation_id=group.group_epoch,
         group_instance_id=new.instance_id or "", old_member_id=old.member_id,
@@ -576,7 +526,7 @@ def leave(env: ConsumerEnv, groups: dict[str, ConsumerGroup], cmd: ConsumerGroup
             # expires or it rejoins under a new member id.
             leaving = replace(member, member_epoch=LEAVE_GROUP_STATIC_EPOCH,
                               pending_revocation={})
-            apply(env, group, current_assignment_record(group.group_id, leaving))
+            apply(env, group, rh.consumer_group_current_assignment_record(group.group_id, leaving))
             return ConsumerGroupHeartbeatOutcome(member_id=member.member_id,
                                                  member_epoch=LEAVE_GROUP_STATIC_EPOCH)
     fence_member(env, group, member, ev.RemovalCause.LEAVE, "the member left the group")
@@ -586,11 +536,11 @@ def leave(env: ConsumerEnv, groups: dict[str, ConsumerGroup], cmd: ConsumerGroup
 def fence_member(env: ConsumerEnv, group: ConsumerGroup, member: ConsumerGroupMember,
                  cause: ev.RemovalCause, reason: str) -> None:
     """Kafka's `consumerGroupFenceMember`: remove it, refresh metadata, bump the epoch."""
-    for record in member_tombstones(group.group_id, member.member_id):
+    for record in rh.consumer_group_member_tombstones(group.group_id, member.member_id):
         apply(env, group, record)
     _drop_timers(env, group, member.member_id)
     refresh_metadata(env, group)
-    apply(env, group, epoch_record(group.group_id, group.group_epoch + 1))
+    apply(env, group, rh.consumer_group_epoch_record(group.group_id, group.group_epoch + 1))
     group.epoch_reason = f"member removed ({cause.value})"
     env.result.events.append(ev.MemberRemoved(
         ts_ms=env.now_ms, group_id=group.group_id, generation_id=group.group_epoch,

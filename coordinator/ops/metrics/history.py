@@ -51,7 +51,7 @@ def rebalance_cause(event: ev.RebalanceStarted | ev.TargetAssignmentComputed) ->
     group's is the `cause` of its `rebalance_started` line, so `/metrics`, the page and the
     journal name the same rebalance alike."""
     if isinstance(event, ev.RebalanceStarted):
-        return ev.rebalance_cause(event.reason)
+        return event.cause.value
     return _CONSUMER_CAUSES.get(event.reason, "other")
 
 
