@@ -97,7 +97,7 @@ class RebalancedBroker:
     port with a random token, reachable through `.control`."""
 
     def __init__(self, data_dir: str | os.PathLike[str] | None = None, *,
-                 settings: Mapping[str, Any] | None = None, control: bool = False,
+                 settings: Mapping[str, Any] | None = None, control: bool = True,
                  warm: bool = True, port: int | None = None) -> None:
         self._own_dir = data_dir is None
         self.data_dir = Path(data_dir) if data_dir is not None else Path(
