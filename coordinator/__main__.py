@@ -189,11 +189,11 @@ async def _start_ops(broker: Broker, server: KafkaServer) -> OpsServer | None:
 async def _start_test_control(broker: Broker) -> TestControl | None:
     """The test control endpoint (test.control.listener), when configured: faults, virtual
     time and group waiters for test suites (docs/testing.md)."""
-    from coordinator.runtime.test_control import TestControl, VirtualClock
-
     listener = broker.settings["test.control.listener"]
     if not listener:
         return None
+    from coordinator.runtime.test_control import TestControl, VirtualClock
+
     assert isinstance(broker.clock, VirtualClock)
     control = TestControl(broker, broker.clock, broker.settings["test.control.token"],
                           broker.settings["test.control.allow.remote"])
