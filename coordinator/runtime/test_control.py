@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import ipaddress
 import json
 import random
@@ -313,7 +314,9 @@ class TestControl:
             if step is None or step > remaining:
                 self.clock.offset_ms += max(remaining, 0)
                 break
-            self.clock.offset_ms += max(step, 0)
+            # The wheel's next deadline is a lower bound (its tick): at least a millisecond a
+            # step, so that the loop ends however the timers re-arm.
+            self.clock.offset_ms += max(step, 1)
             broker.run_due_timers()
         broker.run_due_timers()
         asyncio.get_running_loop().create_task(broker.groups.expire_offsets())
@@ -367,7 +370,8 @@ class TestControl:
             await self._send(writer, 403, {"error": "the control endpoint serves loopback "
                                            "only (test.control.allow.remote)"}, False)
             return False
-        if headers.get("authorization", "") != f"Bearer {self.token}":
+        if not hmac.compare_digest(headers.get("authorization", "").encode(),
+                                   f"Bearer {self.token}".encode()):
             await self._send(writer, 401, {"error": "wrong or missing token "
                                            "(Authorization: Bearer <test.control.token>)"}, keep)
             return keep
