@@ -5,7 +5,8 @@ fault table at all, and its request path pays one attribute check (`Broker.fault
     GET    /faults                 the rules with their matches and hits
     POST   /faults                 add a rule (coordinator/testkit/faults.py) -> {"id": ...}
     GET    /faults/ID              one rule
-    DELETE /faults/ID, /faults     remove one rule, or all
+    POST   /faults/ID/release      handle the requests a "hold" rule holds
+    DELETE /faults/ID, /faults     remove one rule, or all (what they hold is handled)
     POST   /clock/advance          {"ms": 45000}: move the broker's clock; due timers fire in order
     GET    /clock                  {"now_ms": ...}
     GET    /groups/ID              a classic group's state, generation and members
@@ -81,13 +82,14 @@ class Rule:
         self.trigger: dict[str, Any] = spec["trigger"]
         self.matches = 0
         self.hits = 0
+        self.held: list[tuple[Connection, ResponseSlot, RequestHeader, Any]] = []
         self.random = random.Random(self.trigger.get("seed", 0))
         for_ms = spec.get("for_ms")
         self.until = None if for_ms is None else time.monotonic() + for_ms / 1000
 
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, **self.spec, "matches": self.matches, "hits": self.hits,
-                "active": self.active()}
+                "held": len(self.held), "active": self.active()}
 
     def active(self) -> bool:
         if self.until is not None and time.monotonic() > self.until:
@@ -200,14 +202,24 @@ class TestControl:
         return rule
 
     def remove(self, rule_id: int | None) -> int:
-        if rule_id is None:
-            removed = len(self.rules)
-            self.rules.clear()
-        else:
-            removed = 1 if self.rules.pop(rule_id, None) is not None else 0
+        """Remove a rule (or all); the requests they hold are handled now."""
+        gone = (list(self.rules.values()) if rule_id is None
+                else [r for r in (self.rules.get(rule_id),) if r is not None])
+        for rule in gone:
+            del self.rules[rule.id]
         if not self.rules:
             self.broker.faults = None
-        return removed
+        for rule in gone:
+            self.release(rule)
+        return len(gone)
+
+    def release(self, rule: Rule) -> int:
+        """Handle the requests `rule` holds, in the order they came."""
+        held, rule.held = rule.held, []
+        for connection, slot, header, request in held:
+            self._released.add(id(slot))
+            self.broker.handle(connection, slot, header, request)
+        return len(held)
 
     def intercept(self, connection: Connection, slot: ResponseSlot, header: RequestHeader,
                   request: Any) -> bool:
@@ -237,6 +249,8 @@ class TestControl:
                 asyncio.get_running_loop().call_later(
                     rule.action["ms"] / 1000, self.broker.handle, connection, slot, header,
                     request)
+            elif kind == "hold":
+                rule.held.append((connection, slot, header, request))
             elif kind == "drop":
                 connection.close()
             # blackhole: the slot is never completed, so nothing after it is answered either
@@ -400,6 +414,10 @@ class TestControl:
                 ("DELETE", "one"): lambda: ((200, {"removed": 1}) if self.remove(rule_id)
                                             else (404, {"error": f"no rule {rule_id}"})),
             }
+            if len(parts) == 3 and parts[2] == "release" and method == "POST":
+                rule = self.rules.get(rule_id) if rule_id is not None else None
+                return ((200, {"released": self.release(rule)}) if rule is not None
+                        else (404, {"error": f"no rule {rule_id}"}))
             handler = routes.get((method, "one" if rule_id is not None else "list"))
         elif parts == ["clock", "advance"] and method == "POST":
             ms = payload.get("ms")

@@ -49,7 +49,12 @@ class Fault:
             time.sleep(_POLL_SECONDS)
         return count
 
+    def release(self) -> int:
+        """Handle the requests a "hold" rule holds now; how many."""
+        return int(self.control._call("POST", f"/faults/{self.id}/release", {})["released"])
+
     def remove(self) -> None:
+        """Remove the rule; requests it holds are handled."""
         self.control._call("DELETE", f"/faults/{self.id}", missing_ok=True)
 
     def __enter__(self) -> Fault:

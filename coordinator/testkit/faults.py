@@ -8,6 +8,8 @@ A rule is a JSON object:
      "action":  {"type": "error", "error_code": 27}     answer this error code (27 or a name:
                                                         "REBALANCE_IN_PROGRESS")
               | {"type": "delay", "ms": 500}            handle the request this much later
+              | {"type": "hold"}                        handle the request only once released
+                                                        (or the rule removed)
               | {"type": "drop"}                        close the connection, no answer
               | {"type": "blackhole"}                   never answer (the client's session runs
                                                         out while it waits)
@@ -44,7 +46,8 @@ GROUP_APIS: frozenset[int] = frozenset({8, 11, 12, 13, 14})
 
 _MATCH_TEXT = ("group_id", "member_id", "group_instance_id", "client_id", "topic")
 _MATCH_INT = ("api_version", "partition", "connection")
-ACTIONS = ("error", "delay", "drop", "blackhole", "observe", "expire_session", "rebalance")
+ACTIONS = ("error", "delay", "hold", "drop", "blackhole", "observe", "expire_session",
+           "rebalance")
 TRIGGERS = ("always", "once", "times", "nth", "probability")
 
 

@@ -144,3 +144,18 @@ def test_unsafe_control_settings_stop_the_start(tmp_path, settings, problem) -> 
     done = subprocess.run(args, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert problem in done.stderr
+
+
+def test_a_held_sync_group_is_answered_once_released(
+        rebalanced_broker: RebalancedBroker) -> None:
+    control = rebalanced_broker.control
+    create_topic(rebalanced_broker.bootstrap, "orders")
+    held = control.add_fault(match={"api": "SyncGroup", "group_id": "billing"},
+                             action={"type": "hold"}, trigger={"type": "once"})
+    with PolledConsumer(rebalanced_broker.bootstrap, "billing", "orders"):
+        held.wait(hits=1, timeout=30)
+        time.sleep(0.3)
+        assert control.group("billing")["state"] == "CompletingRebalance"  # type: ignore[index]
+        assert held.state()["held"] == 1
+        assert held.release() == 1
+        control.wait_for_group("billing", members=1, timeout=10)
