@@ -306,6 +306,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         clock = VirtualClock()  # the endpoint's `advance` moves it
     broker = Broker(settings, repair=args.repair, clock=clock)
+    if clock is not None:
+        from coordinator.runtime.test_control import prepare
+
+        prepare(broker)
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
     try:

@@ -7,6 +7,7 @@ fault table at all, and its request path pays one attribute check (`Broker.fault
     GET    /faults/ID              one rule
     POST   /faults/ID/release      handle the requests a "hold" rule holds
     DELETE /faults/ID, /faults     remove one rule, or all (what they hold is handled)
+    POST   /grouplog/fail          {"op": "write", "times": 1}: the next group-log writes fail
     POST   /clock/advance          {"ms": 45000}: move the broker's clock; due timers fire in order
     GET    /clock                  {"now_ms": ...}
     GET    /groups/ID              a classic group's state, generation and members
@@ -48,6 +49,7 @@ from coordinator.testkit.faults import RuleError, parse_rule
 from protocol.build import build
 from protocol.codec import RequestHeader, response_type
 from protocol.connection import Connection, ResponseSlot
+from storage.fs import REAL_FS, FaultyFileSystem
 
 log = structlog.get_logger("rebalanced.test_control")
 
@@ -71,6 +73,13 @@ class VirtualClock(SystemClock):
 
     def wall_ms(self) -> int:
         return time.time_ns() // 1_000_000 + self.offset_ms
+
+
+def prepare(broker: Any) -> None:
+    """Before the broker starts: its group log is opened through a filesystem that the
+    endpoint can make fail (`POST /grouplog/fail`), unless a test's disk fault plan is set."""
+    if broker.groups.fs is REAL_FS:
+        broker.groups.fs = FaultyFileSystem()
 
 
 class Rule:
@@ -312,6 +321,22 @@ class TestControl:
         groups.applier.apply(manager._finish(env, None))
         return True
 
+    def _fail_group_log(self, payload: Any) -> tuple[int, Any]:
+        """The next `times` group-log writes (`op`: write or fsync) fail with an I/O error, as
+        a full or failing disk would make them."""
+        fs = self.broker.groups.fs
+        if not isinstance(fs, FaultyFileSystem):
+            return 409, {"error": "the group log is not on a fault-injecting filesystem"}
+        op = payload.get("op", "write")
+        if op not in ("write", "fsync"):
+            raise RuleError("op", f"expected write or fsync, got {op!r}")
+        times = payload.get("times", 1)
+        if isinstance(times, bool) or not isinstance(times, int) or times < 1:
+            raise RuleError("times", f"expected an integer >= 1, got {times!r}")
+        fs.fail_always(op, path="__consumer_offsets", times=times)
+        log.warning("group-log failures injected", op=op, times=times)
+        return 200, {"op": op, "times": times}
+
     # virtual time ---------------------------------------------------------------------------
 
     def advance(self, ms: int) -> int:
@@ -424,6 +449,8 @@ class TestControl:
             if isinstance(ms, bool) or not isinstance(ms, int) or ms < 0:
                 raise RuleError("ms", f"expected milliseconds >= 0, got {ms!r}")
             return 200, {"now_ms": self.advance(ms)}
+        elif parts == ["grouplog", "fail"] and method == "POST":
+            return self._fail_group_log(payload)
         elif parts == ["clock"] and method == "GET":
             return 200, {"now_ms": self.clock.now_ms(), "offset_ms": self.clock.offset_ms}
         elif parts[:1] == ["groups"] and len(parts) >= 2:

@@ -118,6 +118,12 @@ class Control:
     def clear_faults(self) -> int:
         return int(self._call("DELETE", "/faults")["removed"])
 
+    def fail_group_log(self, times: int = 1, op: str = "write") -> None:
+        """The broker's next `times` group-log writes (or fsyncs: `op="fsync"`) fail with an
+        I/O error. A failed write answers the requests it carried with an error; a failed
+        fsync stops the broker (fail-stop), as a real disk error does."""
+        self._call("POST", "/grouplog/fail", {"op": op, "times": times})
+
     # virtual time ---------------------------------------------------------------------------
 
     def advance(self, ms: int) -> int:

@@ -159,3 +159,28 @@ def test_a_held_sync_group_is_answered_once_released(
         assert held.state()["held"] == 1
         assert held.release() == 1
         control.wait_for_group("billing", members=1, timeout=10)
+
+
+def test_a_commit_whose_group_log_write_fails_is_retried_by_the_client(
+        rebalanced_broker: RebalancedBroker) -> None:
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    control = rebalanced_broker.control
+    create_topic(rebalanced_broker.bootstrap, "orders")
+    consumer = KafkaConsumer(bootstrap_servers=rebalanced_broker.bootstrap,
+                             group_id="billing", enable_auto_commit=False)
+    try:
+        partition = TopicPartition("orders", 0)
+        consumer.commit({partition: OffsetAndMetadata(1, "", -1)})
+        commits = control.add_fault(match={"api": "OffsetCommit"}, action={"type": "observe"})
+        control.fail_group_log(times=1)
+        consumer.commit({partition: OffsetAndMetadata(2, "", -1)})
+        # The write failed, the commit was answered with an error, the client sent it again.
+        assert commits.matches == 2
+        assert consumer.committed(partition) == 2
+        assert rebalanced_broker.running
+    finally:
+        consumer.close()
+    with pytest.raises(ValueError, match="times"):
+        control.fail_group_log(times=0)
