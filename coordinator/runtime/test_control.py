@@ -288,10 +288,20 @@ class TestControl:
     # group actions --------------------------------------------------------------------------
 
     def group(self, group_id: str) -> dict[str, Any] | None:
-        group = self.broker.groups.manager.group(group_id)
+        manager = self.broker.groups.manager
+        group = manager.group(group_id)
         if group is None:
-            return None
-        return {"group_id": group_id, "state": group.state.value,
+            consumer = manager.consumer.group(group_id)
+            if consumer is None:
+                return None
+            # A consumer-protocol group (KIP-848): its epoch stands for the generation.
+            return {"group_id": group_id, "type": "consumer", "state": consumer.state.value,
+                    "generation_id": consumer.group_epoch, "protocol": None,
+                    "leader_id": None,
+                    "members": [{"member_id": m.member_id, "group_instance_id": m.instance_id,
+                                 "client_id": m.client_id}
+                                for m in consumer.members.values()]}
+        return {"group_id": group_id, "type": "classic", "state": group.state.value,
                 "generation_id": group.generation_id, "protocol": group.protocol_name,
                 "leader_id": group.leader_id,
                 "members": [{"member_id": m.member_id,

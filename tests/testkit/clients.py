@@ -20,10 +20,11 @@ class PolledConsumer:
     heartbeats on its own thread meanwhile."""
 
     def __init__(self, bootstrap: str, group: str, topic: str, **config: Any) -> None:
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                                  "auto.offset.reset": "earliest",
-                                  "heartbeat.interval.ms": 200, "session.timeout.ms": 6000,
-                                  **config})
+        settings = {"bootstrap.servers": bootstrap, "group.id": group,
+                    "auto.offset.reset": "earliest", "heartbeat.interval.ms": 200,
+                    "session.timeout.ms": 6000, **config}
+        # None drops a default (the consumer protocol refuses the session settings).
+        self.consumer = Consumer({k: v for k, v in settings.items() if v is not None})
         self.consumer.subscribe([topic])
         self.errors: list[Any] = []
         self._stop = threading.Event()

@@ -184,3 +184,14 @@ def test_a_commit_whose_group_log_write_fails_is_retried_by_the_client(
         consumer.close()
     with pytest.raises(ValueError, match="times"):
         control.fail_group_log(times=0)
+
+
+def test_a_consumer_protocol_group_is_waited_for_too(
+        rebalanced_broker: RebalancedBroker) -> None:
+    control = rebalanced_broker.control
+    create_topic(rebalanced_broker.bootstrap, "orders")
+    with PolledConsumer(rebalanced_broker.bootstrap, "billing", "orders",
+                        **{"group.protocol": "consumer", "heartbeat.interval.ms": None,
+                           "session.timeout.ms": None}):
+        group = control.wait_for_group("billing", members=1, timeout=30)
+        assert group["type"] == "consumer"
