@@ -137,7 +137,7 @@ class Control:
     # groups ---------------------------------------------------------------------------------
 
     def group(self, group_id: str) -> dict[str, Any] | None:
-        """A classic group's state, generation and members; None if there is no such group."""
+        """The group (classic or consumer protocol): state, generation, members; None if none."""
         return self._call("GET", f"/groups/{urllib.parse.quote(group_id, safe='')}",
                           missing_ok=True)
 
