@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from coordinator.ops.http import OpsServer
     from coordinator.ops.loop_lag import LoopLagMonitor
     from coordinator.runtime.broker import Broker
+    from coordinator.runtime.test_control import TestControl
     from protocol.server import KafkaServer, ListenerSecurity
 
 # Log lines are written through a buffer flushed every 100 ms (and at exit) rather than one
@@ -140,6 +141,7 @@ async def serve(broker: Broker, server_factory: type[KafkaServer] | None = None,
     bound = await server.start()
     log = structlog.get_logger("rebalanced")
     ops = await _start_ops(broker, server)
+    control = await _start_test_control(broker)
     listening = {listener.name: f"{listener.host}:{server.bound[listener.name]}"
                  for listener in settings.listeners}
     protocols = settings["listener.security.protocol.map"]
@@ -156,6 +158,8 @@ async def serve(broker: Broker, server_factory: type[KafkaServer] | None = None,
     log.info("broker stopping")
     if ops is not None:
         await ops.stop()
+    if control is not None:
+        await control.stop()
     await server.stop()
     await broker.stop()
     loop_lag.stop()
@@ -180,6 +184,45 @@ async def _start_ops(broker: Broker, server: KafkaServer) -> OpsServer | None:
                                             paths=["/metrics", "/"],
                                             max_connections=ops.max_connections)
     return ops
+
+
+async def _start_test_control(broker: Broker) -> TestControl | None:
+    """The test control endpoint (test.control.listener), when configured: faults, virtual
+    time and group waiters for test suites (docs/testing.md)."""
+    listener = broker.settings["test.control.listener"]
+    if not listener:
+        return None
+    from coordinator.runtime.test_control import TestControl, VirtualClock
+
+    assert isinstance(broker.clock, VirtualClock)
+    control = TestControl(broker, broker.clock, broker.settings["test.control.token"],
+                          broker.settings["test.control.allow.remote"])
+    host, _, port = listener.rpartition(":")
+    bound = await control.start(host.strip("[]"), int(port))
+    structlog.get_logger("rebalanced").warning(
+        "test control endpoint listening: faults and virtual time can be driven from it",
+        host=host, port=bound)
+    return control
+
+
+def test_control_problem(settings: Any) -> str | None:
+    """Why the test control settings cannot be used, or None."""
+    import ipaddress
+
+    listener = settings["test.control.listener"]
+    if not listener:
+        return None
+    if not settings["test.control.token"]:
+        return "test.control.listener needs test.control.token"
+    host = listener.rpartition(":")[0].strip("[]")
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if not loopback and not settings["test.control.allow.remote"]:
+        return (f"test.control.listener {listener} is not a loopback address: set "
+                "test.control.allow.remote=true to serve other hosts")
+    return None
 
 
 def _unwritable_data_dir(data_dir: Path) -> str | None:
@@ -221,6 +264,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from coordinator.cli.groups import main as groups_main
 
         return groups_main(arguments[1:])
+    if arguments[:1] == ["faults"]:
+        # The test control endpoint's fault rules: an HTTP client, not the broker.
+        from coordinator.testkit.cli import main as faults_main
+
+        return faults_main(arguments[1:])
     if arguments[:1] in (["users"], ["acls"]):
         from coordinator.cli.security import main as security_main
 
@@ -248,7 +296,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unwritable:
         print(f"rebalanced: {unwritable}", file=sys.stderr)
         return 2
-    broker = Broker(settings, repair=args.repair)
+    problem = test_control_problem(settings)
+    if problem:
+        print(f"rebalanced: configuration error: {problem}", file=sys.stderr)
+        return 2
+    clock = None
+    if settings["test.control.listener"]:
+        from coordinator.runtime.test_control import VirtualClock
+
+        clock = VirtualClock()  # the endpoint's `advance` moves it
+    broker = Broker(settings, repair=args.repair, clock=clock)
+    if clock is not None:
+        from coordinator.runtime.test_control import prepare
+
+        prepare(broker)
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
     try:

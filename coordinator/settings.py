@@ -275,6 +275,18 @@ SETTINGS += (
     Setting("loop.lag.warn.ms", _int(1), "100",
             "log one warning line when the event loop runs this much later than asked"),
 )
+# The test control endpoint (docs/testing.md): faults, virtual time and group waiters for
+# test suites. Off unless a listener is set; without it no fault can ever be installed.
+SETTINGS += (
+    Setting("test.control.listener", lambda s: _metrics_listener(s) if s.strip() else "", "",
+            "HOST:PORT of the test control endpoint, loopback unless "
+            "test.control.allow.remote (default: off)"),
+    Setting("test.control.token", str, "",
+            "the token a control request must carry (Authorization: Bearer ...); required "
+            "with test.control.listener"),
+    Setting("test.control.allow.remote", _bool, "false",
+            "let test.control.listener bind a non-loopback address"),
+)
 # The consumer group protocol (KIP-848): Kafka's group.consumer.* broker configs.
 SETTINGS += (
     Setting("group.consumer.session.timeout.ms", _int(1), "45000",

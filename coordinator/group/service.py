@@ -340,6 +340,10 @@ class GroupCoordinatorService:
                 group_id, watch, self.consumer.expire(key, now_ms), now_ms, member_id)
         return self.classic.expire(key, now_ms)
 
+    def rebalance_now(self, group_id: str, reason: str, now_ms: int) -> Result | None:
+        """Start a classic group's rebalance on request (`ClassicGroups.rebalance_now`)."""
+        return self.classic.rebalance_now(group_id, reason, now_ms)
+
     def connection_closed(self, connection_id: int, now_ms: int) -> Result:
         """Forget what a closed connection parked; start the disconnect grace of the members
         it carried (`ClassicGroups.connection_closed`, `consumer/disconnect.py`)."""

@@ -188,6 +188,9 @@ class Broker:
         if planned is not None:
             log.warning("disk fault plan active", rules=len(planned.rules))
             self.topics_fs = self.groups.fs = planned
+        # The test control endpoint's fault table while it holds a rule (`test_control.py`);
+        # None otherwise, and always without `test.control.listener`.
+        self.faults: Any = None
         # Set to stop the broker: by a signal, or by `fail` with `failure` saying why.
         self.stop_requested = asyncio.Event()
         self.failure: BaseException | None = None
@@ -299,6 +302,12 @@ class Broker:
         self._armed = None
         self._armed_at = None
         self._run_due(self.wheel.poll(self.wall_ms()))
+
+    def run_due_timers(self) -> None:
+        """Fire what is due now: after the clock jumped ahead (a test's virtual time)."""
+        if self._armed is not None:
+            self._armed.cancel()
+        self._fire()
 
     def _run_due(self, due: list[tuple[Any, ...]]) -> None:
         """Handle due timers, at most `_TIMERS_PER_TURN` per event-loop turn: a burst (100,000
@@ -485,6 +494,9 @@ class Broker:
 
     def handle(self, connection: Connection, slot: ResponseSlot, header: RequestHeader,
                request: Any) -> None:
+        faults = self.faults
+        if faults is not None and faults.intercept(connection, slot, header, request):
+            return
         handler = self._handlers.get(header.api_key)
         served = self._served.get(header.api_key)
         if served is not None and not served[0] <= header.api_version <= served[1]:

@@ -70,12 +70,19 @@ def test_installed_broker_starts_and_helps(installed: Installed, tmp_path: Path)
     result = _run([installed.script("rebalanced"), "--help"], cwd=tmp_path)
     assert "--log.dirs" in result.stdout
     # Every module of the installed packages imports: a missing subpackage fails here.
+    # (The pytest plugin needs pytest, which is the test suite's, not a dependency.)
     _run([installed.script("python"), "-c",
-          "import pkgutil, importlib, coordinator, protocol, storage\n"
+          "import pkgutil, importlib, importlib.util, coordinator, protocol, storage\n"
           "for pkg in (coordinator, protocol, storage):\n"
           "    for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + '.'):\n"
+          "        if m.name.endswith('.pytest_plugin') and not importlib.util.find_spec("
+          "'pytest'):\n"
+          "            continue\n"
           "        importlib.import_module(m.name)\n"
-          "assert 'site-packages' in coordinator.__file__, coordinator.__file__\n"],
+          "assert 'site-packages' in coordinator.__file__, coordinator.__file__\n"
+          "from importlib.metadata import entry_points\n"
+          "plugins = {e.name: e.value for e in entry_points(group='pytest11')}\n"
+          "assert plugins.get('rebalanced') == 'coordinator.testkit.pytest_plugin', plugins\n"],
          cwd=tmp_path)
 
 

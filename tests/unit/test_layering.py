@@ -97,6 +97,16 @@ def test_the_operators_commands_are_a_client_not_part_of_the_broker() -> None:
     assert violations("coordinator/cli", ("coordinator.cli",)) == []
 
 
+def test_the_test_kit_is_a_client_of_the_broker() -> None:
+    """The kit runs in the user's test process: it starts the broker as another process and
+    speaks to it over the network, so it imports nothing of the broker. The warm parent
+    (`zygote.py`) is the exception: it runs in a process of its own and forks brokers, so it
+    imports the broker's entry point."""
+    found = violations("coordinator/testkit", ("coordinator.testkit",))
+    assert [v for v in found if not v.startswith("coordinator/testkit/zygote.py imports "
+                                                 "coordinator.__main__")] == []
+
+
 def test_nothing_of_the_broker_imports_the_forensics_job() -> None:
     assert [f for folder in ("protocol", "storage", "coordinator")
             for f in violations(folder, ("protocol", "storage", "coordinator"))

@@ -345,6 +345,16 @@ class ClassicGroups:
 
     # -- timers and connections ------------------------------------------------------------
 
+    def rebalance_now(self, group_id: str, reason: str, now_ms: int) -> Result | None:
+        """Start a rebalance of a group that has members and can rebalance (an operator's or a
+        test's request); None when it cannot."""
+        group = self._groups.get(group_id)
+        if group is None or not group.can_rebalance() or not group.members:
+            return None
+        env = self.env(now_ms)
+        rb.prepare_rebalance(env, group, reason, ev.RebalanceCause.OTHER)
+        return env.result
+
     def expire(self, key: TimerKey, now_ms: int) -> Result:
         """The wheel fired a classic `key`; stale or early wake-ups are ignored or re-armed."""
         env = self.env(now_ms)
