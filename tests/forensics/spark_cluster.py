@@ -85,13 +85,15 @@ class StandaloneCluster:
         except (OSError, ValueError):
             return 0
 
-    def submit(self, job_args: list[str], zip_path: Path,
-               timeout: float = 900.0) -> subprocess.CompletedProcess[str]:
+    def submit(self, job_args: list[str], zip_path: Path, timeout: float = 900.0,
+               conf: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         """`spark-submit --master spark://... --py-files forensics.zip forensics/submit_main.py
-        ARGS`, from the source tree, as README shows it."""
+        ARGS`, from the source tree, as README shows it (with `conf` as `--conf`s, if any)."""
         spark_submit = shutil.which("spark-submit") or str(spark_home() / "bin" / "spark-submit")
+        confs = [arg for key, value in (conf or {}).items()
+                 for arg in ("--conf", f"{key}={value}")]
         return subprocess.run(
-            [spark_submit, "--master", self.master_url, "--py-files", str(zip_path),
+            [spark_submit, "--master", self.master_url, *confs, "--py-files", str(zip_path),
              "forensics/submit_main.py", *job_args],
             cwd=ROOT, env=cluster_env(), capture_output=True, text=True, timeout=timeout)
 
