@@ -274,7 +274,8 @@ def _phases(events: Path, submitted_ms: float) -> dict[str, float]:
     found: dict[str, float] = {}
     jobs: dict[int, float] = {}
     busy = 0.0
-    for log in events.iterdir():
+    # Spark 4 writes a directory per application, its events in `events_N_...` files.
+    for log in sorted(events.rglob("events_*")):
         for line in log.read_text(encoding="utf-8").splitlines():
             event = json.loads(line)
             kind = event["Event"]
