@@ -238,16 +238,23 @@ def _report_on_cluster(journal_data: Path, work: Path, runs: int = 2) -> dict[st
     """The journal report submitted to a standalone master with two one-core workers, as
     README shows it; wall time from spark-submit's start to its exit, and where it goes
     (from Spark's event log: when the application started, when its executors registered,
-    when its jobs ran)."""
+    when its jobs ran). Each cluster run follows a `local[2]` run of the same command, so
+    that each ratio compares runs made under the same load."""
     from forensics.package import build
     from tests.forensics.spark_cluster import StandaloneCluster
 
     zip_path = build(work / "dist" / "forensics.zip")
     cluster = StandaloneCluster(work / "spark-cluster").start()
     walls: list[float] = []
+    local_walls: list[float] = []
     phases: list[dict[str, float]] = []
     try:
         for run in range(runs):
+            started = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "forensics", "--data", str(journal_data),
+                            "--out", str(work / f"local-out-{run}"), "--timelines", "5"],
+                           check=True, stdout=subprocess.DEVNULL)
+            local_walls.append(round(time.perf_counter() - started, 1))
             events = work / f"cluster-events-{run}"
             events.mkdir()
             started = time.perf_counter()
@@ -264,6 +271,9 @@ def _report_on_cluster(journal_data: Path, work: Path, runs: int = 2) -> dict[st
     finally:
         cluster.stop()
     return {"cluster_report_wall_s": walls, "cluster": "standalone, 2 workers x 1 core",
+            "cluster_local_wall_s": local_walls,
+            "cluster_over_local": [round(c / n, 2) for c, n in zip(walls, local_walls,
+                                                                   strict=True)],
             "cluster_phases_s": phases}
 
 
