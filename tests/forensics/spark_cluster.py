@@ -26,12 +26,12 @@ def spark_home() -> Path:
 
 def cluster_env() -> dict[str, str]:
     """Every process bound to loopback; Python workers and the driver run this interpreter
-    (its packages: crc32c, pyarrow); no class-data archive of the driver (a test's run must
-    not wait to write one)."""
+    (its packages: crc32c, pyarrow). Under spark-submit the job writes no class-data archive;
+    its executors map the one `python -m forensics` keeps, where there is one, as a user's
+    would."""
     return {**os.environ, "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": "127.0.0.1",
             "SPARK_MASTER_HOST": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
-            "PYSPARK_DRIVER_PYTHON": sys.executable, "REBALANCED_FORENSICS_CLASS_CACHE": "0",
-            "SPARK_NO_DAEMONIZE": "1"}
+            "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_NO_DAEMONIZE": "1"}
 
 
 class StandaloneCluster:
