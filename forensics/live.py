@@ -262,7 +262,7 @@ def read_range_chunks(bootstrap: str, topic: str, settings: Mapping[str, str],
     Python object per row on their way to Arrow), every other row in lists. Without the C
     loop (or on a big-endian machine) every chunk is a list."""
     speedups = grouplog_speedups()
-    if speedups is None:
+    if speedups is None or not hasattr(speedups, "message_columns"):  # none, or built stale
         rows: list[tuple[object, ...]] = []
         for fetched in read_range(bootstrap, topic, settings, offsets):
             rows.extend(fetched)
