@@ -36,6 +36,7 @@
 static PyObject *str_offset_commit; /* "offset_commit" */
 static PyObject *int_three;         /* 3 */
 static PyObject *int_minus_one;     /* -1 */
+static PyObject *name_error, *name_key, *name_value, *name_offset, *name_timestamp;
 
 static int read_varint(const unsigned char *p, Py_ssize_t end, Py_ssize_t *pos, int64_t *out)
 {
@@ -496,6 +497,123 @@ failed:
     return NULL;
 }
 
+/* `is_utf8` for names whose bytes do not outlive the call: the last name found valid is
+ * remembered as a copy (names longer than the copy are checked every time). */
+typedef struct {
+    unsigned char bytes[256];
+    Py_ssize_t len; /* -1: nothing remembered */
+} name_cache;
+
+static int is_utf8_cached(const unsigned char *at, Py_ssize_t len, name_cache *cache)
+{
+    if (cache->len == len && memcmp(cache->bytes, at, (size_t)len) == 0)
+        return 1;
+    const unsigned char *last_at = NULL;
+    Py_ssize_t last_len = 0;
+    if (!is_utf8(at, len, &last_at, &last_len))
+        return 0;
+    if (len <= (Py_ssize_t)sizeof(cache->bytes)) {
+        memcpy(cache->bytes, at, (size_t)len);
+        cache->len = len;
+    }
+    return 1;
+}
+
+/* message_columns(messages, end, columns): a client's fetched messages (objects with the
+ * methods error(), key(), value(), offset() and timestamp(), as confluent-kafka's Message),
+ * taken from the front while they carry no error and their offset is below `end`. The commits
+ * are appended to the columns with their offset as their position; returns (rows appended,
+ * [indexes of the other records taken], messages taken). The caller looks at the message that
+ * stopped it (an error, the end of the partition, the end of the range) itself. */
+static PyObject *message_columns(PyObject *self, PyObject *args)
+{
+    PyObject *messages, *columns;
+    long long end;
+    if (!PyArg_ParseTuple(args, "O!LO!", &PyList_Type, &messages, &end, &PyList_Type,
+                          &columns))
+        return NULL;
+    PyObject *column[COLUMN_COUNT];
+    if (get_columns(columns, column) < 0)
+        return NULL;
+    int64_t group_end = PyByteArray_GET_SIZE(column[COL_GROUP_DATA]);
+    int64_t topic_end = PyByteArray_GET_SIZE(column[COL_TOPIC_DATA]);
+    name_cache group_seen = {.len = -1}, topic_seen = {.len = -1};
+    long long rows = 0;
+    PyObject *others = PyList_New(0);
+    if (others == NULL)
+        return NULL;
+    Py_ssize_t count = PyList_GET_SIZE(messages), n = 0;
+    for (; n < count; n++) {
+        PyObject *message = PyList_GET_ITEM(messages, n);
+        PyObject *error = PyObject_CallMethodNoArgs(message, name_error);
+        if (error == NULL)
+            goto failed;
+        int has_error = error != Py_None;
+        Py_DECREF(error);
+        if (has_error)
+            break;
+        PyObject *number = PyObject_CallMethodNoArgs(message, name_offset);
+        if (number == NULL)
+            goto failed;
+        int64_t offset = PyLong_AsLongLong(number);
+        Py_DECREF(number);
+        if (offset == -1 && PyErr_Occurred())
+            goto failed;
+        if (offset >= end)
+            break;
+        PyObject *key = PyObject_CallMethodNoArgs(message, name_key);
+        if (key == NULL)
+            goto failed;
+        PyObject *value = PyObject_CallMethodNoArgs(message, name_value);
+        if (value == NULL) {
+            Py_DECREF(key);
+            goto failed;
+        }
+        commit_view c;
+        int commit = PyBytes_CheckExact(key) && PyBytes_CheckExact(value)
+            && key_value_commit((const unsigned char *)PyBytes_AS_STRING(key),
+                                PyBytes_GET_SIZE(key),
+                                (const unsigned char *)PyBytes_AS_STRING(value),
+                                PyBytes_GET_SIZE(value), &c)
+            && is_utf8_cached(c.group, c.group_len, &group_seen)
+            && is_utf8_cached(c.topic, c.topic_len, &topic_seen);
+        if (commit) {
+            int64_t timestamp = 0;
+            PyObject *stamp = PyObject_CallMethodNoArgs(message, name_timestamp);
+            int ok = stamp != NULL && PyTuple_Check(stamp) && PyTuple_GET_SIZE(stamp) == 2;
+            if (ok) {
+                timestamp = PyLong_AsLongLong(PyTuple_GET_ITEM(stamp, 1));
+                ok = !(timestamp == -1 && PyErr_Occurred());
+            }
+            else if (stamp != NULL)
+                PyErr_SetString(PyExc_TypeError, "timestamp() must be a (type, ms) tuple");
+            /* the names point into `key` and `value`: appended before they are released */
+            ok = ok && append_commit(column, &c, offset, offset, timestamp, &group_end,
+                                     &topic_end) == 0;
+            Py_XDECREF(stamp);
+            Py_DECREF(key);
+            Py_DECREF(value);
+            if (!ok)
+                goto failed;
+            rows++;
+            continue;
+        }
+        Py_DECREF(key);
+        Py_DECREF(value);
+        PyObject *index = PyLong_FromSsize_t(n);
+        if (index == NULL || PyList_Append(others, index) < 0) {
+            Py_XDECREF(index);
+            goto failed;
+        }
+        Py_DECREF(index);
+    }
+    return Py_BuildValue("(LNn)", rows, others, n);
+
+failed:
+    Py_DECREF(others);
+    return NULL;
+}
+
 static PyObject *batch_columns(PyObject *self, PyObject *args)
 {
     Py_buffer payload;
@@ -569,6 +687,9 @@ static PyMethodDef methods[] = {
      "Commit rows of one records payload appended to column buffers; the other records."},
     {"record_columns", record_columns, METH_VARARGS,
      "Commit rows of fetched records appended to column buffers; the others' indexes."},
+    {"message_columns", message_columns, METH_VARARGS,
+     "Commit rows of a client's fetched messages appended to column buffers; the others' "
+     "indexes and how many messages were taken."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -581,7 +702,14 @@ PyMODINIT_FUNC PyInit__grouplog_speedups(void)
     str_offset_commit = PyUnicode_InternFromString("offset_commit");
     int_three = PyLong_FromLong(3);
     int_minus_one = PyLong_FromLong(-1);
-    if (str_offset_commit == NULL || int_three == NULL || int_minus_one == NULL)
+    name_error = PyUnicode_InternFromString("error");
+    name_key = PyUnicode_InternFromString("key");
+    name_value = PyUnicode_InternFromString("value");
+    name_offset = PyUnicode_InternFromString("offset");
+    name_timestamp = PyUnicode_InternFromString("timestamp");
+    if (str_offset_commit == NULL || int_three == NULL || int_minus_one == NULL
+        || name_error == NULL || name_key == NULL || name_value == NULL || name_offset == NULL
+        || name_timestamp == NULL)
         return NULL;
     return PyModule_Create(&module);
 }

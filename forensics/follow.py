@@ -6,19 +6,28 @@ micro-batch copies the files it saw into `OUT/_journal` (so the history outlives
 journal retention) and rebuilds the report and tables from every file copied so far plus the
 group log as it is now, with the batch job. The checkpoint in `OUT/_checkpoint` makes a
 restarted `--follow` continue where it stopped.
+
+On a live cluster (`follow_live`) without a journal, a micro-batch instead updates the
+report's state on the driver: only the groups with new records are analysed again
+(`follow_state`), so a trigger costs what is new, not a rebuild.
 """
 
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from forensics.datasource import LIVE_FORMAT_NAME, register_live
-from forensics.job import run
+from forensics.follow_state import LiveFollower
+from forensics.grouplog import GROUP_LOG_COLUMNS
+from forensics.job import RENDER_WORKERS, Renderer, run
 from forensics.live import LiveSource
 from forensics.reader import journal_dir
 
@@ -67,23 +76,64 @@ def follow_live(spark: SparkSession, live: LiveSource, out_dir: Path, *,
                 journal: Path | None, timelines: int, interval_s: float, once: bool) -> None:
     """Structured Streaming over a live cluster's offsets topic: each micro-batch's records
     are kept in `OUT/_group_log` (a Parquet directory per batch, written whole, so a batch
-    Spark runs again after a failure replaces itself) and the report and tables are rebuilt
-    from every record kept so far with the batch job. `OUT/_checkpoint` holds the offsets
-    read, so a restarted `--follow` reads only what is new."""
+    Spark runs again after a failure replaces itself). Without a journal the report is kept
+    up to date incrementally on the driver (`follow_state.LiveFollower`: only the groups with
+    new records are analysed again); with one, it is rebuilt from every record kept so far
+    with the batch job. `OUT/_checkpoint` holds the offsets read, so a restarted `--follow`
+    reads only what is new (and starts from the records kept)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     store = out_dir / GROUP_LOG_STORE
     store.mkdir(exist_ok=True)
+    follower = LiveFollower(out_dir, live.display, timelines) if journal is None else None
+    renderer = Renderer(min(RENDER_WORKERS, timelines)) if follower is not None else None
+    resumed = False
 
     def refresh(batch: DataFrame, batch_id: int) -> None:
-        batch.write.mode("overwrite").parquet(str(store / f"batch_id={batch_id}"))
-        outcome = run(spark, None, out_dir, timelines=timelines, journal=journal,
-                      live=live, group_log_store=store)
+        nonlocal resumed
+        started = time.perf_counter()
+        records = batch.toArrow()
+        _keep_batch(records, store / f"batch_id={batch_id}")
+        if follower is None or renderer is None:
+            outcome = run(spark, None, out_dir, timelines=timelines, journal=journal,
+                          live=live, group_log_store=store)
+        else:
+            touched: set[str] = set()
+            if not resumed:  # a restart: the records kept before it first
+                for kept in _kept_batches(store, before=batch_id):
+                    touched |= follower.add(kept)
+                resumed = True
+            touched |= follower.add(records)
+            outcome = follower.refresh(touched, renderer)
         print(f"batch {batch_id}: {outcome.rebalances} rebalances in {outcome.groups} groups; "
-              f"report: {outcome.report}", flush=True)
+              f"report: {outcome.report} ({time.perf_counter() - started:.1f} s)", flush=True)
 
     register_live(spark)
     stream = spark.readStream.format(LIVE_FORMAT_NAME).options(**live.stream_options()).load()
-    _run_stream(stream, refresh, out_dir, interval_s=interval_s, once=once)
+    try:
+        _run_stream(stream, refresh, out_dir, interval_s=interval_s, once=once)
+    finally:
+        if renderer is not None:
+            renderer.close()
+
+
+def _keep_batch(records: pa.Table, directory: Path) -> None:
+    """A micro-batch's records as one Parquet file in `directory`, replaced whole."""
+    tmp = directory.with_name(f".{directory.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    pq.write_table(records, tmp / "part-00000.parquet")
+    shutil.rmtree(directory, ignore_errors=True)
+    tmp.rename(directory)
+
+
+def _kept_batches(store: Path, before: int) -> list[pa.Table]:
+    """The records of the micro-batches kept in `store` before batch `before`, in order."""
+    found = []
+    for directory in store.glob("batch_id=*"):
+        batch_id = int(directory.name.partition("=")[2])
+        if batch_id < before:
+            found.append((batch_id, directory))
+    return [pq.read_table(d).select(list(GROUP_LOG_COLUMNS)) for _, d in sorted(found)]
 
 
 def keep(path: Path, store: Path) -> None:

@@ -20,6 +20,7 @@ from forensics import transforms as T
 from forensics.journal_pass import OUTPUT, close_states
 from forensics.live import LiveSource
 from forensics.reader import (
+    JournalTables,
     Problems,
     Summary,
     analyse_journal,
@@ -71,7 +72,7 @@ def run(spark: SparkSession, data_dir: str | Path | None, out_dir: Path, *,
     Parquet; the rankings are pandas. The timeline renderers start with the job."""
     out_dir.mkdir(parents=True, exist_ok=True)
     problems = Problems()
-    renderer = _Renderer(min(RENDER_WORKERS, timelines))
+    renderer = Renderer(min(RENDER_WORKERS, timelines))
     try:
         with ThreadPoolExecutor(max_workers=SPARK_THREADS,
                                 thread_name_prefix="forensics-job") as pool:
@@ -86,7 +87,7 @@ def run(spark: SparkSession, data_dir: str | Path | None, out_dir: Path, *,
 def _run(spark: SparkSession, data_dir: str | Path | None, out_dir: Path, timelines: int,
          journal: str | Path | None, live: LiveSource | None,
          group_log_store: Path | None, problems: Problems,
-         pool: ThreadPoolExecutor, renderer: _Renderer) -> Outcome:
+         pool: ThreadPoolExecutor, renderer: Renderer) -> Outcome:
     # The journal pass and the group log's first jobs run at once.
     analysed = (pool.submit(_collect, analyse_journal(spark, journal))
                 if journal is not None and journal_files(journal) else None)
@@ -108,7 +109,6 @@ def _run(spark: SparkSession, data_dir: str | Path | None, out_dir: Path, timeli
     summary = found.summary
     log_summary = log_summary_f.result()
     has_journal = summary.events > 0
-    span_start = _min(summary.first_ts, log_summary.first_ts)
     span_end = _max(summary.last_ts, log_summary.last_ts)
     data_end = span_end if span_end is not None else 0
 
@@ -123,6 +123,24 @@ def _run(spark: SparkSession, data_dir: str | Path | None, out_dir: Path, timeli
         tables = {"rebalances": found.tables["rebalances"],
                   "member_sessions": found.tables["member_sessions"],
                   "group_states": close_states(found.tables["group_states"], data_end)}
+    outcome = write_outputs(out_dir, tables, found, log_summary, problems,
+                            source=live.display if live is not None else str(data_dir),
+                            has_group_log=records is not None, timelines=timelines,
+                            renderer=renderer)
+    spark.catalog.clearCache()  # --follow runs this again and again in one session
+    return outcome
+
+
+def write_outputs(out_dir: Path, tables: dict[str, pa.Table | None], found: JournalTables,
+                  log_summary: Summary, problems: Problems, *, source: str,
+                  has_group_log: bool, timelines: int, renderer: Renderer) -> Outcome:
+    """The tables as Parquet (a table that is None is removed: not computable from these
+    inputs), the rankings, the timelines and the report, from the tables of the journal
+    (`found`) and the group log."""
+    summary = found.summary
+    has_journal = summary.events > 0
+    span_start = _min(summary.first_ts, log_summary.first_ts)
+    span_end = _max(summary.last_ts, log_summary.last_ts)
     for name in TABLES:
         _write_or_remove(tables.get(name), out_dir / name)
 
@@ -139,8 +157,7 @@ def _run(spark: SparkSession, data_dir: str | Path | None, out_dir: Path, timeli
         "commits": summary.commits if has_journal else log_summary.commits,
     }
     data = ReportData(
-        data_dir=live.display if live is not None else str(data_dir),
-        has_journal=has_journal, has_group_log=records is not None,
+        data_dir=source, has_journal=has_journal, has_group_log=has_group_log,
         span=(span_start, span_end), counts=counts, rebalances=rb, worst_groups=worst,
         causes=S.top_causes(rb), culprits=S.top_culprits(rb),
         static_restarts=_static_restarts(listed), problems=problems,
@@ -158,7 +175,6 @@ def _run(spark: SparkSession, data_dir: str | Path | None, out_dir: Path, timeli
     tmp = report.with_suffix(".html.tmp")
     tmp.write_text(render_html(data), encoding="utf-8")
     tmp.replace(report)  # a reader (or a browser refresh in --follow) never sees half a page
-    spark.catalog.clearCache()  # --follow runs this again and again in one session
     return Outcome(report=report, rebalances=len(rb), groups=counts["groups"],
                    problems=problems)
 
@@ -317,7 +333,7 @@ Render = tuple[Path, str, pd.DataFrame, pd.DataFrame, pd.DataFrame, tuple[int, i
 
 def _timelines(members: pd.DataFrame, gaps: pd.DataFrame | None, groups: list[str],
                rb: pd.DataFrame, out_dir: Path, span: tuple[int, int],
-               renderer: _Renderer) -> dict[str, str]:
+               renderer: Renderer) -> dict[str, str]:
     if gaps is None:
         gaps = pd.DataFrame(columns=["group_id", "key", "gap_start_ts", "gap_end_ts", "gap_ms"])
     jobs: list[Render] = []
@@ -343,7 +359,7 @@ def _timelines(members: pd.DataFrame, gaps: pd.DataFrame | None, groups: list[st
     return made
 
 
-class _Renderer:
+class Renderer:
     """matplotlib draws on one core: several timelines render in parallel, each worker a
     fresh interpreter (not a fork of this one, where the Spark gateway's threads run). The
     workers start with the job, so that their start (importing matplotlib and pandas) is done

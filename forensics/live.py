@@ -16,6 +16,7 @@ range a Spark partition.
 
 from __future__ import annotations
 
+import gc
 import json
 import socket
 import struct
@@ -261,7 +262,7 @@ def read_range_chunks(bootstrap: str, topic: str, settings: Mapping[str, str],
     Python object per row on their way to Arrow), every other row in lists. Without the C
     loop (or on a big-endian machine) every chunk is a list."""
     speedups = grouplog_speedups()
-    if speedups is None:
+    if speedups is None or not hasattr(speedups, "message_columns"):  # none, or built stale
         rows: list[tuple[object, ...]] = []
         for fetched in read_range(bootstrap, topic, settings, offsets):
             rows.extend(fetched)
@@ -271,19 +272,51 @@ def read_range_chunks(bootstrap: str, topic: str, settings: Mapping[str, str],
         if rows:
             yield rows
         return
+    # The client makes a Python object per record, tracked by the cyclic garbage collector:
+    # with the collector on, its passes over each fetch's 10,000 new objects (and, every so
+    # often, over the whole heap) took longer than decoding them. The messages hold no
+    # cycles; their memory goes back as soon as each fetch is decoded.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield from _read_range_chunks(bootstrap, topic, settings, offsets, speedups,
+                                      max_rows)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _read_range_chunks(bootstrap: str, topic: str, settings: Mapping[str, str],
+                       offsets: OffsetRange, speedups: Any, max_rows: int
+                       ) -> Iterator[CommitColumns | list[tuple[object, ...]]]:
     name = source_name(bootstrap, topic, offsets.partition)
     partition = offsets.partition
     chunks = Chunks(name, partition, max_rows)
-    for batch in _fetch(bootstrap, topic, settings, offsets):
-        keys = [m.key() for m in batch]
-        values = [m.value() for m in batch]
-        numbers = [m.offset() for m in batch]
-        stamps = [m.timestamp()[1] for m in batch]
-        added, rest = speedups.record_columns(keys, values, numbers, stamps, chunks.buffers)
+
+    def add_others(messages: list[Any], indexes: list[int]) -> None:
+        for n in indexes:
+            message = messages[n]
+            offset = message.offset()
+            chunks.others.append(record_row(name, partition, offset, offset,
+                                            message.timestamp()[1], message.key(),
+                                            message.value()))
+
+    for messages in _fetch_raw(bootstrap, topic, settings, offsets):
+        # The C loop takes the messages from the front while they are records of the range;
+        # what stops it (an error, the end of the partition or of the range) is looked at
+        # here.
+        added, rest, taken = speedups.message_columns(messages, offsets.end, chunks.buffers)
         chunks.commits += added
-        chunks.others.extend(record_row(name, partition, numbers[n], numbers[n], stamps[n],
-                                        keys[n], values[n]) for n in rest)
+        add_others(messages, rest)
+        if taken < len(messages):
+            # An error (raised), the end of the partition or the end of the range.
+            _wanted(messages[taken:taken + 1], topic, bootstrap, offsets)
+            done = True
+        else:
+            done = taken > 0 and messages[-1].offset() == offsets.end - 1
         yield from chunks.full()
+        if done:
+            break
     yield from chunks.rest()
 
 
@@ -291,9 +324,47 @@ def _fetch(bootstrap: str, topic: str, settings: Mapping[str, str],
            offsets: OffsetRange) -> Iterator[list[Any]]:
     """The messages of `offsets`, in fetched batches; the end of the partition or of the
     range ends it (a compacted or transactional topic has offsets with no record)."""
+    for fetched in _fetch_raw(bootstrap, topic, settings, offsets):
+        wanted, done = _wanted(fetched, topic, bootstrap, offsets)
+        if wanted:
+            yield wanted
+        if done:
+            return
+
+
+def _wanted(messages: list[Any], topic: str, bootstrap: str, offsets: OffsetRange
+            ) -> tuple[list[Any], bool]:
+    """The records of `messages` in the range, and whether the range is read to its end; an
+    error other than the end of the partition is a `LiveSourceError`."""
+    from confluent_kafka import KafkaError
+
+    wanted: list[Any] = []
+    for message in messages:
+        error = message.error()
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
+                # At the high watermark, which was at or past `end` when planned: the
+                # offsets left before `end` hold no record.
+                return wanted, True
+            raise LiveSourceError(f"topic {topic} partition {offsets.partition} on "
+                                  f"{bootstrap}: {error.str()}")
+        offset = message.offset() or 0
+        if offset >= offsets.end:
+            return wanted, True
+        wanted.append(message)
+        if offset == offsets.end - 1:
+            return wanted, True
+    return wanted, False
+
+
+def _fetch_raw(bootstrap: str, topic: str, settings: Mapping[str, str],
+               offsets: OffsetRange) -> Iterator[list[Any]]:
+    """The client's messages from `offsets.start` on, as it hands them out (records, the end
+    of the partition, errors), until the consumer of this generator stops; a partition idle
+    for `IDLE_TIMEOUT_S` is a `LiveSourceError`."""
     if not offsets.records:
         return
-    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     consumer = Consumer(client_config(bootstrap, settings))
     try:
@@ -308,30 +379,7 @@ def _fetch(bootstrap: str, topic: str, settings: Mapping[str, str],
                         f"no record for {IDLE_TIMEOUT_S:.0f} s before offset {offsets.end}")
                 continue
             idle_since = time.monotonic()
-            wanted = []
-            done = False
-            for message in messages:
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        # At the high watermark, which was at or past `end` when planned:
-                        # the offsets left before `end` hold no record.
-                        done = True
-                        continue
-                    raise LiveSourceError(f"topic {topic} partition {offsets.partition} on "
-                                          f"{bootstrap}: {error.str()}")
-                offset = message.offset() or 0
-                if offset >= offsets.end:
-                    done = True
-                    break
-                wanted.append(message)
-                if offset == offsets.end - 1:
-                    done = True
-                    break
-            if wanted:
-                yield wanted
-            if done:
-                return
+            yield messages
     except KafkaException as exc:
         raise LiveSourceError(f"topic {topic} partition {offsets.partition} on {bootstrap}: "
                               f"{_kafka_error(exc)}") from None

@@ -19,8 +19,9 @@ decode rate on 1,000,000 records.
    `spark.read.format("kafka_consumer_offsets")` on local[2] (the broker serving it is
    another process, not counted in the CPU rate).
 4. Follow: `--follow --bootstrap-server` (10 s trigger, the default) on the broker while a group
-   runs; a second member joins and the time until the report's `rebalances` table has the
-   new rebalance is measured (the target: within two trigger intervals).
+   runs; three more members join one after another, each at a random moment of the
+   trigger's cycle, and the time until the report's `rebalances` table has each new
+   rebalance is measured (the target: within two trigger intervals).
 5. Cluster: the report of section 1 again, submitted with `spark-submit` to a standalone
    master and two one-core workers started from the installed pyspark on loopback.
 
@@ -233,30 +234,86 @@ def main() -> int:
     return 0
 
 
-def _report_on_cluster(journal_data: Path, work: Path) -> dict[str, object]:
+def _report_on_cluster(journal_data: Path, work: Path, runs: int = 2) -> dict[str, object]:
     """The journal report submitted to a standalone master with two one-core workers, as
-    README shows it; wall time from spark-submit's start to its exit."""
+    README shows it; wall time from spark-submit's start to its exit, and where it goes
+    (from Spark's event log: when the application started, when its executors registered,
+    when its jobs ran). Each cluster run follows a `local[2]` run of the same command, so
+    that each ratio compares runs made under the same load."""
     from forensics.package import build
     from tests.forensics.spark_cluster import StandaloneCluster
 
     zip_path = build(work / "dist" / "forensics.zip")
     cluster = StandaloneCluster(work / "spark-cluster").start()
+    walls: list[float] = []
+    local_walls: list[float] = []
+    phases: list[dict[str, float]] = []
     try:
-        started = time.perf_counter()
-        done = cluster.submit(["--data", str(journal_data), "--out", str(work / "cluster-out"),
-                               "--timelines", "5"], zip_path)
-        wall = time.perf_counter() - started
-        if done.returncode != 0:
-            raise SystemExit(f"spark-submit failed: {done.stderr[-3000:]}")
+        for run in range(runs):
+            started = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "forensics", "--data", str(journal_data),
+                            "--out", str(work / f"local-out-{run}"), "--timelines", "5"],
+                           check=True, stdout=subprocess.DEVNULL)
+            local_walls.append(round(time.perf_counter() - started, 1))
+            events = work / f"cluster-events-{run}"
+            events.mkdir()
+            started = time.perf_counter()
+            started_ms = time.time() * 1000
+            done = cluster.submit(["--data", str(journal_data),
+                                   "--out", str(work / "cluster-out"), "--timelines", "5"],
+                                  zip_path, conf={"spark.eventLog.enabled": "true",
+                                                  "spark.eventLog.compress": "false",
+                                                  "spark.eventLog.dir": str(events)})
+            walls.append(round(time.perf_counter() - started, 1))
+            if done.returncode != 0:
+                raise SystemExit(f"spark-submit failed: {done.stderr[-3000:]}")
+            phases.append(_phases(events, started_ms))
     finally:
         cluster.stop()
-    return {"cluster_report_wall_s": round(wall, 1), "cluster": "standalone, 2 workers x 1 core"}
+    return {"cluster_report_wall_s": walls, "cluster": "standalone, 2 workers x 1 core",
+            "cluster_local_wall_s": local_walls,
+            "cluster_over_local": [round(c / n, 2) for c, n in zip(walls, local_walls,
+                                                                   strict=True)],
+            "cluster_phases_s": phases}
 
 
-def _follow_latency(work: Path, interval_s: float = 10.0) -> dict[str, object]:
-    """Seconds from a second member's join (its assignment) to the report's `rebalances`
-    table showing the rebalance, with `--follow` at its default 10 s interval on the live
-    broker."""
+def _phases(events: Path, submitted_ms: float) -> dict[str, float]:
+    """Seconds after spark-submit started: the application's start, each executor's
+    registration, the first job's start, the last job's end, the application's end; and the
+    jobs' own time (the sum of each job's start to end)."""
+    found: dict[str, float] = {}
+    jobs: dict[int, float] = {}
+    busy = 0.0
+    # Spark 4 writes a directory per application, its events in `events_N_...` files.
+    for log in sorted(events.rglob("events_*")):
+        for line in log.read_text(encoding="utf-8").splitlines():
+            event = json.loads(line)
+            kind = event["Event"]
+            if kind == "SparkListenerApplicationStart":
+                found["application_started"] = event["Timestamp"]
+            elif kind == "SparkListenerExecutorAdded":
+                found[f"executor_{event['Executor ID']}_registered"] = event["Timestamp"]
+            elif kind == "SparkListenerJobStart":
+                jobs[event["Job ID"]] = event["Submission Time"]
+                found.setdefault("first_job_started", event["Submission Time"])
+            elif kind == "SparkListenerJobEnd":
+                found["last_job_ended"] = event["Completion Time"]
+                busy += (event["Completion Time"] - jobs.get(event["Job ID"],
+                                                             event["Completion Time"])) / 1000
+            elif kind == "SparkListenerApplicationEnd":
+                found["application_ended"] = event["Timestamp"]
+    phases = {name: round((at - submitted_ms) / 1000, 1) for name, at in found.items()}
+    phases["jobs_s"] = round(busy, 1)
+    return phases
+
+
+def _follow_latency(work: Path, interval_s: float = 10.0, samples: int = 3
+                    ) -> dict[str, object]:
+    """Seconds from a new member's join (its assignment) to the report's `rebalances` table
+    showing the rebalance, with `--follow` at its default 10 s interval on the live broker:
+    `samples` members join one after another, each at a random moment of the trigger's
+    cycle (the worst case is a join just after a micro-batch read the offsets: one interval
+    plus one micro-batch)."""
     import pyarrow.parquet as pq
 
     from tests.broker_process import BrokerProcess
@@ -267,6 +324,8 @@ def _follow_latency(work: Path, interval_s: float = 10.0) -> dict[str, object]:
     out = work / "follow-out"
     members: list[Any] = []
     job = None
+    latencies: list[float] = []
+    rng = random.Random(11)
     try:
         create_topic(broker, "orders", 4)
         produce(broker, "orders", (f"o-{n}" for n in range(40)), 4)
@@ -279,24 +338,27 @@ def _follow_latency(work: Path, interval_s: float = 10.0) -> dict[str, object]:
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         assert job.stdout is not None
         job.stdout.readline()  # the first micro-batch's report
-        # One more micro-batch (new commits) first: the measured one is a warm refresh, as
+        # One more micro-batch (new commits) first: the measured ones are warm refreshes, as
         # every refresh after a follower's first minute is.
         produce(broker, "orders", (f"w-{n}" for n in range(8)), 4)
         job.stdout.readline()
-        known = pq.read_table(out / "rebalances").num_rows
-        members.append(_Member(broker.bootstrap, "billing", "second"))
-        members[1].start()
-        _until(lambda: members[1].assigned, 60, "the second member's assignment")
-        joined = time.perf_counter()  # the rebalance's GroupMetadata record is written
-        deadline = joined + 20 * interval_s
-        while time.perf_counter() < deadline:
-            try:
-                if pq.read_table(out / "rebalances").num_rows > known:
-                    break
-            except OSError:
-                pass  # the directory is being replaced
-            time.sleep(0.1)
-        latency = time.perf_counter() - joined
+        for n in range(samples):
+            time.sleep(rng.uniform(0, interval_s))
+            known = pq.read_table(out / "rebalances").num_rows
+            members.append(_Member(broker.bootstrap, "billing", f"joiner-{n}"))
+            members[-1].start()
+            newcomer = members[-1]
+            _until(lambda m=newcomer: m.assigned, 60, "the new member's assignment")
+            joined = time.perf_counter()  # the rebalance's GroupMetadata record is written
+            deadline = joined + 20 * interval_s
+            while time.perf_counter() < deadline:
+                try:
+                    if pq.read_table(out / "rebalances").num_rows > known:
+                        break
+                except OSError:
+                    pass  # the directory is being replaced
+                time.sleep(0.1)
+            latencies.append(round(time.perf_counter() - joined, 1))
     finally:
         if job is not None:
             job.terminate()
@@ -304,7 +366,8 @@ def _follow_latency(work: Path, interval_s: float = 10.0) -> dict[str, object]:
         for member in members:
             member.finish()
         broker.stop()
-    return {"follow_interval_s": interval_s, "follow_new_rebalance_in_report_s": round(latency, 1)}
+    return {"follow_interval_s": interval_s, "follow_new_rebalance_in_report_s": latencies,
+            "follow_worst_s": max(latencies) if latencies else None}
 
 
 def _live_source(work: Path, records: int) -> dict[str, object]:
@@ -348,22 +411,25 @@ def _live_source(work: Path, records: int) -> dict[str, object]:
         source = LiveSource(broker.bootstrap, OFFSETS_TOPIC, {}, tuple(ranges))
         frame = spark.read.format(LIVE_FORMAT_NAME).options(**source.options()).load()
         frame.select("offset").limit(1).collect()  # start the Python workers
-        best = (0.0, 0.0)
-        for _ in range(3):
+        runs = []
+        for _ in range(5):
             cpu_started_s = _process_tree_cpu_s(jvm_pid)
             started = time.perf_counter()
             count = frame.select("offset", "group_id", "commit_timestamp").count()
             elapsed = time.perf_counter() - started
             cpu = _process_tree_cpu_s(jvm_pid) - cpu_started_s
             assert count == total, (count, total)
-            best = max(best, (count / elapsed, count / cpu if cpu > 0 else 0.0))
+            runs.append((count / elapsed, count / cpu if cpu > 0 else 0.0))
+        best = max(runs)
         spark.stop()
     finally:
         broker.stop()
     return {"live_records": total, "live_read_records_per_cpu_s_one_core": round(one_core),
             "live_spark_records_per_s_local2": round(best[0]),
             "live_spark_records_per_s_per_core": round(best[0] / 2),
-            "live_spark_records_per_cpu_s": round(best[1])}
+            "live_spark_records_per_cpu_s": round(best[1]),
+            "live_spark_runs_records_per_s": [round(wall) for wall, _ in runs],
+            "live_spark_runs_records_per_cpu_s": [round(cpu) for _, cpu in runs]}
 
 
 def _decode_one_core(data_dir: Path) -> tuple[float, float]:

@@ -26,12 +26,12 @@ def spark_home() -> Path:
 
 def cluster_env() -> dict[str, str]:
     """Every process bound to loopback; Python workers and the driver run this interpreter
-    (its packages: crc32c, pyarrow); no class-data archive of the driver (a test's run must
-    not wait to write one)."""
+    (its packages: crc32c, pyarrow). Under spark-submit the job writes no class-data archive;
+    its executors map the one `python -m forensics` keeps, where there is one, as a user's
+    would."""
     return {**os.environ, "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": "127.0.0.1",
             "SPARK_MASTER_HOST": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
-            "PYSPARK_DRIVER_PYTHON": sys.executable, "REBALANCED_FORENSICS_CLASS_CACHE": "0",
-            "SPARK_NO_DAEMONIZE": "1"}
+            "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_NO_DAEMONIZE": "1"}
 
 
 class StandaloneCluster:
@@ -85,13 +85,15 @@ class StandaloneCluster:
         except (OSError, ValueError):
             return 0
 
-    def submit(self, job_args: list[str], zip_path: Path,
-               timeout: float = 900.0) -> subprocess.CompletedProcess[str]:
+    def submit(self, job_args: list[str], zip_path: Path, timeout: float = 900.0,
+               conf: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         """`spark-submit --master spark://... --py-files forensics.zip forensics/submit_main.py
-        ARGS`, from the source tree, as README shows it."""
+        ARGS`, from the source tree, as README shows it (with `conf` as `--conf`s, if any)."""
         spark_submit = shutil.which("spark-submit") or str(spark_home() / "bin" / "spark-submit")
+        confs = [arg for key, value in (conf or {}).items()
+                 for arg in ("--conf", f"{key}={value}")]
         return subprocess.run(
-            [spark_submit, "--master", self.master_url, "--py-files", str(zip_path),
+            [spark_submit, "--master", self.master_url, *confs, "--py-files", str(zip_path),
              "forensics/submit_main.py", *job_args],
             cwd=ROOT, env=cluster_env(), capture_output=True, text=True, timeout=timeout)
 
