@@ -63,6 +63,19 @@ class GroupLogLoadError(Exception):
         self.reason = reason
 
 
+def _errors_of(jobs: Sequence[asyncio.Future[None]]) -> list[BaseException]:
+    """The failures of finished fsync jobs (a cancelled job counts as failed)."""
+    errors: list[BaseException] = []
+    for job in jobs:
+        if job.cancelled():
+            errors.append(asyncio.CancelledError())
+        else:
+            exc = job.exception()
+            if exc is not None:
+                errors.append(exc)
+    return errors
+
+
 class GroupLog:
     def __init__(self, logs: list[PartitionLog], fsync_policy: str,
                  fs: FileSystem = REAL_FS) -> None:
@@ -252,19 +265,26 @@ class GroupLog:
             return
         loop = asyncio.get_running_loop()
         ends = {p: self.logs[p].log_end_offset for p in dirty}
+        if len(dirty) == 1:
+            # The usual case (the appends of a turn went to one partition): the fsync's own
+            # future, without a gathering future around it.
+            (partition,) = dirty
+            job = loop.run_in_executor(None, self.logs[partition].flush)
+            job.add_done_callback(lambda done: self._flushed(_errors_of((done,)), waiting, ends))
+            return
         # One fsync per dirty partition, in parallel: they are independent files.
         jobs = [loop.run_in_executor(None, self.logs[p].flush) for p in dirty]
         gathered = asyncio.gather(*jobs, return_exceptions=True)
-        gathered.add_done_callback(lambda done: self._flushed(done, waiting, ends))
+        gathered.add_done_callback(lambda done: self._flushed(
+            [r for r in done.result() if isinstance(r, BaseException)], waiting, ends))
 
     def _fsync(self, partitions: set[int]) -> None:
         for partition in partitions:
             self.logs[partition].flush()
 
-    def _flushed(self, done: asyncio.Future[list[BaseException | None]],
+    def _flushed(self, errors: list[BaseException],
                  waiting: list[asyncio.Future[None]], ends: dict[int, int]) -> None:
         self.fsyncs += 1
-        errors = [r for r in done.result() if isinstance(r, BaseException)]
         exc: BaseException | None = errors[0] if errors else None
         if self.failure is not None:  # stopped while this fsync ran: its appends failed too
             for future in waiting:
