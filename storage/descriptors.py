@@ -30,7 +30,7 @@ Cost on the hot path: a read or append of an open segment moves it to the recent
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -61,6 +61,8 @@ class DescriptorBudget:
         self.sealed: OrderedDict[Segment, None] = OrderedDict()
         self.active: OrderedDict[Segment, None] = OrderedDict()
         self.closed_total = 0  # descriptors closed to stay within the budget
+        # Rolled segments the seal thread has sealed since: moved to `sealed` by the owner.
+        self._sealed_elsewhere: deque[Segment] = deque()
 
     def bind_to_current_thread(self) -> None:
         """Make the calling thread the owner (the loop, when made elsewhere)."""
@@ -72,6 +74,10 @@ class DescriptorBudget:
     @property
     def open_count(self) -> int:
         return len(self.sealed) + len(self.active)
+
+    def now_sealed(self, segment: Segment) -> None:
+        """`segment` was sealed (any thread): from now on it is closed before active ones."""
+        self._sealed_elsewhere.append(segment)  # one atomic append; the owner moves it
 
     def opened(self, segment: Segment, *, active: bool) -> OrderedDict[Segment, None]:
         """Register a segment that just opened its file (owner thread); returns the LRU it
@@ -91,6 +97,13 @@ class DescriptorBudget:
         if excess <= 0:
             return
         sealed = self.sealed
+        moved = self._sealed_elsewhere
+        while moved:
+            segment = moved.popleft()
+            if segment._lru is self.active:
+                del self.active[segment]
+                sealed[segment] = None
+                segment._lru = sealed
         while excess > 0 and sealed:
             segment = next(iter(sealed))
             if segment is keep:

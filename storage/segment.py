@@ -628,6 +628,8 @@ class Segment:
         self.write_indexes()
         self._writer = None  # the descriptor stays open for reads
         self._active = False  # last: from here on the budget may close it as sealed
+        if self._budget is not None:
+            self._budget.now_sealed(self)
 
     def reactivate(self) -> None:
         """Make a sealed segment appendable again (a failed roll, `truncate_to`, a repair)."""
