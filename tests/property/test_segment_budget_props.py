@@ -69,7 +69,7 @@ def test_reads_agree_and_descriptors_stay_within_the_budget(
             assert budget.open_count <= limit
             assert open_fds() - baseline == budget.open_count
         for p, log in enumerate(topic.partitions):
-            got = []
+            got: list[bytes | None] = []
             offset = 0
             while offset < log.log_end_offset:
                 records = decode(log.read(offset, 1 << 20))
