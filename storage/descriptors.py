@@ -84,26 +84,31 @@ class DescriptorBudget:
         is in. Closes others if over the budget."""
         lru = self.active if active else self.sealed
         lru[segment] = None
+        self._move_sealed()  # here too, so that the queue stays short under a roomy budget
         if len(self.sealed) + len(self.active) > self.limit:
             self.enforce(keep=segment)
         return lru
+
+    def _move_sealed(self) -> None:
+        moved = self._sealed_elsewhere
+        active, sealed = self.active, self.sealed
+        while moved:
+            segment = moved.popleft()
+            if segment._lru is active:  # else closed or deleted meanwhile
+                del active[segment]
+                sealed[segment] = None
+                segment._lru = sealed
 
     def enforce(self, keep: Segment | None = None) -> None:
         """Close least recently used segments until within the budget (owner thread).
 
         Skipped segments (in use elsewhere) are kept: the budget may stay exceeded by them
         until the next call."""
+        self._move_sealed()
         excess = len(self.sealed) + len(self.active) - self.limit
         if excess <= 0:
             return
         sealed = self.sealed
-        moved = self._sealed_elsewhere
-        while moved:
-            segment = moved.popleft()
-            if segment._lru is self.active:
-                del self.active[segment]
-                sealed[segment] = None
-                segment._lru = sealed
         while excess > 0 and sealed:
             segment = next(iter(sealed))
             if segment is keep:

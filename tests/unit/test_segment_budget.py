@@ -243,3 +243,17 @@ def test_the_group_log_without_a_budget_keeps_its_files_open(tmp_path: Path) -> 
     log.flush()
     assert log._segments[-1].is_open
     log.close()
+
+
+def test_segments_sealed_elsewhere_are_not_queued_for_ever_under_a_roomy_budget(
+        tmp_path: Path) -> None:
+    budget = DescriptorBudget(1000)
+    store = open_store(tmp_path, budget, segment_bytes=200)
+    log = store.create("t", 1).partitions[0]
+    for i in range(200):
+        log.append(make_batch([b"x" * 150 + bytes([i % 256])]), NOW)  # a roll each
+    log.complete_seals()
+    assert len(budget._sealed_elsewhere) <= 2
+    assert len(budget.sealed) >= 190 and len(budget.active) <= 2
+    store.close()
+    assert budget.open_count == 0
