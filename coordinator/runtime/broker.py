@@ -127,6 +127,7 @@ class Broker:
         # server is given it) and the handlers.
         self.refusals = RefusalLog(clock_ms=self.clock.monotonic_ms)
         self.topics: TopicStore
+        self.segment_budget: DescriptorBudget  # the topics' open segment files (`start`)
         self.topics_fs: FileSystem = REAL_FS  # the topics' filesystem; tests slow it down here
         self.producers = ProducerTable()
         self.wheel = TimerWheel(tick_ms=5, wheel_size=4096, start_ms=self.clock.now_ms())
