@@ -199,8 +199,9 @@ SETTINGS: tuple[Setting, ...] = (
             "-1: no limit (partitions open their segment files lazily, within "
             "log.open.segments.max)"),
     Setting("log.open.segments.max", _int(-1), "-1",
-            "topic segment files open at once; the least recently used are closed (sealed "
-            "ones first, then idle active ones once fsynced). -1: the open-file limit less the "
+            "topic segment files open at once (at least 4); the least recently used are "
+            "closed (sealed ones first, then idle active ones once fsynced). -1: the open-file "
+            "limit less the "
             "group log's descriptors, the connections' share and the ops port's"),
     Setting("controller.mutation.rate", _float(-1), "-1",
             "partitions a client id may create per second (KIP-599), with a burst of 11 s; "
