@@ -152,6 +152,7 @@ async def serve(broker: Broker, server_factory: type[KafkaServer] | None = None,
                          for name, (host, port) in settings.advertised_by_listener().items()},
              node_id=broker.node_id, data_dir=str(broker.data_dir),
              open_files_limit=open_files,
+             open_segments_limit=broker.segment_budget.limit,
              startup_ms=round((time.monotonic() - started) * 1000))
     install_signal_handlers(broker.stop_requested.set)
     await broker.stop_requested.wait()

@@ -196,8 +196,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("auto.create.topics.enable", _bool, "true", "create unknown topics on Metadata"),
     Setting("max.broker.partitions", _int(-1), "-1",
             "topic partitions this broker holds at most; more are refused (POLICY_VIOLATION). "
-            "-1: half of the open-file limit left once the group log's descriptors are set "
-            "aside (max.connections is capped to the other half)"),
+            "-1: no limit (partitions open their segment files lazily, within "
+            "log.open.segments.max)"),
+    Setting("log.open.segments.max", _int(-1), "-1",
+            "topic segment files open at once (at least 4); the least recently used are "
+            "closed (sealed ones first, then idle active ones once fsynced). -1: the open-file "
+            "limit less the "
+            "group log's descriptors, the connections' share and the ops port's"),
     Setting("controller.mutation.rate", _float(-1), "-1",
             "partitions a client id may create per second (KIP-599), with a burst of 11 s; "
             "beyond, THROTTLING_QUOTA_EXCEEDED (-1: no quota)"),

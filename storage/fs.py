@@ -105,9 +105,10 @@ class AppendHandle(ReadHandle):
 class FileSystem:
     """The real filesystem. Subclass it to inject failures (see `FaultyFileSystem`)."""
 
-    def open_append(self, path: Path) -> AppendHandle:
-        """Open `path` for appending and positional reads, creating it if absent."""
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | _O_CLOEXEC, 0o644)
+    def open_append(self, path: Path, *, create: bool = True) -> AppendHandle:
+        """Open `path` for appending and positional reads, creating it if absent (unless not
+        `create`: then `FileNotFoundError`)."""
+        fd = os.open(path, _append_flags(create), 0o644)
         return AppendHandle(path, fd)
 
     def open_read(self, path: Path) -> ReadHandle:
@@ -214,6 +215,11 @@ REAL_FS = FileSystem()
 # --------------------------------------------------------------------------------------------
 
 
+def _append_flags(create: bool) -> int:
+    flags = os.O_RDWR | os.O_APPEND | _O_CLOEXEC
+    return flags | os.O_CREAT if create else flags
+
+
 def _enospc() -> OSError:
     return OSError(errno.ENOSPC, "No space left on device (injected)")
 
@@ -315,11 +321,11 @@ class FaultyFileSystem(FileSystem):
         """How many injected failures have not fired yet."""
         return sum(len(q) for q in self._faults.values())
 
-    def open_append(self, path: Path) -> AppendHandle:
+    def open_append(self, path: Path, *, create: bool = True) -> AppendHandle:
         fault = self._take("open", path)
         if fault is not None:
             raise fault[0]
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | _O_CLOEXEC, 0o644)
+        fd = os.open(path, _append_flags(create), 0o644)
         return _FaultyAppendHandle(path, fd, self)
 
     def open_read(self, path: Path) -> ReadHandle:

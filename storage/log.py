@@ -36,6 +36,10 @@ Theory of operation
   rollback that fails, takes the log offline (`LogOfflineError`, never retried). A segment
   file deleted while the log is open is noticed by the next flush (the active one: offline),
   read or roll (a sealed one: reported).
+* **Open files**: given a `DescriptorBudget` (topic partitions; see `storage/descriptors.py`),
+  segment files open on first use and the budget closes the least recently used ones: sealed
+  first, then idle active ones once fsynced (`close_idle_active`; a failed fsync there takes
+  the log offline). The group log has no budget and keeps its files open.
 * **Durability**: `append` does not fsync unless `fsync_each_append`; `flush()` fsyncs the active
   segment (after completing pending seals). `flush()` and the seal of a rolled segment may run on
   a worker thread while the owning thread appends: they hold a lock that rolls, truncation,
@@ -68,6 +72,7 @@ from storage.batch import (
     set_leader_epoch,
     set_log_append_time,
 )
+from storage.descriptors import DescriptorBudget
 from storage.fs import REAL_FS, FileSystem
 from storage.record_batch import encode_batch
 from storage.segment import (
@@ -204,7 +209,8 @@ class PartitionLog:
     """One partition's segmented log. See the module docstring."""
 
     def __init__(
-        self, directory: Path, config: LogConfig, fs: FileSystem, segments: list[Segment]
+        self, directory: Path, config: LogConfig, fs: FileSystem, segments: list[Segment],
+        budget: DescriptorBudget | None = None,
     ) -> None:
         assert segments and segments[-1].is_active
         self.directory = directory
@@ -225,6 +231,10 @@ class PartitionLog:
         # (first offset, end offset) of each segment noticed missing, until its owner takes
         # them (`take_lost_segments`): what it held can only be written again from elsewhere.
         self.lost_segments: list[tuple[int, int]] = []
+        self.budget = budget
+        if budget is not None:
+            for seg in segments:
+                seg.adopt(budget, self)
 
     # ---------------------------------------------------------------- open and recovery
 
@@ -236,8 +246,10 @@ class PartitionLog:
         fs: FileSystem = REAL_FS,
         *,
         repair: bool = False,
+        budget: DescriptorBudget | None = None,
     ) -> PartitionLog:
-        """Open (creating if absent) and recover the log in `directory`.
+        """Open (creating if absent) and recover the log in `directory`. With a `budget`,
+        its segment files are opened and closed under it (see the module docstring).
 
         Raises `CorruptLogError` on damage that is not a torn tail (see the module docstring)
         unless `repair`, which also CRC-checks every sealed segment; `OSError`.
@@ -256,7 +268,8 @@ class PartitionLog:
                     fs.remove(directory / name)
         interval = config.index_interval_bytes
         if not bases:
-            return cls(directory, config, fs, [Segment.create(fs, directory, 0, interval)])
+            return cls(directory, config, fs, [Segment.create(fs, directory, 0, interval)],
+                       budget)
 
         recovery_point = _read_recovery_point(fs, directory) if RECOVERY_POINT in names else None
         segments: list[Segment] = []
@@ -270,7 +283,7 @@ class PartitionLog:
             for seg in segments:
                 seg.close_files()
             raise
-        opened = cls(directory, config, fs, segments)
+        opened = cls(directory, config, fs, segments, budget)
         if recovery_point is not None:
             opened._cut_to_recovery_point(recovery_point)
         return opened
@@ -524,9 +537,36 @@ class PartitionLog:
                     self._unsealed.append(old)
         except LogOfflineError as exc:
             raise self._go_offline(exc) from exc.cause
+        if self.budget is not None:
+            new.adopt(self.budget, self)  # outside the lock: it may close other files
         if seal:
             _SEALER.submit(self._seal_in_background)
         return new
+
+    def close_idle_active(self, segment: Segment) -> bool:
+        """For the descriptor budget (owner thread): close the active segment's file, fsyncing
+        it first if anything was written since its last fsync. False, leaving it open, when
+        `segment` is not the active one (a rolled segment waiting for its seal) or a flush
+        holds the log right now. A failed fsync takes the log offline: the write-back error is
+        reported, not lost with the descriptor."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            if self._closed or segment is not self._segments[-1]:
+                return False
+            if self.offline is None and segment.dirty:
+                try:
+                    segment.flush()
+                except OSError as exc:
+                    failure = LogOfflineError(segment.path, exc, "fsync before closing an "
+                                              "idle segment failed")
+                    self.offline = failure
+                    log.error("log offline", path=str(segment.path), error=str(exc),
+                              failed=failure.what)
+            segment.close_files()
+            return True
+        finally:
+            self._lock.release()
 
     def _seal_in_background(self) -> None:
         # A failure takes the log offline (logged there); the next append or flush raises it.
@@ -604,6 +644,8 @@ class PartitionLog:
             return b""
         try:
             return seg.read(offset, max_bytes)
+        except LogOfflineError as exc:  # the active segment's file changed while closed
+            raise self._go_offline(exc) from exc.cause
         except FileNotFoundError:
             self._report_missing(seg)
             raise

@@ -28,6 +28,15 @@ A CRC error in the middle of a sealed segment is therefore only found by a full 
 Not thread-safe, except that `flush()` may run in another thread while the owner appends
 (`PartitionLog` serialises it against rolls and closes).
 
+Open files: a segment given a `DescriptorBudget` (`adopt`; topic partition logs) opens its file
+only when first read or appended to, registers it in the budget, and may have it closed again
+by the budget: a sealed one at any time on the owner thread, an active one only once fsynced
+(`try_close_idle`). A closed active segment is always clean (nothing written since its last
+successful fsync), so `flush` and `seal` have nothing to fsync for it. It is reopened by path,
+and an active segment whose file changed size or vanished meanwhile takes its log offline
+rather than appending to the wrong file. Without a budget (the group log) files stay open as
+before.
+
 Raises: `OSError` from the filesystem, `CorruptLogError` from `open_existing` callers;
 anything else is a bug.
 """
@@ -44,6 +53,7 @@ from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from crc32c import crc32c
 
@@ -57,6 +67,11 @@ from storage.batch import (
     scan_batches,
 )
 from storage.fs import AppendHandle, FileSystem, ReadHandle
+
+if TYPE_CHECKING:
+    from collections import OrderedDict
+
+    from storage.descriptors import DescriptorBudget, SegmentOwner
 
 __all__ = [
     "INDEX_SUFFIX",
@@ -160,11 +175,16 @@ class Segment:
     """A `.log` file plus its in-memory indexes. See the module docstring."""
 
     __slots__ = (
+        "_active",
+        "_budget",
         "_bytes_since_index",
+        "_dirty",
         "_handle",
         "_index_offsets",
         "_index_positions",
         "_interval",
+        "_lru",
+        "_owner",
         "_time_offsets",
         "_time_stamps",
         "_writer",
@@ -203,6 +223,13 @@ class Segment:
         self._time_offsets = array("q")
         self._handle: ReadHandle | None = None
         self._writer: AppendHandle | None = None
+        # Appendable (the active segment, or a rolled one until sealed), open or not.
+        self._active = False
+        # Written since the last successful fsync (or recovered: unknown), so not closable.
+        self._dirty = False
+        self._budget: DescriptorBudget | None = None
+        self._owner: SegmentOwner | None = None
+        self._lru: OrderedDict[Segment, None] | None = None  # the budget's LRU it is in
 
     # ---------------------------------------------------------------- creation and recovery
 
@@ -221,6 +248,7 @@ class Segment:
             if handle.size() != 0:
                 # Left behind by an earlier roll that failed halfway; it holds no live data.
                 handle.truncate(0)
+                handle.fsync()  # durably empty, so the segment starts clean
             try:
                 fs.fsync_dir(directory)
             except OSError as exc:  # never retried, like a file's fsync
@@ -229,6 +257,7 @@ class Segment:
             handle.close()
             raise
         seg._handle = seg._writer = handle
+        seg._active = True
         return seg
 
     @classmethod
@@ -251,6 +280,8 @@ class Segment:
         seg = cls(fs, directory, base_offset, index_interval_bytes)
         if active:
             seg._handle = seg._writer = fs.open_append(seg.path)
+            # Written by an earlier run and perhaps never fsynced: the next flush makes sure.
+            seg._active = seg._dirty = True
         else:
             seg._handle = fs.open_read(seg.path)
         try:
@@ -497,7 +528,11 @@ class Segment:
 
     @property
     def is_active(self) -> bool:
-        return self._writer is not None
+        return self._active
+
+    @property
+    def is_open(self) -> bool:
+        return self._handle is not None
 
     @property
     def empty(self) -> bool:
@@ -520,8 +555,12 @@ class Segment:
         no trace a reader (or a restart) could see. Raises `LogOfflineError` when the fsync
         fails or the cut cannot be made or verified (the segment's tail is then unknown).
         """
+        assert self._active, "append to a sealed segment"
         writer = self._writer
-        assert writer is not None, "append to a sealed segment"
+        if writer is None:
+            writer = self._reopen_writer()
+        elif self._lru is not None:
+            self._lru.move_to_end(self)
         try:
             writer.write(data)
         except OSError as exc:
@@ -535,6 +574,7 @@ class Segment:
                 with contextlib.suppress(OSError):
                     self._rollback(writer, exc)
                 raise LogOfflineError(self.path, exc, "fsync failed") from exc
+        self._dirty = not fsync
         position = self.size
         for start, size, last_offset, max_timestamp in batches:
             self._on_batch(position + start, size, last_offset, max_timestamp)
@@ -556,9 +596,18 @@ class Segment:
                                   f"{actual} bytes, expected {self.size}")
 
     def flush(self) -> None:
-        """fsync the segment file (raises OSError)."""
-        if self._writer is not None:
-            self._writer.fsync()
+        """fsync the segment file (raises OSError). Nothing to do when it is closed: a closed
+        segment is clean."""
+        writer = self._writer
+        if writer is not None:
+            # Cleared first: an append racing this fsync sets it again, and everything written
+            # before it is covered by this fsync.
+            self._dirty = False
+            writer.fsync()
+
+    @property
+    def dirty(self) -> bool:
+        return self._dirty
 
     def still_named(self) -> bool:
         """Does the segment's path still name the open file? False when it was deleted or
@@ -570,24 +619,30 @@ class Segment:
 
     def seal(self) -> None:
         """Make this segment read-only: fsync it and write its index files."""
+        assert self._active, "seal of a sealed segment"
         writer = self._writer
-        assert writer is not None, "seal of a sealed segment"
-        writer.fsync()
+        if writer is not None:  # else closed by the budget, and so already fsynced
+            writer.fsync()
+            self._dirty = False
         self._maybe_append_time_entry()
         self.write_indexes()
         self._writer = None  # the descriptor stays open for reads
+        self._active = False  # last: from here on the budget may close it as sealed
+        if self._budget is not None:
+            self._budget.now_sealed(self)
 
     def reactivate(self) -> None:
         """Make a sealed segment appendable again (a failed roll, `truncate_to`, a repair)."""
         if self._writer is not None:
             return
+        self._active = True
         if isinstance(self._handle, AppendHandle):
             self._writer = self._handle
+            self._move_to(active=True)
             return
-        writer = self.fs.open_append(self.path)
         if self._handle is not None:
-            self._handle.close()
-        self._handle = self._writer = writer
+            self.close_files()
+        self._reopen_writer()
 
     def cut(self, position: int) -> None:
         """Cut the file at `position`, where a scan stopped: the indexes already end there."""
@@ -613,8 +668,81 @@ class Segment:
     def _reader(self) -> ReadHandle:
         handle = self._handle
         if handle is None:
+            if self._active:
+                return self._reopen_writer()
             handle = self._handle = self.fs.open_read(self.path)
+            self._registered(active=False)
+        elif self._lru is not None:
+            self._lru.move_to_end(self)
         return handle
+
+    def _reopen_writer(self) -> AppendHandle:
+        """Open the file of an appendable segment again (it was closed clean by the budget).
+        It must still be the file this segment describes: same size, still there. Raises
+        `LogOfflineError` if not (appending would put records where no index or restart
+        expects them), `OSError` if it cannot be opened."""
+        try:
+            writer = self.fs.open_append(self.path, create=False)
+        except FileNotFoundError as exc:
+            raise LogOfflineError(self.path, exc, "segment file missing") from exc
+        try:
+            actual = writer.size()
+        except BaseException:
+            writer.close()
+            raise
+        if actual != self.size:
+            writer.close()
+            raise LogOfflineError(self.path, OSError(errno.EIO, "the segment file changed "
+                                  "while closed"), f"segment file has {actual} bytes, "
+                                  f"expected {self.size}")
+        self._handle = self._writer = writer
+        self._registered(active=True)
+        return writer
+
+    def adopt(self, budget: DescriptorBudget, owner: SegmentOwner) -> None:
+        """Put this segment's file under `budget` (see the module docstring). On a thread
+        other than the budget's, the file is closed here (fsynced first if dirty) and
+        reopened on the owner thread when first used."""
+        self._budget = budget
+        self._owner = owner
+        if self._handle is None:
+            return
+        if budget.on_owner_thread():
+            self._registered(active=self._active)
+            return
+        if self._dirty:
+            self.flush()
+        self.close_files()
+
+    def _registered(self, *, active: bool) -> None:
+        budget = self._budget
+        if budget is not None and budget.on_owner_thread():
+            self._lru = budget.opened(self, active=active)
+
+    def _move_to(self, *, active: bool) -> None:
+        lru = self._lru
+        if lru is not None:
+            del lru[self]
+            self._lru = None
+            self._registered(active=active)
+
+    def try_close_idle(self) -> bool:
+        """For the budget: close this segment's file if nothing else can be using it. A sealed
+        segment is closed at once, an active one by its log (fsynced first); False if in use
+        (a rolled segment waiting for its seal, or a log being flushed)."""
+        if self._handle is None:
+            self._forget()
+            return True
+        if not self._active:
+            self.close_files()
+            return True
+        owner = self._owner
+        return owner is not None and owner.close_idle_active(self)
+
+    def _forget(self) -> None:
+        lru, self._lru = self._lru, None
+        if lru is not None:
+            lru.pop(self, None)
 
     def _lookup(self, offset: int) -> int:
         """Byte position to start walking from to reach the batch holding `offset`."""
@@ -757,14 +885,17 @@ class Segment:
     def close_files(self) -> None:
         """Close the descriptor (no fsync). Safe to call twice."""
         handle, self._handle, self._writer = self._handle, None, None
+        self._forget()
         if handle is not None:
             handle.close()
 
     def close(self) -> None:
         """fsync and write the indexes if active, then close the descriptor."""
         try:
-            if self._writer is not None:
-                self._writer.fsync()
+            if self._active:
+                if self._writer is not None:  # else closed by the budget, already fsynced
+                    self._writer.fsync()
+                    self._dirty = False
                 self._maybe_append_time_entry()
                 self.write_indexes()
         finally:

@@ -37,6 +37,7 @@ from collections.abc import Container
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from storage.descriptors import DescriptorBudget
 from storage.fs import REAL_FS, FileSystem
 from storage.log import CorruptLogError, InvalidConfigError, LogConfig, PartitionLog
 
@@ -109,10 +110,13 @@ class TopicStore:
         config: LogConfig,
         fs: FileSystem,
         exclude_prefix: str,
+        budget: DescriptorBudget | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.config = config
         self.fs = fs
+        # Open segment files of every partition (None: each keeps its active segment open).
+        self.budget = budget
         self.exclude_prefix = exclude_prefix
         self._topics: dict[str, Topic] = {}
         self._by_id: dict[uuid.UUID, Topic] = {}
@@ -137,14 +141,17 @@ class TopicStore:
         *,
         repair: bool = False,
         exclude_prefix: str = "__",
+        budget: DescriptorBudget | None = None,
     ) -> TopicStore:
         """Load every topic under `data_dir` (created if absent) and recover its partitions.
+        With a `budget`, partitions open their segment files under it (call this on the
+        budget's owner thread).
 
         Raises `CorruptLogError` for a damaged log or an unreadable metadata file. With
         `repair`, logs are cut at their damage and a topic whose metadata file is unreadable is
         skipped, its directories left alone.
         """
-        store = cls(data_dir, config, fs, exclude_prefix)
+        store = cls(data_dir, config, fs, exclude_prefix, budget)
         fs.makedirs(data_dir)
         names = fs.listdir(data_dir)
         metadata: dict[str, dict[str, object]] = {}
@@ -191,7 +198,8 @@ class TopicStore:
                 for p in range(_as_int(meta["partitions"])):
                     logs.append(
                         PartitionLog.open(
-                            store._partition_dir(topic_name, p), log_config, fs, repair=repair
+                            store._partition_dir(topic_name, p), log_config, fs, repair=repair,
+                            budget=budget,
                         )
                     )
         except BaseException:
@@ -427,7 +435,7 @@ class TopicStore:
     def _fresh_partition(self, name: str, partition: int, config: LogConfig) -> PartitionLog:
         directory = self._partition_dir(name, partition)
         self.fs.rmtree(directory)  # leftovers of an uncommitted create
-        return PartitionLog.open(directory, config, self.fs)
+        return PartitionLog.open(directory, config, self.fs, budget=self.budget)
 
     def _write_metadata(self, topic: Topic, partitions: int) -> None:
         document = {

@@ -50,6 +50,7 @@ from coordinator.settings import BrokerSettings
 from protocol.codec import RequestHeader
 from protocol.connection import Connection, ResponseSlot
 from protocol.refusals import RefusalLog
+from storage.descriptors import DescriptorBudget
 from storage.fs import REAL_FS, FileSystem, filesystem_from_env
 from storage.log import LogConfig
 from storage.topics import Topic, TopicStore
@@ -78,13 +79,27 @@ def descriptor_share(group_log_partitions: int, soft_limit: int | None = None) -
     return max((soft_limit - reserved) // 2, 0)
 
 
-def partition_limit(configured: int, group_log_partitions: int,
-                    soft_limit: int | None = None) -> int:
-    """`max.broker.partitions`, or with -1 the partitions' share of the open-file limit (an
-    open partition holds a descriptor, its active segment)."""
+def partition_limit(configured: int) -> int:
+    """`max.broker.partitions`, or with -1 no limit (Kafka's default). Partitions no longer
+    hold descriptors of their own (`open_segments_limit` bounds those), so what bounds them is
+    memory and disk."""
+    return configured if configured >= 0 else 2**31 - 1
+
+
+def open_segments_limit(configured: int, group_log_partitions: int, max_connections: int,
+                        ops_connections: int, soft_limit: int | None = None) -> int:
+    """`log.open.segments.max`, or with -1 what is left of the open-file limit once the group
+    log (two per partition), `_RESERVED_DESCRIPTORS`, the Kafka connections' share
+    (`connection_limit`) and the ops port's connections are set aside."""
     if configured >= 0:
         return configured
-    return descriptor_share(group_log_partitions, soft_limit)
+    if soft_limit is None:
+        soft_limit, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft_limit == resource.RLIM_INFINITY or soft_limit > 2**31:
+        return 1_000_000
+    connections = connection_limit(max_connections, group_log_partitions, soft_limit)
+    reserved = 2 * group_log_partitions + _RESERVED_DESCRIPTORS + connections + ops_connections
+    return max(soft_limit - reserved, 0)
 
 
 def connection_limit(configured: int, group_log_partitions: int,
@@ -112,6 +127,7 @@ class Broker:
         # server is given it) and the handlers.
         self.refusals = RefusalLog(clock_ms=self.clock.monotonic_ms)
         self.topics: TopicStore
+        self.segment_budget: DescriptorBudget  # the topics' open segment files (`start`)
         self.topics_fs: FileSystem = REAL_FS  # the topics' filesystem; tests slow it down here
         self.producers = ProducerTable()
         self.wheel = TimerWheel(tick_ms=5, wheel_size=4096, start_ms=self.clock.now_ms())
@@ -125,8 +141,7 @@ class Broker:
         self._draining = False
         self._stopping = False
         self._topics_changed_pending = False
-        self.max_partitions = partition_limit(settings["max.broker.partitions"],
-                                              settings["offsets.topic.num.partitions"])
+        self.max_partitions = partition_limit(settings["max.broker.partitions"])
         self.mutation_quota = MutationQuota(settings["controller.mutation.rate"])
         self._loop: asyncio.AbstractEventLoop | None = None
         self._armed: asyncio.TimerHandle | None = None
@@ -214,17 +229,27 @@ class Broker:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        # Again now: the process may have raised its open-files limit since `__init__`.
-        self.max_partitions = partition_limit(self.settings["max.broker.partitions"],
-                                              self.settings["offsets.topic.num.partitions"])
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._lock = _lock_data_dir(self.data_dir)
         self.cluster_id = _cluster_id(self.data_dir)
+        # Made on the loop, which alone opens and closes topic segment files (the process
+        # may have raised its open-files limit since `__init__`).
+        self.segment_budget = DescriptorBudget(self._open_segments_limit())
         self.topics = TopicStore.open(self.data_dir, self.log_config(), self.topics_fs,
-                                      repair=self.repair)
+                                      repair=self.repair, budget=self.segment_budget)
         self._topic_admin = concurrent.futures.ThreadPoolExecutor(1, "topic-admin")
         self.groups.open(self.data_dir, self.repair)
         self._retention_task = self._loop.create_task(self._retention_loop())
+
+    def _open_segments_limit(self) -> int:
+        from coordinator.ops.http import connection_limit as ops_connection_limit
+
+        settings = self.settings
+        ops = (ops_connection_limit(settings["metrics.max.connections"])
+               if settings["metrics.listener"] else 0)
+        return open_segments_limit(settings["log.open.segments.max"],
+                                   settings["offsets.topic.num.partitions"],
+                                   settings["max.connections"], ops)
 
     def fail(self, error: BaseException) -> None:
         """Something the broker cannot serve without (a group-log partition that does not
