@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from enum import IntEnum
 from pathlib import Path
@@ -210,6 +210,9 @@ class Authorizer:
         self.store = store
         # Where a denial is logged (the broker's refusal log, rate-limited per client).
         self.refusals = refusals if refusals is not None else RefusalLog()
+        # Called with each denial's `authorization_denied` event (docs/events.md): the runtime
+        # journals and counts it. Only denials reach it, never the allowed path.
+        self.on_denial: Callable[[dict[str, object]], None] | None = None
         self.super_users = frozenset(super_users)
         self.allow_if_no_acl = allow_if_no_acl
 
@@ -253,15 +256,25 @@ def _cluster_denied(authorizer: Authorizer | None, ctx: ClientRequest,
     decision = authorizer.authorize(_principal(ctx), ctx.client_host, operation,
                                     ResourceType.CLUSTER, CLUSTER_NAME)
     if not decision.allowed:
-        denied(authorizer.refusals, ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME,
-               decision)
+        denied(authorizer, ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME, decision)
         return ErrorCode.cluster_authorization_failed
     return None
 
 
-def denied(refusals: RefusalLog, ctx: ClientRequest, operation: Operation, resource_type: int,
-           name: str, decision: Decision) -> None:
-    refusals.refused("authorization denied", client_id=ctx.client_id or ctx.client_host,
+def denied(authorizer: Authorizer, ctx: ClientRequest, operation: Operation,
+           resource_type: int, name: str, decision: Decision) -> None:
+    """A denial: one rate-limited log line, one `authorization_denied` event."""
+    if authorizer.on_denial is not None:
+        event: dict[str, object] = {
+            "event": "authorization_denied", "principal": _principal(ctx),
+            "client_host": ctx.client_host, "client_id": ctx.client_id,
+            "api_key": ctx.header.api_key, "operation": Operation(operation).name,
+            "resource_type": ResourceType(resource_type).name, "resource_name": name,
+            "decided_by": decision.reason}
+        if resource_type == ResourceType.GROUP:
+            event["group_id"] = name
+        authorizer.on_denial(event)
+    authorizer.refusals.refused("authorization denied", client_id=ctx.client_id or ctx.client_host,
                      api_key=ctx.header.api_key, api_version=ctx.version,
                      problem=f"denied {Operation(operation).name} "
                              f"{ResourceType(resource_type).name} {name}",

@@ -86,7 +86,7 @@ class GroupGate:
     def group(self, ctx: ClientRequest, operation: Operation, group_id: str) -> bool:
         decision = self.decide(ctx, operation, ResourceType.GROUP, group_id)
         if not decision.allowed:
-            denied(self.authorizer.refusals, ctx, operation, ResourceType.GROUP, group_id,
+            denied(self.authorizer, ctx, operation, ResourceType.GROUP, group_id,
                    decision)
         return decision.allowed
 
@@ -223,7 +223,7 @@ def _topic_allowed(gate: GroupGate, ctx: ClientRequest, operation: Operation,
                    name: str) -> bool:
     decision = gate.decide(ctx, operation, ResourceType.TOPIC, name)
     if not decision.allowed:
-        denied(gate.authorizer.refusals, ctx, operation, ResourceType.TOPIC, name, decision)
+        denied(gate.authorizer, ctx, operation, ResourceType.TOPIC, name, decision)
     return decision.allowed
 
 

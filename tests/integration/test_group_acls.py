@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,8 +42,9 @@ JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
 @pytest.fixture(scope="module")
 def acl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     root = tmp_path_factory.mktemp("acls")
-    plain, sasl = free_port(), free_port()
+    plain, sasl, metrics = free_port(), free_port(), free_port()
     broker = BrokerProcess(root / "data", port=plain, settings={
+        "metrics.listener": f"127.0.0.1:{metrics}",
         "listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl}",
         "sasl.enabled.mechanisms": "PLAIN",
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
@@ -50,6 +52,7 @@ def acl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProce
         "super.users": "User:admin",
     })
     broker.env["SASL_PORT"] = str(sasl)
+    broker.env["METRICS_PORT"] = str(metrics)
     broker.start()
     admin = AdminClient(_config(broker, "admin"))
     futures = admin.create_acls([
@@ -116,6 +119,51 @@ def test_a_group_works_only_for_the_principal_allowed_to_read_it(
         assert outcome.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
     log = acl_broker.log_path.read_text(errors="replace")
     assert "authorization denied" in log and "User:bob" in log
+
+
+def _journal_events(broker: BrokerProcess, event_type: str) -> list[dict[str, Any]]:
+    directory = broker.data_dir / "events"
+    found = []
+    for path in [*sorted(directory.glob("*.jsonl")), directory / ".events-active.jsonl"]:
+        if path.exists():
+            for line in path.read_text().splitlines():
+                record = json.loads(line)
+                if record.get("event_type") == event_type:
+                    found.append(record)
+    return found
+
+
+def test_a_denial_is_a_journal_event_and_a_metric(acl_broker: BrokerProcess) -> None:
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    group = f"denied-{uuid.uuid4().hex[:8]}"
+    producer = Producer(_config(acl_broker, "admin"))
+    producer.produce(topic, value=b"x")
+    assert producer.flush(15) == 0
+    outcome = _consume(acl_broker, "bob", group, topic)
+    assert isinstance(outcome, KafkaError)
+    deadline = time.monotonic() + 10
+    mine: list[dict[str, Any]] = []
+    while not mine and time.monotonic() < deadline:
+        time.sleep(0.2)  # the journal is written every 100 ms
+        mine = [e for e in _journal_events(acl_broker, "authorization_denied")
+                if e.get("group_id") == group]
+    assert mine, "no authorization_denied event for the group"
+    event = mine[0]
+    assert event["v"] == 1 and isinstance(event["ts"], int)
+    assert event["principal"] == "User:bob"
+    assert event["client_host"].lstrip("/") == "127.0.0.1"  # as member events name it
+    assert event["resource_type"] == "GROUP" and event["resource_name"] == group
+    assert event["operation"] in ("READ", "DESCRIBE")
+    assert event["decided_by"]
+    assert "bob-secret" not in json.dumps(mine)
+    url = f"http://127.0.0.1:{acl_broker.env['METRICS_PORT']}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as page:
+        text = page.read().decode()
+    counted = [line for line in text.splitlines()
+               if line.startswith("rebalanced_authorization_denied_total{")
+               and 'resource_type="GROUP"' in line]
+    assert counted and sum(float(line.rsplit(" ", 1)[1]) for line in counted) >= 1
+    assert 'api="CreateAcls"' in text  # the fixture's CreateAcls, by name
 
 
 def test_topics_need_write_to_produce_and_describe_to_be_seen(
