@@ -1,8 +1,10 @@
 """ACLs checked as Kafka checks them, in front of the group and topic APIs' handlers.
 
 READ GROUP for JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ConsumerGroupHeartbeat and
-OffsetCommit (then READ TOPIC for each topic committed to); DESCRIBE GROUP for OffsetFetch,
-DescribeGroups and ConsumerGroupDescribe, each group of a request on its own (with the
+OffsetCommit (then READ TOPIC for each topic committed to); DESCRIBE GROUP for OffsetFetch
+(then DESCRIBE TOPIC: a named topic denied is answered TOPIC_AUTHORIZATION_FAILED, a fetch of
+all the group's offsets lists only the topics allowed), DescribeGroups and
+ConsumerGroupDescribe, each group of a request on its own (with the
 `authorized_operations` a client asks for); DELETE GROUP for DeleteGroups (each group) and
 OffsetDelete (then READ TOPIC); ListGroups lists the groups the principal may describe (all
 of them with CLUSTER DESCRIBE).
@@ -201,7 +203,72 @@ def _list_groups(gate: GroupGate, handler: Handler) -> Handler:
     return checked
 
 
+def _offset_fetch_topics(gate: GroupGate, handler: Handler) -> Handler:
+    """DESCRIBE on each topic, as Kafka checks OffsetFetch once the group is allowed: a named
+    topic the principal may not describe is answered TOPIC_AUTHORIZATION_FAILED on each of its
+    partitions; a fetch of all the group's offsets lists only the topics it may describe."""
+
+    def visible(ctx: ClientRequest, name: str) -> bool:
+        return gate.decide(ctx, Operation.DESCRIBE, ResourceType.TOPIC, name).allowed
+
+    def denial_topics(version: int, multi: bool, topics: list[Any]) -> tuple[Any, ...]:
+        shaped = [{"name": t.name, "partitions": [
+            {"partition_index": index, "committed_offset": -1, "committed_leader_epoch": -1,
+             "metadata": "", "error_code": _TOPIC_DENIED} for index in t.partition_indexes]}
+            for t in topics]
+        cls = response_type(9, version)
+        if multi:
+            return tuple(build(cls, throttle_time=0, groups=[
+                {"group_id": "", "topics": shaped}]).groups[0].topics)
+        return tuple(build(cls, throttle_time=0, topics=shaped).topics)
+
+    def checked(ctx: ClientRequest, request: Any) -> None:
+        multi = ctx.version >= 8
+        groups = request.groups if multi else (request,)
+        if all(g.topics is not None and all(visible(ctx, t.name) for t in g.topics)
+               for g in groups):
+            handler(ctx, request)  # the usual path: every topic named and allowed
+            return
+        denials: dict[str, tuple[Any, ...]] = {}
+        all_topics: set[str] = set()
+        narrowed: list[Any] = []
+        for group in groups:
+            if group.topics is None:
+                all_topics.add(group.group_id)
+                narrowed.append(group)
+                continue
+            allowed: list[Any] = []
+            refused: list[Any] = []
+            for topic in group.topics:
+                (allowed if _topic_allowed(gate, ctx, Operation.DESCRIBE, topic.name)
+                 else refused).append(topic)
+            if refused:
+                denials[group.group_id] = denial_topics(ctx.version, multi, refused)
+            narrowed.append(dataclasses.replace(group, topics=tuple(allowed)))
+
+        def fix(entry: Any, group_id: str) -> Any:
+            if getattr(entry, "error_code", ErrorCode.none) != ErrorCode.none:
+                return entry  # the group's own error answers the whole group
+            topics = tuple(entry.topics)
+            if group_id in all_topics:
+                topics = tuple(t for t in topics if visible(ctx, t.name))
+            return dataclasses.replace(entry, topics=topics + denials.get(group_id, ()))
+
+        def merge(response: Any) -> Any:
+            if multi:
+                return dataclasses.replace(response, groups=tuple(
+                    fix(g, g.group_id) for g in response.groups))
+            return fix(response, request.group_id)
+
+        handler(_Merged(ctx, merge),  # type: ignore[arg-type]
+                dataclasses.replace(request, groups=tuple(narrowed)) if multi
+                else narrowed[0])
+
+    return checked
+
+
 def _offset_fetch(gate: GroupGate, handler: Handler) -> Handler:
+    handler = _offset_fetch_topics(gate, handler)
     single = _single(gate, 9, Operation.DESCRIBE, handler)
     multi = _multi(gate, 9, Operation.DESCRIBE, handler, "groups", "groups",
                    lambda group: {"group_id": group, "error_code": _GROUP_DENIED,

@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -385,3 +392,80 @@ def test_offset_delete_needs_delete_on_the_group_and_read_on_each_topic(
                                    AclPermissionType.ALLOW)
         for future in admin.delete_acls([cleanup]).values():
             future.result(timeout=15)
+
+
+def test_offset_fetch_shows_only_the_topics_the_principal_may_describe(
+        acl_broker: BrokerProcess) -> None:
+    readable, hidden = f"t-{uuid.uuid4().hex[:8]}", f"x-{uuid.uuid4().hex[:8]}"
+    group = f"billing-{uuid.uuid4().hex[:8]}"
+    producer = Producer(_config(acl_broker, "admin"))
+    for topic in (readable, hidden):
+        producer.produce(topic, value=b"x")
+    assert producer.flush(15) == 0
+    committer = Consumer({**_config(acl_broker, "admin"), "group.id": group,
+                          "enable.auto.commit": False})
+    try:
+        committer.commit(offsets=[TopicPartition(readable, 0, 1), TopicPartition(hidden, 0, 1)],
+                         asynchronous=False)
+    finally:
+        committer.close()
+
+    reader = Consumer({**_config(acl_broker, "alice"), "group.id": group,
+                       "enable.auto.commit": False})
+    try:
+        answered = reader.committed([TopicPartition(readable, 0), TopicPartition(hidden, 0)],
+                                    timeout=10)
+    finally:
+        reader.close()
+    by_topic = {tp.topic: tp for tp in answered}
+    assert by_topic[readable].offset == 1 and by_topic[readable].error is None
+    assert by_topic[hidden].error is not None
+    assert by_topic[hidden].error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+    # All the group's offsets: the hidden topic is left out, as Kafka filters it.
+    admin = AdminClient(_config(acl_broker, "alice"))
+    listed = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
+    offsets = listed[group].result(timeout=15)
+    assert {tp.topic for tp in offsets.topic_partitions} == {readable}
+    super_admin = AdminClient(_config(acl_broker, "admin"))
+    everything = super_admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group)])[group].result(timeout=15)
+    assert {tp.topic for tp in everything.topic_partitions} == {readable, hidden}
+
+
+async def _fetch_as_alice(broker: BrokerProcess, group: str, topics: list[str] | None,
+                          version: int) -> dict[str, int]:
+    conn = await wire.Connection.open("127.0.0.1", int(broker.env["SASL_PORT"]))
+    try:
+        assert (await conn.call(17, 1, {"mechanism": "PLAIN"})).error_code.value == 0
+        reply = await conn.call(36, 2, {"auth_bytes": b"\0alice\0alice-secret"})
+        assert reply.error_code.value == 0
+        fetched = await conn.call(9, version, {
+            "group_id": group, "require_stable": False,
+            "topics": None if topics is None else [
+                {"name": topic, "partition_indexes": [0]} for topic in topics]})
+        return {t.name: int(t.partitions[0].error_code.value) for t in fetched.topics}
+    finally:
+        await conn.close()
+
+
+@pytest.mark.parametrize("version", [1, 7])  # the one-group forms, before v8's groups
+def test_offset_fetch_of_one_group_checks_each_topic(acl_broker: BrokerProcess,
+                                                     version: int) -> None:
+    readable, hidden = f"t-{uuid.uuid4().hex[:8]}", f"x-{uuid.uuid4().hex[:8]}"
+    group = f"billing-{uuid.uuid4().hex[:8]}"
+    producer = Producer(_config(acl_broker, "admin"))
+    for topic in (readable, hidden):
+        producer.produce(topic, value=b"x")
+    assert producer.flush(15) == 0
+    committer = Consumer({**_config(acl_broker, "admin"), "group.id": group,
+                          "enable.auto.commit": False})
+    try:
+        committer.commit(offsets=[TopicPartition(readable, 0, 1), TopicPartition(hidden, 0, 1)],
+                         asynchronous=False)
+    finally:
+        committer.close()
+    named = asyncio.run(_fetch_as_alice(acl_broker, group, [readable, hidden], version))
+    assert named == {readable: 0, hidden: int(KafkaError.TOPIC_AUTHORIZATION_FAILED)}
+    if version >= 2:  # null topics (all of the group's) from v2
+        assert asyncio.run(_fetch_as_alice(acl_broker, group, None, version)) == {readable: 0}
