@@ -419,8 +419,9 @@ def test_offset_fetch_shows_only_the_topics_the_principal_may_describe(
         reader.close()
     by_topic = {tp.topic: tp for tp in answered}
     assert by_topic[readable].offset == 1 and by_topic[readable].error is None
-    assert by_topic[hidden].error is not None
-    assert by_topic[hidden].error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    hidden_error = by_topic[hidden].error
+    assert hidden_error is not None
+    assert hidden_error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
     # All the group's offsets: the hidden topic is left out, as Kafka filters it.
     admin = AdminClient(_config(acl_broker, "alice"))
