@@ -9,7 +9,8 @@ ConsumerGroupDescribe, each group of a request on its own (with the
 OffsetDelete (then READ TOPIC); ListGroups lists the groups the principal may describe (all
 of them with CLUSTER DESCRIBE).
 WRITE TOPIC for Produce, READ for Fetch, DESCRIBE for ListOffsets and Metadata (CREATE to
-auto-create), CREATE for CreateTopics, DELETE for DeleteTopics, ALTER for CreatePartitions. A
+auto-create; the topics' and the cluster's authorized operations when asked for), CREATE for
+CreateTopics, DELETE for DeleteTopics, ALTER for CreatePartitions. A
 denied group or topic is answered GROUP_ or TOPIC_AUTHORIZATION_FAILED and logged
 (rate-limited).
 
@@ -386,6 +387,12 @@ def _metadata(gate: GroupGate, broker: Any, handler: Handler) -> Handler:
         return gate.decide(ctx, Operation.DESCRIBE, ResourceType.TOPIC, name).allowed
 
     def checked(ctx: ClientRequest, request: Any) -> None:
+        topic_operations = getattr(request, "include_topic_authorized_operations", False)
+        cluster_operations = getattr(request, "include_cluster_authorized_operations", False)
+        if topic_operations or cluster_operations:
+            asked = ctx
+            ctx = _Merged(asked, lambda response: _with_authorized_operations(  # type: ignore[assignment]
+                gate, asked, response, topic_operations, cluster_operations))
         topics = request.topics
         if topics is None or (ctx.version == 0 and not topics):
             def keep(response: Any) -> Any:
@@ -426,6 +433,38 @@ def _metadata(gate: GroupGate, broker: Any, handler: Handler) -> Handler:
                 dataclasses.replace(request, topics=tuple(allowed)))
 
     return checked
+
+
+# What Kafka reports in Metadata's authorized operations (its resources' supported operations).
+_TOPIC_OPERATIONS = (Operation.READ, Operation.WRITE, Operation.CREATE, Operation.DELETE,
+                     Operation.ALTER, Operation.DESCRIBE, Operation.DESCRIBE_CONFIGS,
+                     Operation.ALTER_CONFIGS)
+_CLUSTER_OPERATIONS = (Operation.CREATE, Operation.CLUSTER_ACTION, Operation.DESCRIBE_CONFIGS,
+                       Operation.ALTER_CONFIGS, Operation.IDEMPOTENT_WRITE, Operation.ALTER,
+                       Operation.DESCRIBE)
+
+
+def _operations_bits(gate: GroupGate, ctx: ClientRequest, operations: tuple[Operation, ...],
+                     resource_type: int, name: str) -> int:
+    return sum(1 << operation for operation in operations
+               if gate.decide(ctx, operation, resource_type, name).allowed)
+
+
+def _with_authorized_operations(gate: GroupGate, ctx: ClientRequest, response: Any,
+                                topics: bool, cluster: bool) -> Any:
+    """Metadata's `topic_authorized_operations` of each topic answered (a denied one keeps
+    Kafka's "not asked" value) and, up to v10, the `cluster_authorized_operations`."""
+    changes: dict[str, Any] = {}
+    if topics:
+        changes["topics"] = tuple(
+            dataclasses.replace(topic, topic_authorized_operations=_operations_bits(
+                gate, ctx, _TOPIC_OPERATIONS, ResourceType.TOPIC, topic.name))
+            if topic.error_code == ErrorCode.none and topic.name is not None else topic
+            for topic in response.topics)
+    if cluster and hasattr(response, "cluster_authorized_operations"):
+        changes["cluster_authorized_operations"] = _operations_bits(
+            gate, ctx, _CLUSTER_OPERATIONS, ResourceType.CLUSTER, CLUSTER_NAME)
+    return dataclasses.replace(response, **changes)
 
 
 def _install_topic_checks(gate: GroupGate, broker: Any,

@@ -470,3 +470,33 @@ def test_offset_fetch_of_one_group_checks_each_topic(acl_broker: BrokerProcess,
     assert named == {readable: 0, hidden: int(KafkaError.TOPIC_AUTHORIZATION_FAILED)}
     if version >= 2:  # null topics (all of the group's) from v2
         assert asyncio.run(_fetch_as_alice(acl_broker, group, None, version)) == {readable: 0}
+
+
+async def _metadata_as_alice(broker: BrokerProcess, topics: list[str]) -> Any:
+    conn = await wire.Connection.open("127.0.0.1", int(broker.env["SASL_PORT"]))
+    try:
+        assert (await conn.call(17, 1, {"mechanism": "PLAIN"})).error_code.value == 0
+        reply = await conn.call(36, 2, {"auth_bytes": b"\0alice\0alice-secret"})
+        assert reply.error_code.value == 0
+        return await conn.call(3, 10, {
+            "topics": [{"name": topic, "topic_id": None} for topic in topics],
+            "allow_auto_topic_creation": False, "include_cluster_authorized_operations": True,
+            "include_topic_authorized_operations": True})
+    finally:
+        await conn.close()
+
+
+def test_metadata_reports_the_authorized_operations(acl_broker: BrokerProcess) -> None:
+    readable, described = f"t-{uuid.uuid4().hex[:8]}", f"w-{uuid.uuid4().hex[:8]}"
+    hidden = f"x-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient(_config(acl_broker, "admin"))
+    for future in admin.create_topics([NewTopic(name, 1) for name in (
+            readable, described, hidden)]).values():
+        future.result(timeout=15)
+    answer = asyncio.run(_metadata_as_alice(acl_broker, [readable, described, hidden]))
+    by_name = {t.name: t for t in answer.topics}
+    read, describe = 1 << int(AclOperation.READ.value), 1 << int(AclOperation.DESCRIBE.value)
+    assert by_name[readable].topic_authorized_operations == read | describe
+    assert by_name[described].topic_authorized_operations == describe
+    assert by_name[hidden].error_code.value == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert answer.cluster_authorized_operations == 0  # no cluster ACL for alice
