@@ -242,6 +242,43 @@ class Authorizer:
         return Decision(False, "no ALLOW binding matches")
 
 
+    def authorize_any(self, principal: str, host: str, operation: Operation,
+                      resource_type: int) -> Decision:
+        """Kafka's `authorizeByResourceType`: whether the principal may do `operation` on some
+        resource of the type, i.e. an ALLOW binding for it that no DENY binding covers whole
+        (an idempotent producer needs WRITE on one topic, or IDEMPOTENT_WRITE on the cluster)."""
+        if principal in self.super_users:
+            return Decision(True, "super.users")
+        host = host.lstrip("/")
+        of_type = [b for b in self.store.bindings if b.resource_type == resource_type]
+        if not of_type:
+            return Decision(self.allow_if_no_acl, "allow.everyone.if.no.acl.found="
+                            + str(self.allow_if_no_acl).lower())
+        mine = [b for b in of_type
+                if b.principal in (principal, "User:*") and b.host in (host, WILDCARD)
+                and b.operation in (operation, Operation.ALL)]
+        denies = [b for b in mine if b.permission == Permission.DENY]
+        for allow in mine:
+            if allow.permission != Permission.ALLOW:
+                continue
+            covered = next((deny for deny in denies if _covers(deny, allow)), None)
+            if covered is None:
+                return Decision(True, allow.describe())
+        return Decision(False, f"no {Operation(operation).name} allowed on any "
+                               f"{ResourceType(resource_type).name}")
+
+
+def _covers(deny: AclBinding, allow: AclBinding) -> bool:
+    """Whether every resource `allow` names is also named by `deny`."""
+    if deny.pattern_type == PatternType.LITERAL and deny.resource_name == WILDCARD:
+        return True
+    if deny.pattern_type == PatternType.PREFIXED:
+        return allow.resource_name != WILDCARD and allow.resource_name.startswith(
+            deny.resource_name)
+    return (allow.pattern_type == PatternType.LITERAL
+            and allow.resource_name == deny.resource_name)
+
+
 # The ACL APIs ---------------------------------------------------------------------------------
 
 

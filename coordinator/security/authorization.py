@@ -10,7 +10,8 @@ OffsetDelete (then READ TOPIC); ListGroups lists the groups the principal may de
 of them with CLUSTER DESCRIBE).
 WRITE TOPIC for Produce, READ for Fetch, DESCRIBE for ListOffsets and Metadata (CREATE to
 auto-create; the topics' and the cluster's authorized operations when asked for), CREATE for
-CreateTopics, DELETE for DeleteTopics, ALTER for CreatePartitions. A
+CreateTopics, DELETE for DeleteTopics, ALTER for CreatePartitions; WRITE on the transactional
+id, or IDEMPOTENT_WRITE (or WRITE on some topic) for InitProducerId. A
 denied group or topic is answered GROUP_ or TOPIC_AUTHORIZATION_FAILED and logged
 (rate-limited).
 
@@ -467,6 +468,40 @@ def _with_authorized_operations(gate: GroupGate, ctx: ClientRequest, response: A
     return dataclasses.replace(response, **changes)
 
 
+def _init_producer_id(gate: GroupGate, handler: Handler) -> Handler:
+    """As Kafka: WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); without
+    one, IDEMPOTENT_WRITE on the cluster or WRITE on some topic (CLUSTER_AUTHORIZATION_FAILED)."""
+    authorizer = gate.authorizer
+
+    def refuse(ctx: ClientRequest, error: ErrorCode) -> None:
+        ctx.respond(build(response_type(22, ctx.version), throttle_time=0, error_code=error,
+                          producer_id=-1, producer_epoch=-1))
+
+    def checked(ctx: ClientRequest, request: Any) -> None:
+        transactional_id = request.transactional_id
+        if transactional_id is not None:
+            decision = gate.decide(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                                   transactional_id)
+            if not decision.allowed:
+                denied(authorizer, ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                       transactional_id, decision)
+                refuse(ctx, ErrorCode.transactional_id_authorization_failed)
+                return
+        elif not gate.decide(ctx, Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER,
+                             CLUSTER_NAME).allowed:
+            principal = str(getattr(ctx.connection, "principal", "User:ANONYMOUS"))
+            decision = authorizer.authorize_any(principal, ctx.client_host, Operation.WRITE,
+                                                ResourceType.TOPIC)
+            if not decision.allowed:
+                denied(authorizer, ctx, Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER,
+                       CLUSTER_NAME, decision)
+                refuse(ctx, ErrorCode.cluster_authorization_failed)
+                return
+        handler(ctx, request)
+
+    return checked
+
+
 def _install_topic_checks(gate: GroupGate, broker: Any,
                           wrap: Callable[[int, Callable[[Handler], Handler]], None]) -> None:
     wrap(0, lambda h: _per_topic(
@@ -565,5 +600,6 @@ def install(broker: Any, settings: BrokerSettings) -> Authorizer | None:
     wrap(42, lambda h: _multi(gate, 42, Operation.DELETE, h, "groups_names", "results",
                               lambda g: {"group_id": g, "error_code": _GROUP_DENIED}))
     wrap(16, lambda h: _list_groups(gate, h))
+    wrap(22, lambda h: _init_producer_id(gate, h))
     _install_topic_checks(gate, broker, wrap)
     return authorizer

@@ -500,3 +500,43 @@ def test_metadata_reports_the_authorized_operations(acl_broker: BrokerProcess) -
     assert by_name[described].topic_authorized_operations == describe
     assert by_name[hidden].error_code.value == KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert answer.cluster_authorized_operations == 0  # no cluster ACL for alice
+
+
+async def _init_producer_id(broker: BrokerProcess, user: str,
+                            transactional_id: str | None) -> int:
+    conn = await wire.Connection.open("127.0.0.1", int(broker.env["SASL_PORT"]))
+    try:
+        assert (await conn.call(17, 1, {"mechanism": "PLAIN"})).error_code.value == 0
+        reply = await conn.call(36, 2, {"auth_bytes": f"\0{user}\0{user}-secret".encode()})
+        assert reply.error_code.value == 0
+        answer = await conn.call(22, 4, {"transactional_id": transactional_id,
+                                         "transaction_timeout": 60000, "producer_id": -1,
+                                         "producer_epoch": -1})
+        return int(answer.error_code.value)
+    finally:
+        await conn.close()
+
+
+def test_init_producer_id_needs_write_on_a_topic_or_the_transactional_id(
+        acl_broker: BrokerProcess) -> None:
+    # alice may read and describe topics but write none: no idempotent producer, as Kafka.
+    assert asyncio.run(_init_producer_id(acl_broker, "alice", None)) == int(
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED)
+    assert asyncio.run(_init_producer_id(acl_broker, "alice", "tx-alice")) == int(
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    admin = AdminClient(_config(acl_broker, "admin"))
+    for future in admin.create_acls([AclBinding(
+            ResourceType.TOPIC, "bobs-", ResourcePatternType.PREFIXED, "User:bob", "*",
+            AclOperation.WRITE, AclPermissionType.ALLOW)]).values():
+        future.result(timeout=15)
+    # WRITE on some topic is enough for an idempotent producer (KIP-679).
+    assert asyncio.run(_init_producer_id(acl_broker, "bob", None)) == 0
+    assert asyncio.run(_init_producer_id(acl_broker, "admin", None)) == 0
+    denials = [e for e in _journal_events(acl_broker, "authorization_denied")
+               if e["resource_type"] == "TRANSACTIONAL_ID"]
+    deadline = time.monotonic() + 10
+    while not denials and time.monotonic() < deadline:
+        time.sleep(0.2)
+        denials = [e for e in _journal_events(acl_broker, "authorization_denied")
+                   if e["resource_type"] == "TRANSACTIONAL_ID"]
+    assert denials and denials[0]["resource_name"] == "tx-alice"
