@@ -172,17 +172,22 @@ async def serve(broker: Broker, server_factory: type[KafkaServer] | None = None,
 
 async def _start_ops(broker: Broker, server: KafkaServer) -> OpsServer | None:
     """The metrics.listener endpoint (/metrics and the group page), when configured."""
+    from coordinator.ops.access import access_from_settings, ssl_context_from_settings
     from coordinator.ops.http import OpsLimits, OpsServer
 
     listener = broker.settings["metrics.listener"]
     if not listener or broker.metrics is None:
         return None
     host, _, port = listener.rpartition(":")
+    access = access_from_settings(broker.settings)
+    tls = ssl_context_from_settings(broker.settings)
     ops = OpsServer(broker.ops_view, broker.metrics, lambda: len(server.connections),
-                    OpsLimits.from_settings(broker.settings))
-    bound = await ops.start(host.strip("[]"), int(port))
+                    OpsLimits.from_settings(broker.settings), access)
+    bound = await ops.start(host.strip("[]"), int(port), tls)
     structlog.get_logger("rebalanced").info("metrics listening", host=host, port=bound,
                                             paths=["/metrics", "/"],
+                                            scheme="https" if tls else "http",
+                                            authentication=access.scheme,
                                             max_connections=ops.max_connections)
     return ops
 
@@ -293,6 +298,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"rebalanced: configuration error: {exc}", file=sys.stderr)
         return 2
+    if settings["metrics.listener"]:
+        from coordinator.ops.access import access_from_settings, ssl_context_from_settings
+
+        try:  # checked here too, so a wrong value stops the start before anything listens
+            access_from_settings(settings)
+            ssl_context_from_settings(settings)
+        except ValueError as exc:
+            print(f"rebalanced: configuration error: {exc}", file=sys.stderr)
+            return 2
     unwritable = _unwritable_data_dir(settings.data_dir)
     if unwritable:
         print(f"rebalanced: {unwritable}", file=sys.stderr)

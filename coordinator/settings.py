@@ -134,6 +134,13 @@ def _metrics_listener(text: str) -> str:
     return text.strip()
 
 
+def _metrics_authentication(text: str) -> str:
+    value = text.strip().lower()
+    if value not in ("", "none", "basic", "bearer"):
+        raise ValueError("must be none, basic or bearer")
+    return value
+
+
 def _log_format(text: str) -> str:
     value = text.strip().lower()
     if value not in ("auto", "json", "console"):
@@ -258,6 +265,15 @@ SETTINGS: tuple[Setting, ...] = (
     # The operators' HTTP endpoint: /metrics (Prometheus) and / (the live group page).
     Setting("metrics.listener", lambda s: _metrics_listener(s) if s.strip() else "", "",
             "HOST:PORT serving /metrics and the group page at / (default: off)"),
+    Setting("metrics.authentication", _metrics_authentication, "",
+            "basic, bearer or none for metrics.listener (default: none on a loopback address; "
+            "required on any other)"),
+    Setting("metrics.credentials.file", str, "",
+            "file of user:password lines (basic) or tokens (bearer), one a line"),
+    Setting("metrics.ssl.certificate.location", str, "",
+            "PEM certificate chain: serve metrics.listener over HTTPS"),
+    Setting("metrics.ssl.key.location", str, "",
+            "PEM private key of that certificate (default: in the certificate file)"),
     Setting("metrics.max.connections", _int(1), "32",
             "HTTP connections to metrics.listener at once (more are answered 503); at most "
             "an eighth of the open-files limit"),

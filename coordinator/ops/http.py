@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import resource
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ import structlog
 
 from coordinator.ops import metrics as om
 from coordinator.ops import page
+from coordinator.ops.access import OpsAccess
 from coordinator.ops.metrics.history import RebalanceHistory
 from coordinator.ops.view import CLASSIC, CONSUMER, BrokerView
 
@@ -151,7 +153,9 @@ async def in_slices(steps: Iterator[Any]) -> None:
 
 class OpsServer:
     def __init__(self, view: BrokerView, metrics: om.BrokerMetrics,
-                 connections: Callable[[], int], limits: OpsLimits | None = None) -> None:
+                 connections: Callable[[], int], limits: OpsLimits | None = None,
+                 access: OpsAccess | None = None) -> None:
+        self.access = access or OpsAccess("none")
         self._view = view
         self._metrics = metrics
         self._connections = connections
@@ -166,7 +170,7 @@ class OpsServer:
         self._refused = 0
         self._refusal_logged_at = -_REFUSAL_LOG_INTERVAL_S
 
-    async def start(self, host: str, port: int) -> int:
+    async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> int:
         # prometheus-client is imported at start, not by the first scrape (the import takes
         # tens of milliseconds of the broker's CPU while it serves).
         import prometheus_client  # noqa: F401
@@ -178,7 +182,7 @@ class OpsServer:
                         open_files_limit=resource.getrlimit(resource.RLIMIT_NOFILE)[0])
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: _HttpConnection(self), host, port,
-                                                reuse_address=True)
+                                                reuse_address=True, ssl=tls)
         sockets = self._server.sockets
         return int(sockets[0].getsockname()[1]) if sockets else port
 
@@ -212,6 +216,8 @@ class OpsServer:
         if len(request_line) != 3:
             return "400 Bad Request", "text/plain", b"bad request\n"
         method, target, _ = request_line
+        if not self.access.allows(head):
+            return "401 Unauthorized", "text/plain", b"authentication required\n"
         if method not in ("GET", "HEAD"):
             return "405 Method Not Allowed", "text/plain", b"GET only\n"
         path = target.split("?", 1)[0]
@@ -371,7 +377,9 @@ class _HttpConnection(asyncio.Protocol):
             return
         # Anything but a GET or HEAD may have sent a body this server does not read: close.
         keep_alive = head.startswith((b"GET ", b"HEAD ")) and _keep_alive(head)
-        response = _response(status, content_type, body, keep_alive)
+        response = _response(status, content_type, body, keep_alive,
+                             self._server.access.challenge if status.startswith("401")
+                             else None)
         if head.startswith(b"HEAD ") and body:
             response = response[:-len(body)]
         if not keep_alive:
@@ -438,7 +446,9 @@ def _keep_alive(head: bytes) -> bool:
     return connection != b"close"
 
 
-def _response(status: str, content_type: str, body: bytes, keep_alive: bool) -> bytes:
-    return (f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
+def _response(status: str, content_type: str, body: bytes, keep_alive: bool,
+              challenge: str | None = None) -> bytes:
+    authenticate = f"WWW-Authenticate: {challenge}\r\n" if challenge else ""
+    return (f"HTTP/1.1 {status}\r\n{authenticate}Content-Type: {content_type}\r\n"
             f"Content-Length: {len(body)}\r\nCache-Control: no-store\r\n"
             f"Connection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n").encode() + body

@@ -199,6 +199,8 @@ class Broker:
             self.metrics.rebalances.consumer_groups = self.ops_view
         # Last: the authorizer wraps the group APIs' handlers registered above.
         self.authorizer = authorization.install(self, settings)
+        if self.authorizer is not None:
+            self.authorizer.on_denial = self._authorization_denied
         planned = filesystem_from_env()  # a test's fault plan; None in production
         if planned is not None:
             log.warning("disk fault plan active", rules=len(planned.rules))
@@ -210,6 +212,13 @@ class Broker:
         self.stop_requested = asyncio.Event()
         self.failure: BaseException | None = None
         self.refusals.supported = self.served_versions()
+
+    def _authorization_denied(self, event: dict[str, object]) -> None:
+        # Journal only: the refusal log already writes the (rate-limited) line.
+        self.groups.journal.event(event, quiet=True)
+        if self.metrics is not None:
+            self.metrics.authorization_denied(str(event["resource_type"]),
+                                              str(event["operation"]))
 
     def advertised_to(self, listener: str) -> tuple[str, int]:
         return self._advertised_by_listener.get(listener, self.advertised)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from enum import IntEnum
 from pathlib import Path
@@ -210,6 +210,9 @@ class Authorizer:
         self.store = store
         # Where a denial is logged (the broker's refusal log, rate-limited per client).
         self.refusals = refusals if refusals is not None else RefusalLog()
+        # Called with each denial's `authorization_denied` event (docs/events.md): the runtime
+        # journals and counts it. Only denials reach it, never the allowed path.
+        self.on_denial: Callable[[dict[str, object]], None] | None = None
         self.super_users = frozenset(super_users)
         self.allow_if_no_acl = allow_if_no_acl
 
@@ -239,6 +242,43 @@ class Authorizer:
         return Decision(False, "no ALLOW binding matches")
 
 
+    def authorize_any(self, principal: str, host: str, operation: Operation,
+                      resource_type: int) -> Decision:
+        """Kafka's `authorizeByResourceType`: whether the principal may do `operation` on some
+        resource of the type, i.e. an ALLOW binding for it that no DENY binding covers whole
+        (an idempotent producer needs WRITE on one topic, or IDEMPOTENT_WRITE on the cluster)."""
+        if principal in self.super_users:
+            return Decision(True, "super.users")
+        host = host.lstrip("/")
+        of_type = [b for b in self.store.bindings if b.resource_type == resource_type]
+        if not of_type:
+            return Decision(self.allow_if_no_acl, "allow.everyone.if.no.acl.found="
+                            + str(self.allow_if_no_acl).lower())
+        mine = [b for b in of_type
+                if b.principal in (principal, "User:*") and b.host in (host, WILDCARD)
+                and b.operation in (operation, Operation.ALL)]
+        denies = [b for b in mine if b.permission == Permission.DENY]
+        for allow in mine:
+            if allow.permission != Permission.ALLOW:
+                continue
+            covered = next((deny for deny in denies if _covers(deny, allow)), None)
+            if covered is None:
+                return Decision(True, allow.describe())
+        return Decision(False, f"no {Operation(operation).name} allowed on any "
+                               f"{ResourceType(resource_type).name}")
+
+
+def _covers(deny: AclBinding, allow: AclBinding) -> bool:
+    """Whether every resource `allow` names is also named by `deny`."""
+    if deny.pattern_type == PatternType.LITERAL and deny.resource_name == WILDCARD:
+        return True
+    if deny.pattern_type == PatternType.PREFIXED:
+        return allow.resource_name != WILDCARD and allow.resource_name.startswith(
+            deny.resource_name)
+    return (allow.pattern_type == PatternType.LITERAL
+            and allow.resource_name == deny.resource_name)
+
+
 # The ACL APIs ---------------------------------------------------------------------------------
 
 
@@ -253,15 +293,25 @@ def _cluster_denied(authorizer: Authorizer | None, ctx: ClientRequest,
     decision = authorizer.authorize(_principal(ctx), ctx.client_host, operation,
                                     ResourceType.CLUSTER, CLUSTER_NAME)
     if not decision.allowed:
-        denied(authorizer.refusals, ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME,
-               decision)
+        denied(authorizer, ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME, decision)
         return ErrorCode.cluster_authorization_failed
     return None
 
 
-def denied(refusals: RefusalLog, ctx: ClientRequest, operation: Operation, resource_type: int,
-           name: str, decision: Decision) -> None:
-    refusals.refused("authorization denied", client_id=ctx.client_id or ctx.client_host,
+def denied(authorizer: Authorizer, ctx: ClientRequest, operation: Operation,
+           resource_type: int, name: str, decision: Decision) -> None:
+    """A denial: one rate-limited log line, one `authorization_denied` event."""
+    if authorizer.on_denial is not None:
+        event: dict[str, object] = {
+            "event": "authorization_denied", "principal": _principal(ctx),
+            "client_host": ctx.client_host, "client_id": ctx.client_id,
+            "api_key": ctx.header.api_key, "operation": Operation(operation).name,
+            "resource_type": ResourceType(resource_type).name, "resource_name": name,
+            "decided_by": decision.reason}
+        if resource_type == ResourceType.GROUP:
+            event["group_id"] = name
+        authorizer.on_denial(event)
+    authorizer.refusals.refused("authorization denied", client_id=ctx.client_id or ctx.client_host,
                      api_key=ctx.header.api_key, api_version=ctx.version,
                      problem=f"denied {Operation(operation).name} "
                              f"{ResourceType(resource_type).name} {name}",

@@ -1,13 +1,17 @@
 """ACLs checked as Kafka checks them, in front of the group and topic APIs' handlers.
 
 READ GROUP for JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ConsumerGroupHeartbeat and
-OffsetCommit (then READ TOPIC for each topic committed to); DESCRIBE GROUP for OffsetFetch,
-DescribeGroups and ConsumerGroupDescribe, each group of a request on its own (with the
+OffsetCommit (then READ TOPIC for each topic committed to); DESCRIBE GROUP for OffsetFetch
+(then DESCRIBE TOPIC: a named topic denied is answered TOPIC_AUTHORIZATION_FAILED, a fetch of
+all the group's offsets lists only the topics allowed), DescribeGroups and
+ConsumerGroupDescribe, each group of a request on its own (with the
 `authorized_operations` a client asks for); DELETE GROUP for DeleteGroups (each group) and
 OffsetDelete (then READ TOPIC); ListGroups lists the groups the principal may describe (all
 of them with CLUSTER DESCRIBE).
 WRITE TOPIC for Produce, READ for Fetch, DESCRIBE for ListOffsets and Metadata (CREATE to
-auto-create), CREATE for CreateTopics, DELETE for DeleteTopics, ALTER for CreatePartitions. A
+auto-create; the topics' and the cluster's authorized operations when asked for), CREATE for
+CreateTopics, DELETE for DeleteTopics, ALTER for CreatePartitions; WRITE on the transactional
+id, or IDEMPOTENT_WRITE (or WRITE on some topic) for InitProducerId. A
 denied group or topic is answered GROUP_ or TOPIC_AUTHORIZATION_FAILED and logged
 (rate-limited).
 
@@ -86,7 +90,7 @@ class GroupGate:
     def group(self, ctx: ClientRequest, operation: Operation, group_id: str) -> bool:
         decision = self.decide(ctx, operation, ResourceType.GROUP, group_id)
         if not decision.allowed:
-            denied(self.authorizer.refusals, ctx, operation, ResourceType.GROUP, group_id,
+            denied(self.authorizer, ctx, operation, ResourceType.GROUP, group_id,
                    decision)
         return decision.allowed
 
@@ -201,7 +205,72 @@ def _list_groups(gate: GroupGate, handler: Handler) -> Handler:
     return checked
 
 
+def _offset_fetch_topics(gate: GroupGate, handler: Handler) -> Handler:
+    """DESCRIBE on each topic, as Kafka checks OffsetFetch once the group is allowed: a named
+    topic the principal may not describe is answered TOPIC_AUTHORIZATION_FAILED on each of its
+    partitions; a fetch of all the group's offsets lists only the topics it may describe."""
+
+    def visible(ctx: ClientRequest, name: str) -> bool:
+        return gate.decide(ctx, Operation.DESCRIBE, ResourceType.TOPIC, name).allowed
+
+    def denial_topics(version: int, multi: bool, topics: list[Any]) -> tuple[Any, ...]:
+        shaped = [{"name": t.name, "partitions": [
+            {"partition_index": index, "committed_offset": -1, "committed_leader_epoch": -1,
+             "metadata": "", "error_code": _TOPIC_DENIED} for index in t.partition_indexes]}
+            for t in topics]
+        cls = response_type(9, version)
+        if multi:
+            return tuple(build(cls, throttle_time=0, groups=[
+                {"group_id": "", "topics": shaped}]).groups[0].topics)
+        return tuple(build(cls, throttle_time=0, topics=shaped).topics)
+
+    def checked(ctx: ClientRequest, request: Any) -> None:
+        multi = ctx.version >= 8
+        groups = request.groups if multi else (request,)
+        if all(g.topics is not None and all(visible(ctx, t.name) for t in g.topics)
+               for g in groups):
+            handler(ctx, request)  # the usual path: every topic named and allowed
+            return
+        denials: dict[str, tuple[Any, ...]] = {}
+        all_topics: set[str] = set()
+        narrowed: list[Any] = []
+        for group in groups:
+            if group.topics is None:
+                all_topics.add(group.group_id)
+                narrowed.append(group)
+                continue
+            allowed: list[Any] = []
+            refused: list[Any] = []
+            for topic in group.topics:
+                (allowed if _topic_allowed(gate, ctx, Operation.DESCRIBE, topic.name)
+                 else refused).append(topic)
+            if refused:
+                denials[group.group_id] = denial_topics(ctx.version, multi, refused)
+            narrowed.append(dataclasses.replace(group, topics=tuple(allowed)))
+
+        def fix(entry: Any, group_id: str) -> Any:
+            if getattr(entry, "error_code", ErrorCode.none) != ErrorCode.none:
+                return entry  # the group's own error answers the whole group
+            topics = tuple(entry.topics)
+            if group_id in all_topics:
+                topics = tuple(t for t in topics if visible(ctx, t.name))
+            return dataclasses.replace(entry, topics=topics + denials.get(group_id, ()))
+
+        def merge(response: Any) -> Any:
+            if multi:
+                return dataclasses.replace(response, groups=tuple(
+                    fix(g, g.group_id) for g in response.groups))
+            return fix(response, request.group_id)
+
+        handler(_Merged(ctx, merge),  # type: ignore[arg-type]
+                dataclasses.replace(request, groups=tuple(narrowed)) if multi
+                else narrowed[0])
+
+    return checked
+
+
 def _offset_fetch(gate: GroupGate, handler: Handler) -> Handler:
+    handler = _offset_fetch_topics(gate, handler)
     single = _single(gate, 9, Operation.DESCRIBE, handler)
     multi = _multi(gate, 9, Operation.DESCRIBE, handler, "groups", "groups",
                    lambda group: {"group_id": group, "error_code": _GROUP_DENIED,
@@ -223,7 +292,7 @@ def _topic_allowed(gate: GroupGate, ctx: ClientRequest, operation: Operation,
                    name: str) -> bool:
     decision = gate.decide(ctx, operation, ResourceType.TOPIC, name)
     if not decision.allowed:
-        denied(gate.authorizer.refusals, ctx, operation, ResourceType.TOPIC, name, decision)
+        denied(gate.authorizer, ctx, operation, ResourceType.TOPIC, name, decision)
     return decision.allowed
 
 
@@ -319,6 +388,12 @@ def _metadata(gate: GroupGate, broker: Any, handler: Handler) -> Handler:
         return gate.decide(ctx, Operation.DESCRIBE, ResourceType.TOPIC, name).allowed
 
     def checked(ctx: ClientRequest, request: Any) -> None:
+        topic_operations = getattr(request, "include_topic_authorized_operations", False)
+        cluster_operations = getattr(request, "include_cluster_authorized_operations", False)
+        if topic_operations or cluster_operations:
+            asked = ctx
+            ctx = _Merged(asked, lambda response: _with_authorized_operations(  # type: ignore[assignment]
+                gate, asked, response, topic_operations, cluster_operations))
         topics = request.topics
         if topics is None or (ctx.version == 0 and not topics):
             def keep(response: Any) -> Any:
@@ -357,6 +432,72 @@ def _metadata(gate: GroupGate, broker: Any, handler: Handler) -> Handler:
 
         handler(_Merged(ctx, merge),  # type: ignore[arg-type]
                 dataclasses.replace(request, topics=tuple(allowed)))
+
+    return checked
+
+
+# What Kafka reports in Metadata's authorized operations (its resources' supported operations).
+_TOPIC_OPERATIONS = (Operation.READ, Operation.WRITE, Operation.CREATE, Operation.DELETE,
+                     Operation.ALTER, Operation.DESCRIBE, Operation.DESCRIBE_CONFIGS,
+                     Operation.ALTER_CONFIGS)
+_CLUSTER_OPERATIONS = (Operation.CREATE, Operation.CLUSTER_ACTION, Operation.DESCRIBE_CONFIGS,
+                       Operation.ALTER_CONFIGS, Operation.IDEMPOTENT_WRITE, Operation.ALTER,
+                       Operation.DESCRIBE)
+
+
+def _operations_bits(gate: GroupGate, ctx: ClientRequest, operations: tuple[Operation, ...],
+                     resource_type: int, name: str) -> int:
+    return sum(1 << operation for operation in operations
+               if gate.decide(ctx, operation, resource_type, name).allowed)
+
+
+def _with_authorized_operations(gate: GroupGate, ctx: ClientRequest, response: Any,
+                                topics: bool, cluster: bool) -> Any:
+    """Metadata's `topic_authorized_operations` of each topic answered (a denied one keeps
+    Kafka's "not asked" value) and, up to v10, the `cluster_authorized_operations`."""
+    changes: dict[str, Any] = {}
+    if topics:
+        changes["topics"] = tuple(
+            dataclasses.replace(topic, topic_authorized_operations=_operations_bits(
+                gate, ctx, _TOPIC_OPERATIONS, ResourceType.TOPIC, topic.name))
+            if topic.error_code == ErrorCode.none and topic.name is not None else topic
+            for topic in response.topics)
+    if cluster and hasattr(response, "cluster_authorized_operations"):
+        changes["cluster_authorized_operations"] = _operations_bits(
+            gate, ctx, _CLUSTER_OPERATIONS, ResourceType.CLUSTER, CLUSTER_NAME)
+    return dataclasses.replace(response, **changes)
+
+
+def _init_producer_id(gate: GroupGate, handler: Handler) -> Handler:
+    """As Kafka: WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); without
+    one, IDEMPOTENT_WRITE on the cluster or WRITE on some topic (CLUSTER_AUTHORIZATION_FAILED)."""
+    authorizer = gate.authorizer
+
+    def refuse(ctx: ClientRequest, error: ErrorCode) -> None:
+        ctx.respond(build(response_type(22, ctx.version), throttle_time=0, error_code=error,
+                          producer_id=-1, producer_epoch=-1))
+
+    def checked(ctx: ClientRequest, request: Any) -> None:
+        transactional_id = request.transactional_id
+        if transactional_id is not None:
+            decision = gate.decide(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                                   transactional_id)
+            if not decision.allowed:
+                denied(authorizer, ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                       transactional_id, decision)
+                refuse(ctx, ErrorCode.transactional_id_authorization_failed)
+                return
+        elif not gate.decide(ctx, Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER,
+                             CLUSTER_NAME).allowed:
+            principal = str(getattr(ctx.connection, "principal", "User:ANONYMOUS"))
+            decision = authorizer.authorize_any(principal, ctx.client_host, Operation.WRITE,
+                                                ResourceType.TOPIC)
+            if not decision.allowed:
+                denied(authorizer, ctx, Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER,
+                       CLUSTER_NAME, decision)
+                refuse(ctx, ErrorCode.cluster_authorization_failed)
+                return
+        handler(ctx, request)
 
     return checked
 
@@ -459,5 +600,6 @@ def install(broker: Any, settings: BrokerSettings) -> Authorizer | None:
     wrap(42, lambda h: _multi(gate, 42, Operation.DELETE, h, "groups_names", "results",
                               lambda g: {"group_id": g, "error_code": _GROUP_DENIED}))
     wrap(16, lambda h: _list_groups(gate, h))
+    wrap(22, lambda h: _init_producer_id(gate, h))
     _install_topic_checks(gate, broker, wrap)
     return authorizer

@@ -10,13 +10,21 @@ import json
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -41,8 +49,9 @@ JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
 @pytest.fixture(scope="module")
 def acl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     root = tmp_path_factory.mktemp("acls")
-    plain, sasl = free_port(), free_port()
+    plain, sasl, metrics = free_port(), free_port(), free_port()
     broker = BrokerProcess(root / "data", port=plain, settings={
+        "metrics.listener": f"127.0.0.1:{metrics}",
         "listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl}",
         "sasl.enabled.mechanisms": "PLAIN",
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
@@ -50,6 +59,7 @@ def acl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProce
         "super.users": "User:admin",
     })
     broker.env["SASL_PORT"] = str(sasl)
+    broker.env["METRICS_PORT"] = str(metrics)
     broker.start()
     admin = AdminClient(_config(broker, "admin"))
     futures = admin.create_acls([
@@ -116,6 +126,51 @@ def test_a_group_works_only_for_the_principal_allowed_to_read_it(
         assert outcome.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
     log = acl_broker.log_path.read_text(errors="replace")
     assert "authorization denied" in log and "User:bob" in log
+
+
+def _journal_events(broker: BrokerProcess, event_type: str) -> list[dict[str, Any]]:
+    directory = broker.data_dir / "events"
+    found = []
+    for path in [*sorted(directory.glob("*.jsonl")), directory / ".events-active.jsonl"]:
+        if path.exists():
+            for line in path.read_text().splitlines():
+                record = json.loads(line)
+                if record.get("event_type") == event_type:
+                    found.append(record)
+    return found
+
+
+def test_a_denial_is_a_journal_event_and_a_metric(acl_broker: BrokerProcess) -> None:
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    group = f"denied-{uuid.uuid4().hex[:8]}"
+    producer = Producer(_config(acl_broker, "admin"))
+    producer.produce(topic, value=b"x")
+    assert producer.flush(15) == 0
+    outcome = _consume(acl_broker, "bob", group, topic)
+    assert isinstance(outcome, KafkaError)
+    deadline = time.monotonic() + 10
+    mine: list[dict[str, Any]] = []
+    while not mine and time.monotonic() < deadline:
+        time.sleep(0.2)  # the journal is written every 100 ms
+        mine = [e for e in _journal_events(acl_broker, "authorization_denied")
+                if e.get("group_id") == group]
+    assert mine, "no authorization_denied event for the group"
+    event = mine[0]
+    assert event["v"] == 1 and isinstance(event["ts"], int)
+    assert event["principal"] == "User:bob"
+    assert event["client_host"].lstrip("/") == "127.0.0.1"  # as member events name it
+    assert event["resource_type"] == "GROUP" and event["resource_name"] == group
+    assert event["operation"] in ("READ", "DESCRIBE")
+    assert event["decided_by"]
+    assert "bob-secret" not in json.dumps(mine)
+    url = f"http://127.0.0.1:{acl_broker.env['METRICS_PORT']}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as page:
+        text = page.read().decode()
+    counted = [line for line in text.splitlines()
+               if line.startswith("rebalanced_authorization_denied_total{")
+               and 'resource_type="GROUP"' in line]
+    assert counted and sum(float(line.rsplit(" ", 1)[1]) for line in counted) >= 1
+    assert 'api="CreateAcls"' in text  # the fixture's CreateAcls, by name
 
 
 def test_topics_need_write_to_produce_and_describe_to_be_seen(
@@ -337,3 +392,151 @@ def test_offset_delete_needs_delete_on_the_group_and_read_on_each_topic(
                                    AclPermissionType.ALLOW)
         for future in admin.delete_acls([cleanup]).values():
             future.result(timeout=15)
+
+
+def test_offset_fetch_shows_only_the_topics_the_principal_may_describe(
+        acl_broker: BrokerProcess) -> None:
+    readable, hidden = f"t-{uuid.uuid4().hex[:8]}", f"x-{uuid.uuid4().hex[:8]}"
+    group = f"billing-{uuid.uuid4().hex[:8]}"
+    producer = Producer(_config(acl_broker, "admin"))
+    for topic in (readable, hidden):
+        producer.produce(topic, value=b"x")
+    assert producer.flush(15) == 0
+    committer = Consumer({**_config(acl_broker, "admin"), "group.id": group,
+                          "enable.auto.commit": False})
+    try:
+        committer.commit(offsets=[TopicPartition(readable, 0, 1), TopicPartition(hidden, 0, 1)],
+                         asynchronous=False)
+    finally:
+        committer.close()
+
+    reader = Consumer({**_config(acl_broker, "alice"), "group.id": group,
+                       "enable.auto.commit": False})
+    try:
+        answered = reader.committed([TopicPartition(readable, 0), TopicPartition(hidden, 0)],
+                                    timeout=10)
+    finally:
+        reader.close()
+    by_topic = {tp.topic: tp for tp in answered}
+    assert by_topic[readable].offset == 1 and by_topic[readable].error is None
+    hidden_error = by_topic[hidden].error
+    assert hidden_error is not None
+    assert hidden_error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+    # All the group's offsets: the hidden topic is left out, as Kafka filters it.
+    admin = AdminClient(_config(acl_broker, "alice"))
+    listed = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
+    offsets = listed[group].result(timeout=15)
+    assert {tp.topic for tp in offsets.topic_partitions} == {readable}
+    super_admin = AdminClient(_config(acl_broker, "admin"))
+    everything = super_admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group)])[group].result(timeout=15)
+    assert {tp.topic for tp in everything.topic_partitions} == {readable, hidden}
+
+
+async def _fetch_as_alice(broker: BrokerProcess, group: str, topics: list[str] | None,
+                          version: int) -> dict[str, int]:
+    conn = await wire.Connection.open("127.0.0.1", int(broker.env["SASL_PORT"]))
+    try:
+        assert (await conn.call(17, 1, {"mechanism": "PLAIN"})).error_code.value == 0
+        reply = await conn.call(36, 2, {"auth_bytes": b"\0alice\0alice-secret"})
+        assert reply.error_code.value == 0
+        fetched = await conn.call(9, version, {
+            "group_id": group, "require_stable": False,
+            "topics": None if topics is None else [
+                {"name": topic, "partition_indexes": [0]} for topic in topics]})
+        return {t.name: int(t.partitions[0].error_code.value) for t in fetched.topics}
+    finally:
+        await conn.close()
+
+
+@pytest.mark.parametrize("version", [1, 7])  # the one-group forms, before v8's groups
+def test_offset_fetch_of_one_group_checks_each_topic(acl_broker: BrokerProcess,
+                                                     version: int) -> None:
+    readable, hidden = f"t-{uuid.uuid4().hex[:8]}", f"x-{uuid.uuid4().hex[:8]}"
+    group = f"billing-{uuid.uuid4().hex[:8]}"
+    producer = Producer(_config(acl_broker, "admin"))
+    for topic in (readable, hidden):
+        producer.produce(topic, value=b"x")
+    assert producer.flush(15) == 0
+    committer = Consumer({**_config(acl_broker, "admin"), "group.id": group,
+                          "enable.auto.commit": False})
+    try:
+        committer.commit(offsets=[TopicPartition(readable, 0, 1), TopicPartition(hidden, 0, 1)],
+                         asynchronous=False)
+    finally:
+        committer.close()
+    named = asyncio.run(_fetch_as_alice(acl_broker, group, [readable, hidden], version))
+    assert named == {readable: 0, hidden: int(KafkaError.TOPIC_AUTHORIZATION_FAILED)}
+    if version >= 2:  # null topics (all of the group's) from v2
+        assert asyncio.run(_fetch_as_alice(acl_broker, group, None, version)) == {readable: 0}
+
+
+async def _metadata_as_alice(broker: BrokerProcess, topics: list[str]) -> Any:
+    conn = await wire.Connection.open("127.0.0.1", int(broker.env["SASL_PORT"]))
+    try:
+        assert (await conn.call(17, 1, {"mechanism": "PLAIN"})).error_code.value == 0
+        reply = await conn.call(36, 2, {"auth_bytes": b"\0alice\0alice-secret"})
+        assert reply.error_code.value == 0
+        return await conn.call(3, 10, {
+            "topics": [{"name": topic, "topic_id": None} for topic in topics],
+            "allow_auto_topic_creation": False, "include_cluster_authorized_operations": True,
+            "include_topic_authorized_operations": True})
+    finally:
+        await conn.close()
+
+
+def test_metadata_reports_the_authorized_operations(acl_broker: BrokerProcess) -> None:
+    readable, described = f"t-{uuid.uuid4().hex[:8]}", f"w-{uuid.uuid4().hex[:8]}"
+    hidden = f"x-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient(_config(acl_broker, "admin"))
+    for future in admin.create_topics([NewTopic(name, 1) for name in (
+            readable, described, hidden)]).values():
+        future.result(timeout=15)
+    answer = asyncio.run(_metadata_as_alice(acl_broker, [readable, described, hidden]))
+    by_name = {t.name: t for t in answer.topics}
+    read, describe = 1 << int(AclOperation.READ.value), 1 << int(AclOperation.DESCRIBE.value)
+    assert by_name[readable].topic_authorized_operations == read | describe
+    assert by_name[described].topic_authorized_operations == describe
+    assert by_name[hidden].error_code.value == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert answer.cluster_authorized_operations == 0  # no cluster ACL for alice
+
+
+async def _init_producer_id(broker: BrokerProcess, user: str,
+                            transactional_id: str | None) -> int:
+    conn = await wire.Connection.open("127.0.0.1", int(broker.env["SASL_PORT"]))
+    try:
+        assert (await conn.call(17, 1, {"mechanism": "PLAIN"})).error_code.value == 0
+        reply = await conn.call(36, 2, {"auth_bytes": f"\0{user}\0{user}-secret".encode()})
+        assert reply.error_code.value == 0
+        answer = await conn.call(22, 4, {"transactional_id": transactional_id,
+                                         "transaction_timeout": 60000, "producer_id": -1,
+                                         "producer_epoch": -1})
+        return int(answer.error_code.value)
+    finally:
+        await conn.close()
+
+
+def test_init_producer_id_needs_write_on_a_topic_or_the_transactional_id(
+        acl_broker: BrokerProcess) -> None:
+    # alice may read and describe topics but write none: no idempotent producer, as Kafka.
+    assert asyncio.run(_init_producer_id(acl_broker, "alice", None)) == int(
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED)
+    assert asyncio.run(_init_producer_id(acl_broker, "alice", "tx-alice")) == int(
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    admin = AdminClient(_config(acl_broker, "admin"))
+    for future in admin.create_acls([AclBinding(
+            ResourceType.TOPIC, "bobs-", ResourcePatternType.PREFIXED, "User:bob", "*",
+            AclOperation.WRITE, AclPermissionType.ALLOW)]).values():
+        future.result(timeout=15)
+    # WRITE on some topic is enough for an idempotent producer (KIP-679).
+    assert asyncio.run(_init_producer_id(acl_broker, "bob", None)) == 0
+    assert asyncio.run(_init_producer_id(acl_broker, "admin", None)) == 0
+    denials = [e for e in _journal_events(acl_broker, "authorization_denied")
+               if e["resource_type"] == "TRANSACTIONAL_ID"]
+    deadline = time.monotonic() + 10
+    while not denials and time.monotonic() < deadline:
+        time.sleep(0.2)
+        denials = [e for e in _journal_events(acl_broker, "authorization_denied")
+                   if e["resource_type"] == "TRANSACTIONAL_ID"]
+    assert denials and denials[0]["resource_name"] == "tx-alice"

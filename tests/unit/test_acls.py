@@ -88,3 +88,29 @@ def test_the_acls_survive_a_restart_and_filters_match_as_kafkas(tmp_path: Path) 
     assert matching(PatternType.LITERAL, "billing") == [literal]
     assert matching(PatternType.PREFIXED, None) == [prefixed]
     assert matching(PatternType.ANY, "bill") == [prefixed]
+
+
+def _write(name: str, permission: Permission = Permission.ALLOW,
+           pattern: PatternType = PatternType.LITERAL,
+           operation: Operation = Operation.WRITE) -> AclBinding:
+    return _binding(name, operation=operation, permission=permission, pattern=pattern,
+                    resource_type=TOPIC)
+
+
+def test_write_on_any_topic_is_allowed_unless_a_deny_covers_it(tmp_path: Path) -> None:
+    def any_write(authorizer: Authorizer, principal: str = "User:alice") -> bool:
+        return authorizer.authorize_any(principal, "/10.0.0.1", Operation.WRITE,
+                                        TOPIC).allowed
+
+    deny = Permission.DENY
+    prefixed = PatternType.PREFIXED
+    assert any_write(_authorizer(tmp_path / "a", _write("orders")))
+    assert not any_write(_authorizer(tmp_path / "b", _write("orders")), principal="User:bob")
+    assert not any_write(_authorizer(tmp_path / "c", _write("orders-", pattern=prefixed),
+                                     _write("ord", deny, prefixed)))
+    assert any_write(_authorizer(tmp_path / "d", _write("orders"), _write("other", deny)))
+    assert not any_write(_authorizer(tmp_path / "e", _write("orders"),
+                                     _write("*", deny, operation=Operation.ALL)))
+    assert not any_write(_authorizer(tmp_path / "f", _binding("g")), "User:x")  # groups only
+    assert any_write(_authorizer(tmp_path / "g", _binding("g"), allow_if_no_acl=True))
+    assert any_write(_authorizer(tmp_path / "h", super_users=("User:root",)), "User:root")

@@ -105,6 +105,12 @@ class RequestCounters:
         self.offset_commits = 0  # offsets (partitions) committed
         self.offset_expirations = 0
         self.offset_deletions = 0
+        # Requests refused by the authorizer, by (resource type, operation) names.
+        self.authorization_denials: dict[tuple[str, str], int] = {}
+
+    def authorization_denied(self, resource_type: str, operation: str) -> None:
+        key = (resource_type, operation)
+        self.authorization_denials[key] = self.authorization_denials.get(key, 0) + 1
 
     def context(self, connection: Any, slot: Any, header: Any) -> RequestContext:
         """The context of one request: counted always; timed always for the rare APIs and for

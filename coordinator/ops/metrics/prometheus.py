@@ -24,9 +24,11 @@ API_NAMES = {
     0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit",
     9: "OffsetFetch", 10: "FindCoordinator", 11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup",
     14: "SyncGroup", 15: "DescribeGroups", 16: "ListGroups", 18: "ApiVersions",
-    19: "CreateTopics", 20: "DeleteTopics", 22: "InitProducerId", 37: "CreatePartitions",
-    42: "DeleteGroups", 47: "OffsetDelete", 68: "ConsumerGroupHeartbeat",
-    69: "ConsumerGroupDescribe",
+    17: "SaslHandshake", 19: "CreateTopics", 20: "DeleteTopics", 22: "InitProducerId",
+    29: "DescribeAcls", 30: "CreateAcls", 31: "DeleteAcls", 36: "SaslAuthenticate",
+    37: "CreatePartitions", 42: "DeleteGroups", 47: "OffsetDelete",
+    50: "DescribeUserScramCredentials", 51: "AlterUserScramCredentials",
+    68: "ConsumerGroupHeartbeat", 69: "ConsumerGroupDescribe",
 }
 
 _SAMPLING_HELP = "sampled: " + ", ".join(
@@ -72,6 +74,7 @@ def snapshot(counters: RequestCounters, history: RebalanceHistory, counts: Group
         "offset_commits": counters.offset_commits,
         "offset_expirations": counters.offset_expirations,
         "offset_deletions": counters.offset_deletions,
+        "authorization_denials": dict(counters.authorization_denials),
         "completed_rebalances": history.completed_rebalances,
         "consumer_rebalances": history.consumer_rebalances,
         "consumer_groups_by_state": counts.consumer_by_state,
@@ -210,6 +213,14 @@ def activity_families(snap: dict[str, Any]) -> Iterator[Any]:
     yield wakeup
     yield GaugeMetricFamily("rebalanced_open_connections", "Open client connections.",
                             value=snap["connections"])
+    denials = CounterMetricFamily(
+        "rebalanced_authorization_denied",
+        "Requests (or parts of them) refused by the authorizer, by resource type and operation.",
+        labels=["resource_type", "operation"])
+    for (resource_type, operation), count in sorted(snap.get("authorization_denials",
+                                                             {}).items()):
+        denials.add_metric([resource_type, operation], count)
+    yield denials
     yield from loop_families(snap.get("loop"))
 
 
