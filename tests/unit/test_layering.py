@@ -72,6 +72,11 @@ def test_the_group_core_is_pure(folder: str) -> None:
                       forbidden_external=("asyncio", "socket", "structlog")) == []
 
 
+def test_the_transaction_core_is_pure() -> None:
+    assert violations("coordinator/txn", ("coordinator.txn",),
+                      forbidden_external=("asyncio", "socket", "structlog")) == []
+
+
 def test_the_api_adapters_do_not_reach_the_runtime() -> None:
     assert violations("coordinator/api", ("coordinator.api", "coordinator.group", "protocol")
                       ) == []
