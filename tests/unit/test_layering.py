@@ -87,7 +87,7 @@ def test_the_data_plane_does_not_need_the_broker() -> None:
     """Each handler states what it uses of the broker as a small protocol."""
     assert violations("coordinator/dataplane", (
         "coordinator.dataplane", "coordinator.api.context", "coordinator.grouplog.log",
-        "protocol", "storage")) == []
+        "coordinator.grouplog.placement", "coordinator.txn", "protocol", "storage")) == []
 
 
 def test_ops_sees_the_broker_only_through_its_view() -> None:

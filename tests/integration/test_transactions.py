@@ -1,0 +1,128 @@
+"""Transactions with confluent-kafka against a real broker process: committed records reach a
+read_committed consumer, aborted ones never do, and a restart keeps both true."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.broker_process import BrokerProcess
+
+TOPIC = "eos"
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(tmp_path / "data").start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def create_topic(bootstrap: str, partitions: int = 2) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(TOPIC, num_partitions=partitions,
+                                  replication_factor=1)])[TOPIC].result(10)
+
+
+def transactional_producer(bootstrap: str, transactional_id: str = "app") -> Producer:
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
+                         "transaction.timeout.ms": 10_000})
+    producer.init_transactions(15)
+    return producer
+
+
+def send_in_transaction(producer: Producer, values: list[str], commit: bool) -> None:
+    producer.begin_transaction()
+    for i, value in enumerate(values):
+        producer.produce(TOPIC, value=value.encode(), partition=i % 2)
+    producer.flush(10)
+    if commit:
+        producer.commit_transaction(15)
+    else:
+        producer.abort_transaction(15)
+
+
+def consume_all(bootstrap: str, isolation: str, expect: int, idle_s: float = 2.0) -> list[str]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{isolation}",
+                         "enable.auto.commit": False, "isolation.level": isolation})
+    consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(2)])
+    seen: list[str] = []
+    deadline = time.monotonic() + 20
+    quiet_until = None
+    while time.monotonic() < deadline:
+        messages = consumer.consume(100, timeout=0.5)
+        for message in messages:
+            assert message.error() is None, message.error()
+            seen.append((message.value() or b"").decode())
+        if len(seen) >= expect:
+            quiet_until = quiet_until or time.monotonic() + idle_s
+            if time.monotonic() >= quiet_until:
+                break
+    consumer.close()
+    return sorted(seen)
+
+
+def test_read_committed_sees_committed_records_and_never_aborted_ones(
+        broker: BrokerProcess) -> None:
+    create_topic(broker.bootstrap)
+    producer = transactional_producer(broker.bootstrap)
+    send_in_transaction(producer, ["c1", "c2", "c3"], commit=True)
+    send_in_transaction(producer, ["a1", "a2"], commit=False)
+    send_in_transaction(producer, ["c4"], commit=True)
+    committed = ["c1", "c2", "c3", "c4"]
+    assert consume_all(broker.bootstrap, "read_committed", len(committed)) == committed
+    # read_uncommitted is unchanged: it reads the aborted records too
+    assert consume_all(broker.bootstrap, "read_uncommitted", 6) == sorted(
+        [*committed, "a1", "a2"])
+
+
+def test_an_open_transaction_holds_read_committed_at_its_start(broker: BrokerProcess) -> None:
+    create_topic(broker.bootstrap)
+    producer = transactional_producer(broker.bootstrap)
+    send_in_transaction(producer, ["before"], commit=True)
+    producer.begin_transaction()
+    producer.produce(TOPIC, value=b"open", partition=0)
+    producer.flush(10)
+    assert consume_all(broker.bootstrap, "read_committed", 1) == ["before"]
+    producer.commit_transaction(15)
+    assert consume_all(broker.bootstrap, "read_committed", 2) == ["before", "open"]
+
+
+def test_a_new_producer_with_the_same_id_fences_the_old_and_aborts_its_transaction(
+        broker: BrokerProcess) -> None:
+    create_topic(broker.bootstrap)
+    old = transactional_producer(broker.bootstrap)
+    old.begin_transaction()
+    old.produce(TOPIC, value=b"zombie", partition=0)
+    old.flush(10)
+    new = transactional_producer(broker.bootstrap)
+    with pytest.raises(KafkaException):
+        old.commit_transaction(15)
+    send_in_transaction(new, ["fresh"], commit=True)
+    assert consume_all(broker.bootstrap, "read_committed", 1) == ["fresh"]
+
+
+def test_a_restart_keeps_aborted_records_hidden_and_fences_by_epoch(tmp_path: Path) -> None:
+    process = BrokerProcess(tmp_path / "data").start()
+    try:
+        create_topic(process.bootstrap)
+        producer = transactional_producer(process.bootstrap)
+        send_in_transaction(producer, ["kept"], commit=True)
+        send_in_transaction(producer, ["dropped"], commit=False)
+    finally:
+        process.stop()
+    restarted = BrokerProcess(tmp_path / "data", port=process.port).start()
+    try:
+        assert consume_all(restarted.bootstrap, "read_committed", 1) == ["kept"]
+        again = transactional_producer(restarted.bootstrap)
+        send_in_transaction(again, ["after"], commit=True)
+        assert consume_all(restarted.bootstrap, "read_committed", 2) == ["after", "kept"]
+    finally:
+        restarted.stop()
