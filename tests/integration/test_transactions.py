@@ -91,6 +91,15 @@ def test_an_open_transaction_holds_read_committed_at_its_start(broker: BrokerPro
     producer.produce(TOPIC, value=b"open", partition=0)
     producer.flush(10)
     assert consume_all(broker.bootstrap, "read_committed", 1) == ["before"]
+    committed_reader = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "lso",
+                                 "isolation.level": "read_committed"})
+    uncommitted_reader = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "hw",
+                                   "isolation.level": "read_uncommitted"})
+    # ListOffsets: the last stable offset (the open transaction's first offset) vs the end
+    assert committed_reader.get_watermark_offsets(TopicPartition(TOPIC, 0), 10)[1] == 2
+    assert uncommitted_reader.get_watermark_offsets(TopicPartition(TOPIC, 0), 10)[1] == 3
+    committed_reader.close()
+    uncommitted_reader.close()
     producer.commit_transaction(15)
     assert consume_all(broker.bootstrap, "read_committed", 2) == ["before", "open"]
 
@@ -126,3 +135,19 @@ def test_a_restart_keeps_aborted_records_hidden_and_fences_by_epoch(tmp_path: Pa
         assert consume_all(restarted.bootstrap, "read_committed", 2) == ["after", "kept"]
     finally:
         restarted.stop()
+
+
+def test_a_transaction_past_its_timeout_is_aborted_by_the_broker(broker: BrokerProcess) -> None:
+    create_topic(broker.bootstrap)
+    stalled = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "stalled",
+                        "transaction.timeout.ms": 1000})
+    stalled.init_transactions(15)
+    stalled.begin_transaction()
+    stalled.produce(TOPIC, value=b"never", partition=0)
+    stalled.flush(10)
+    time.sleep(3)  # the broker aborts it: the last stable offset moves past its records
+    later = transactional_producer(broker.bootstrap, "other")
+    send_in_transaction(later, ["after"], commit=True)
+    assert consume_all(broker.bootstrap, "read_committed", 1) == ["after"]
+    with pytest.raises(KafkaException):
+        stalled.commit_transaction(15)
