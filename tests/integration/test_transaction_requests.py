@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+from typing import Any
 
 import pytest
 
@@ -13,7 +14,7 @@ pytestmark = pytest.mark.integration
 _MS = datetime.timedelta(milliseconds=1)
 
 
-async def init(connection: wire.Connection, timeout_ms: int = 60_000, version: int = 4) -> object:
+async def init(connection: wire.Connection, timeout_ms: int = 60_000, version: int = 4) -> Any:
     return await connection.call(22, version, {
         "transactional_id": "tx", "transaction_timeout": timeout_ms * _MS,
         "producer_id": -1, "producer_epoch": -1})
