@@ -95,6 +95,16 @@ class ProducerTable:
                                         f"producer epoch {epoch} is older than {state.epoch}")
         return ProduceCheck(None, self, key, epoch, base_sequence, last_sequence)
 
+    def fence(self, topic: str, partition: int, producer_id: int, epoch: int) -> None:
+        """A transaction marker of `epoch` was written: older epochs of this producer may no
+        longer append here (a producer fenced by a timeout or a new instance), and a bumped
+        epoch starts its sequence again."""
+        state = self._state.get((topic, partition, producer_id))
+        if state is not None and epoch > state.epoch:
+            state.epoch = epoch
+            state.last_sequence = -1
+            state.recent.clear()
+
     def _record(self, key: tuple[str, int, int], epoch: int, base_sequence: int,
                 last_sequence: int, base_offset: int) -> None:
         state = self._state.get(key)

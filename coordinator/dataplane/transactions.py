@@ -16,7 +16,6 @@ Not served yet: TxnOffsetCommit (offsets inside a transaction), so a transaction
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,6 +24,7 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.api.context import ApiVersionRange, ClientRequest
 from coordinator.dataplane.internal_topic import TopicDirectory
+from coordinator.dataplane.producers import ProducerTable
 from coordinator.dataplane.transaction_log import TransactionLog
 from coordinator.grouplog.placement import partition_for
 from coordinator.txn.coordinator import OFFSETS_TOPIC, TransactionCoordinator, TxnConfig, TxnResult
@@ -60,10 +60,11 @@ class TransactionHost(TopicDirectory, Protocol):
 
 
 class TransactionService:
-    def __init__(self, host: TransactionHost, new_producer_id: Callable[[], int],
+    def __init__(self, host: TransactionHost, producers: ProducerTable,
                  config: TxnConfig, offsets_partitions: int) -> None:
         self._host = host
-        self.coordinator = TransactionCoordinator(config, new_producer_id)
+        self._producers = producers
+        self.coordinator = TransactionCoordinator(config, producers.new_producer_id)
         self._offsets_partitions = offsets_partitions
         self._log: TransactionLog | None = None
         self.partitions: dict[tuple[str, int], PartitionTransactions] = {}
@@ -109,6 +110,11 @@ class TransactionService:
 
     def partition(self, topic: str, partition: int) -> PartitionTransactions | None:
         return self.partitions.get((topic, partition))
+
+    def forget_topic(self, name: str) -> None:
+        """A deleted topic: a topic created again under its name starts with no history."""
+        for key in [k for k in self.partitions if k[0] == name]:
+            del self.partitions[key]
 
     # -- requests ------------------------------------------------------------------------
 
@@ -238,6 +244,8 @@ class TransactionService:
             if txns is None:
                 txns = self.partitions[(marker.topic, marker.partition)] = PartitionTransactions()
             txns.ended(marker.producer_id, info.base_offset, marker.committed)
+            self._producers.fence(marker.topic, marker.partition, marker.producer_id,
+                                  marker.producer_epoch)
             self._host.partition_appended(marker.topic, marker.partition)
         self._durable(self.coordinator.markers_written(result.completing, now), now)
 

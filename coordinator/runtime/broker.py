@@ -118,7 +118,7 @@ class Broker:
         self.topics_fs: FileSystem = REAL_FS  # the topics' filesystem; tests slow it down here
         self.producers = ProducerTable()
         self.transactions = TransactionService(
-            self, self.producers.new_producer_id,
+            self, self.producers,
             TxnConfig(settings["transaction.max.timeout.ms"],
                       settings["transactional.id.expiration.ms"]),
             settings["offsets.topic.num.partitions"])
@@ -479,6 +479,7 @@ class Broker:
             log.error("topic deletion failed", topic=name, error=str(exc))
             return ErrorCode.kafka_storage_error
         self.groups.topics_changed()
+        self.transactions.forget_topic(name)
         log.info("topic deleted", topic=name)
         return ErrorCode.none
 
