@@ -28,9 +28,13 @@ VERSIONS = ApiVersionRange(PRODUCE, 0, 11)  # v0-v2: legacy message sets, up-con
 LEGACY_MAX_VERSION = 2  # v0-v2: legacy message sets
 log = structlog.get_logger("rebalanced.produce")
 _PRODUCER_ID = struct.Struct(">q")  # at batch offset 43
+_PRODUCER_AND_EPOCH = struct.Struct(">qh")
 
 
 class TransactionalAppends(Protocol):
+    def refuse_append(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                      topic: str, partition: int) -> ErrorCode | None: ...
+
     def appended(self, topic: str, partition: int, producer_id: int,
                  first_offset: int) -> None: ...
 
@@ -85,6 +89,16 @@ def handle(broker: ProduceHost, ctx: ClientRequest, request: Any) -> None:
             try:
                 if ctx.version <= LEGACY_MAX_VERSION:
                     records = up_convert(records)
+                if request.transactional_id is not None and len(records) > 60 \
+                        and records[22] & TRANSACTIONAL:
+                    producer_id, epoch = _PRODUCER_AND_EPOCH.unpack_from(records, 43)
+                    refusal = broker.transactions.refuse_append(
+                        request.transactional_id, producer_id, epoch, topic.name, data.index)
+                    if refusal is not None:
+                        entry["error_code"] = refusal
+                        entry["error_message"] = "not in an ongoing transaction of this epoch"
+                        partitions_out.append(entry)
+                        continue
                 producer = broker.producers.check(topic.name, data.index, records)
                 if producer.duplicate_offset is not None:
                     entry["base_offset"] = producer.duplicate_offset

@@ -28,6 +28,7 @@ from coordinator.dataplane.producers import ProducerTable
 from coordinator.dataplane.transaction_log import TransactionLog
 from coordinator.grouplog.placement import partition_for
 from coordinator.txn.coordinator import OFFSETS_TOPIC, TransactionCoordinator, TxnConfig, TxnResult
+from coordinator.txn.records import TxnState
 from protocol.build import build
 from protocol.codec import response_type
 from storage.log import LogConfig
@@ -110,6 +111,21 @@ class TransactionService:
 
     def partition(self, topic: str, partition: int) -> PartitionTransactions | None:
         return self.partitions.get((topic, partition))
+
+    def refuse_append(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                      topic: str, partition: int) -> ErrorCode | None:
+        """Why a transactional batch may not be appended, or None: only the current epoch of
+        the transactional id, in an ongoing transaction that holds the partition. A fenced or
+        timed-out producer appending after its abort would otherwise hold the partition's
+        last stable offset with a transaction no marker will ever end."""
+        txn = self.coordinator.transactions.get(transactional_id)
+        if txn is None or txn.producer_id != producer_id:
+            return ErrorCode.invalid_producer_id_mapping
+        if producer_epoch != txn.producer_epoch:
+            return ErrorCode.invalid_producer_epoch
+        if txn.state != TxnState.ONGOING or (topic, partition) not in txn.partitions:
+            return ErrorCode.invalid_txn_state
+        return None
 
     def forget_topic(self, name: str) -> None:
         """A deleted topic: a topic created again under its name starts with no history."""

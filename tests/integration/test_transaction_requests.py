@@ -3,15 +3,27 @@
 from __future__ import annotations
 
 import datetime
+import struct
 from typing import Any
 
 import pytest
+from crc32c import crc32c
 
+from storage.record_batch import encode_batch
+from storage.transactions import TRANSACTIONAL
 from tests.bench import wire
 
 pytestmark = pytest.mark.integration
 
 _MS = datetime.timedelta(milliseconds=1)
+
+
+def transactional_batch(producer_id: int, epoch: int) -> bytes:
+    data = bytearray(encode_batch([(b"k", b"v")], 1000))
+    struct.pack_into(">h", data, 21, TRANSACTIONAL)
+    struct.pack_into(">qhi", data, 43, producer_id, epoch, 0)
+    struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))
+    return bytes(data)
 
 
 async def init(connection: wire.Connection, timeout_ms: int = 60_000, version: int = 4) -> Any:
@@ -49,6 +61,16 @@ async def test_transactional_requests_answer_kafkas_errors(connection: wire.Conn
         "committed": True})
     assert end_without.error_code.value == 48  # INVALID_TXN_STATE: nothing begun
     assert await add("t", 1) == [0]
+
+    async def produce(epoch: int) -> int:
+        answer = await connection.call(0, 9, {
+            "transactional_id": "tx", "acks": -1, "timeout": 5000 * _MS,
+            "topic_data": [{"name": "t", "partition_data": [
+                {"index": 0, "records": transactional_batch(first.producer_id, epoch)}]}]})
+        return int(answer.responses[0].partition_responses[0].error_code.value)
+
+    assert await produce(0) == 47  # INVALID_PRODUCER_EPOCH: a fenced producer appends nothing
+    assert await produce(1) == 0
     fenced_end = await connection.call(26, 3, {
         "transactional_id": "tx", "producer_id": first.producer_id, "producer_epoch": 0,
         "committed": True})
