@@ -59,6 +59,10 @@ class TransactionHost(TopicDirectory, Protocol):
 
     def schedule(self, key: tuple[Any, ...], deadline_ms: int) -> None: ...
 
+    def fail(self, error: BaseException) -> None:
+        """Stop the broker: its restart recovers exactly the durable prefix."""
+        ...
+
 
 class TransactionService:
     def __init__(self, host: TransactionHost, producers: ProducerTable,
@@ -197,9 +201,13 @@ class TransactionService:
             self._finish(result, now)
 
     def expire(self) -> None:
-        """The timer: abort the transactions past their timeout, forget idle ids."""
+        """The timer: abort the transactions past their timeout, forget idle ids, and write
+        again the markers of a transaction whose marker write failed (a second marker of an
+        ended transaction ends nothing)."""
         self._expiry_armed = False
         now = self._host.wall_ms()
+        for result in self.coordinator.resume_after_load():
+            self._finish(result, now)
         for result in self.coordinator.expire(now):
             if self._durable(result, now) == ErrorCode.none:
                 self._finish(result, now)
@@ -220,14 +228,16 @@ class TransactionService:
         return code
 
     def _durable(self, result: TxnResult, now: int) -> ErrorCode:
-        """Write the result's records before its answer; a disk error answers a retriable
-        error (the in-memory state may be ahead of the log only for this id, which the
-        client's retry re-derives)."""
+        """Write the result's records before its answer. A disk error leaves the state in
+        memory ahead of the log, which is never carried on from (as the group log): the
+        request is answered with a retriable error and the broker stops; the restart loads
+        the durable prefix and the client retries there."""
         if result.records and self._log is not None:
             try:
                 self._log.append(result.records, now)
             except OSError as exc:
                 log.error("transaction log write failed", error=str(exc))
+                self._host.fail(exc)
                 return ErrorCode.coordinator_not_available
         if result.markers:
             self._arm_expiry()
