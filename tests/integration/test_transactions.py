@@ -151,3 +151,28 @@ def test_a_transaction_past_its_timeout_is_aborted_by_the_broker(broker: BrokerP
     assert consume_all(broker.bootstrap, "read_committed", 1) == ["after"]
     with pytest.raises(KafkaException):
         stalled.commit_transaction(15)
+
+
+def test_a_transaction_open_when_the_broker_is_killed_is_aborted_after_restart(
+        tmp_path: Path) -> None:
+    process = BrokerProcess(tmp_path / "data").start()
+    try:
+        create_topic(process.bootstrap)
+        done = transactional_producer(process.bootstrap, "done")
+        send_in_transaction(done, ["kept"], commit=True)
+        stalled = Producer({"bootstrap.servers": process.bootstrap,
+                            "transactional.id": "stalled", "transaction.timeout.ms": 2000})
+        stalled.init_transactions(15)
+        stalled.begin_transaction()
+        stalled.produce(TOPIC, value=b"in-flight", partition=0)
+        stalled.flush(10)
+    finally:
+        process.kill()
+    restarted = BrokerProcess(tmp_path / "data", port=process.port).start()
+    try:
+        time.sleep(3)  # past the open transaction's timeout: the restarted broker aborts it
+        later = transactional_producer(restarted.bootstrap, "later")
+        send_in_transaction(later, ["after"], commit=True)
+        assert consume_all(restarted.bootstrap, "read_committed", 2) == ["after", "kept"]
+    finally:
+        restarted.stop()
