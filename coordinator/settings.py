@@ -230,6 +230,10 @@ SETTINGS: tuple[Setting, ...] = (
             "remove a dynamic member this long after its connection closed without LeaveGroup"
             " (-1: off, only the session timeout removes it)"),
     Setting("offsets.topic.num.partitions", _int(1), "50", "partitions of the group log"),
+    Setting("transaction.max.timeout.ms", _int(1), "900000",
+            "longest transaction.timeout.ms a transactional producer may ask for"),
+    Setting("transactional.id.expiration.ms", _int(1), "604800000",
+            "forget a transactional id idle this long"),
     Setting("offsets.topic.segment.bytes", _int(14), "104857600", "group log segment size"),
     Setting("offset.metadata.max.bytes", _int(0), "4096", "largest commit metadata string"),
     Setting("offsets.topic.max.message.bytes", _int(1024), "1048588",

@@ -25,6 +25,7 @@ from storage.batch import CorruptRecordError
 from storage.legacy import UnsupportedCompressionError
 from storage.legacy_convert import down_convert
 from storage.log import OffsetOutOfRange
+from storage.transactions import PartitionTransactions
 
 FETCH = 1
 VERSIONS = ApiVersionRange(FETCH, 0, 16)  # v0-v3: down-converted to magic 0/1
@@ -40,6 +41,10 @@ class FetchMetrics(Protocol):
     def fetch_wakeup(self) -> Observer: ...
 
 
+class PartitionTransactionsLookup(Protocol):
+    def partition(self, topic: str, partition: int) -> PartitionTransactions | None: ...
+
+
 class FetchHost(TopicDirectory, Protocol):
     """What Fetch and its purgatory use of the broker."""
 
@@ -48,6 +53,9 @@ class FetchHost(TopicDirectory, Protocol):
 
     @property
     def fetches(self) -> FetchPurgatory: ...
+
+    @property
+    def transactions(self) -> PartitionTransactionsLookup: ...
 
     def wall_ms(self) -> int: ...
 
@@ -79,6 +87,7 @@ def _read(broker: FetchHost, ctx: ClientRequest, request: Any) -> tuple[list[dic
     total = 0
     errored = False
     topics_out: list[dict[str, Any]] = []
+    read_committed = version >= 4 and request.isolation_level == 1
     for fetch_topic in request.topics:
         topic, ident = _topic_wanted(broker, version, fetch_topic)
         partitions_out = []
@@ -100,8 +109,15 @@ def _read(broker: FetchHost, ctx: ClientRequest, request: Any) -> tuple[list[dic
             entry["last_stable_offset"] = end
             entry["log_start_offset"] = partition_log.log_start_offset
             limit = min(wanted.partition_max_bytes, remaining)
+            txns = broker.transactions.partition(topic.name, wanted.partition)
+            stable = end
+            if txns is not None:
+                stable = txns.last_stable_offset(end)
+                entry["last_stable_offset"] = stable
+            upto = stable if read_committed else end
             try:
-                if wanted.fetch_offset == end:
+                if wanted.fetch_offset == end or (
+                        read_committed and end > wanted.fetch_offset >= upto):
                     data = b""
                 else:
                     # The first batch goes out even when larger than the limits (as Kafka does),
@@ -113,6 +129,15 @@ def _read(broker: FetchHost, ctx: ClientRequest, request: Any) -> tuple[list[dic
                                             limit, at_least_one=total == 0)
                     if total and len(data) > limit:
                         data = b""
+                    if read_committed and data:
+                        # A read_committed reader stops at the last stable offset and is told
+                        # which transactions in what it reads were aborted.
+                        if upto < end:
+                            data = _batches_below(data, upto)
+                        if txns is not None and txns.aborted:
+                            entry["aborted_transactions"] = [
+                                {"producer_id": a.producer_id, "first_offset": a.first_offset}
+                                for a in txns.aborted_in(wanted.fetch_offset, upto)]
             except OffsetOutOfRange:
                 entry["error_code"] = ErrorCode.offset_out_of_range
                 errored = True
@@ -139,6 +164,16 @@ def _read(broker: FetchHost, ctx: ClientRequest, request: Any) -> tuple[list[dic
         key = "topic_id" if version >= 13 else "topic"
         topics_out.append({key: ident, "partitions": partitions_out})
     return topics_out, total, errored
+
+
+def _batches_below(data: bytes, offset_limit: int) -> bytes:
+    """The whole magic-2 batches of `data` that start before `offset_limit`."""
+    pos = 0
+    while pos + 61 <= len(data):
+        if int.from_bytes(data[pos:pos + 8], "big", signed=True) >= offset_limit:
+            break
+        pos += 12 + int.from_bytes(data[pos + 8:pos + 12], "big", signed=True)
+    return data[:pos]
 
 
 def _respond(ctx: ClientRequest, topics: list[dict[str, Any]]) -> None:

@@ -25,6 +25,7 @@ from coordinator.api.context import ApiVersionRange, ClientRequest, respond_in_s
 from coordinator.dataplane.internal_topic import TopicDirectory, topic_by_name
 from protocol.build import build
 from protocol.codec import response_type
+from storage.transactions import PartitionTransactions
 
 LIST_OFFSETS = 2
 VERSIONS = ApiVersionRange(LIST_OFFSETS, 0, 11)  # v0: the max_num_offsets form
@@ -32,8 +33,15 @@ LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING
     -1, -2, -3, -4, -5, -6)
 
 
+class StableOffsets(Protocol):
+    def partition(self, topic: str, partition: int) -> PartitionTransactions | None: ...
+
+
 class ListOffsetsHost(TopicDirectory, Protocol):
     """What ListOffsets uses of the broker."""
+
+    @property
+    def transactions(self) -> StableOffsets: ...
 
     def wall_ms(self) -> int: ...
 
@@ -43,6 +51,7 @@ def handle(broker: ListOffsetsHost, ctx: ClientRequest, request: Any) -> None:
         _handle_v0(broker, ctx, request)
         return
     topics_out = []
+    read_committed = ctx.version >= 2 and request.isolation_level == 1
     for wanted_topic in request.topics:
         topic = topic_by_name(broker, wanted_topic.name)
         partitions_out = []
@@ -62,6 +71,10 @@ def handle(broker: ListOffsetsHost, ctx: ClientRequest, request: Any) -> None:
                     raise partition_log.offline
                 if ts == LATEST:
                     entry["offset"] = partition_log.log_end_offset
+                    txns = (broker.transactions.partition(topic.name, wanted.partition_index)
+                            if read_committed else None)
+                    if txns is not None:  # read_committed: the last stable offset
+                        entry["offset"] = txns.last_stable_offset(entry["offset"])
                 elif ts in (EARLIEST, EARLIEST_LOCAL):
                     entry["offset"] = partition_log.log_start_offset
                 elif ts == MAX_TIMESTAMP:

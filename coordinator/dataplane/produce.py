@@ -6,6 +6,7 @@ Produce v0-v2 carry legacy message sets (magic 0/1); they are up-converted to on
 
 from __future__ import annotations
 
+import struct
 from typing import Any, Protocol
 
 import structlog
@@ -20,11 +21,22 @@ from storage.batch import CorruptRecordError, InvalidRecordError, MessageTooLarg
 from storage.legacy import UnsupportedCompressionError
 from storage.legacy_convert import up_convert
 from storage.log import LogOfflineError
+from storage.transactions import TRANSACTIONAL
 
 PRODUCE = 0
 VERSIONS = ApiVersionRange(PRODUCE, 0, 11)  # v0-v2: legacy message sets, up-converted
 LEGACY_MAX_VERSION = 2  # v0-v2: legacy message sets
 log = structlog.get_logger("rebalanced.produce")
+_PRODUCER_ID = struct.Struct(">q")  # at batch offset 43
+_PRODUCER_AND_EPOCH = struct.Struct(">qh")
+
+
+class TransactionalAppends(Protocol):
+    def refuse_append(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                      topic: str, partition: int) -> ErrorCode | None: ...
+
+    def appended(self, topic: str, partition: int, producer_id: int,
+                 first_offset: int) -> None: ...
 
 
 class ProduceHost(TopicDirectory, Protocol):
@@ -32,6 +44,9 @@ class ProduceHost(TopicDirectory, Protocol):
 
     @property
     def producers(self) -> ProducerTable: ...
+
+    @property
+    def transactions(self) -> TransactionalAppends: ...
 
     def wall_ms(self) -> int: ...
 
@@ -44,10 +59,6 @@ def handle(broker: ProduceHost, ctx: ClientRequest, request: Any) -> None:
     if request.acks not in (-1, 0, 1):
         ctx.respond(_all_failed(ctx, request, ErrorCode.invalid_required_acks,
                                 f"acks must be -1, 0 or 1, not {request.acks}"))
-        return
-    if request.transactional_id is not None:
-        ctx.respond(_all_failed(ctx, request, ErrorCode.transactional_id_authorization_failed,
-                                "transactions are not supported by this broker"))
         return
     now_ms = broker.wall_ms()
     topics_out = []
@@ -78,12 +89,26 @@ def handle(broker: ProduceHost, ctx: ClientRequest, request: Any) -> None:
             try:
                 if ctx.version <= LEGACY_MAX_VERSION:
                     records = up_convert(records)
+                if request.transactional_id is not None and len(records) > 60 \
+                        and records[22] & TRANSACTIONAL:
+                    producer_id, epoch = _PRODUCER_AND_EPOCH.unpack_from(records, 43)
+                    refusal = broker.transactions.refuse_append(
+                        request.transactional_id, producer_id, epoch, topic.name, data.index)
+                    if refusal is not None:
+                        entry["error_code"] = refusal
+                        entry["error_message"] = "not in an ongoing transaction of this epoch"
+                        partitions_out.append(entry)
+                        continue
                 producer = broker.producers.check(topic.name, data.index, records)
                 if producer.duplicate_offset is not None:
                     entry["base_offset"] = producer.duplicate_offset
                 else:
                     appended = partition_log.append(records, now_ms)
                     producer.record(appended.base_offset)
+                    if len(records) > 60 and records[22] & TRANSACTIONAL:
+                        broker.transactions.appended(topic.name, data.index,
+                                                     _PRODUCER_ID.unpack_from(records, 43)[0],
+                                                     appended.base_offset)
                     entry["base_offset"] = appended.base_offset
                     broker.partition_appended(topic.name, data.index)
                 entry["log_start_offset"] = partition_log.log_start_offset

@@ -95,6 +95,16 @@ class ProducerTable:
                                         f"producer epoch {epoch} is older than {state.epoch}")
         return ProduceCheck(None, self, key, epoch, base_sequence, last_sequence)
 
+    def fence(self, topic: str, partition: int, producer_id: int, epoch: int) -> None:
+        """A transaction marker of `epoch` was written: older epochs of this producer may no
+        longer append here (a producer fenced by a timeout or a new instance), and a bumped
+        epoch starts its sequence again."""
+        state = self._state.get((topic, partition, producer_id))
+        if state is not None and epoch > state.epoch:
+            state.epoch = epoch
+            state.last_sequence = -1
+            state.recent.clear()
+
     def _record(self, key: tuple[str, int, int], epoch: int, base_sequence: int,
                 last_sequence: int, base_offset: int) -> None:
         state = self._state.get(key)
@@ -105,20 +115,26 @@ class ProducerTable:
         state.recent.append((base_sequence, base_offset))
 
 
+class TransactionalInit(Protocol):
+    def init_producer_id(self, ctx: ClientRequest, request: Any) -> None: ...
+
+
 class ProducerIdHost(Protocol):
     """What InitProducerId uses of the broker."""
 
     @property
     def producers(self) -> ProducerTable: ...
 
+    @property
+    def transactions(self) -> TransactionalInit: ...
+
 
 def init_producer_id(host: ProducerIdHost, ctx: ClientRequest, request: Any) -> None:
-    """InitProducerId for an idempotent producer; transactions are not served."""
+    """InitProducerId: a new id for an idempotent producer; a transactional one goes to the
+    transaction coordinator (epoch bump, fencing)."""
     cls = response_type(INIT_PRODUCER_ID, ctx.version)
     if request.transactional_id is not None:
-        ctx.respond(build(cls, throttle_time=0,
-                          error_code=ErrorCode.transactional_id_authorization_failed,
-                          producer_id=-1, producer_epoch=-1))
+        host.transactions.init_producer_id(ctx, request)
         return
     ctx.respond(build(cls, throttle_time=0, error_code=ErrorCode.none,
                       producer_id=host.producers.new_producer_id(), producer_epoch=0))

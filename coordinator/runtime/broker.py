@@ -34,10 +34,12 @@ from coordinator.dataplane import (
     produce,
     producers,
     topics_admin,
+    transactions,
 )
 from coordinator.dataplane.mutation_quota import MutationQuota
 from coordinator.dataplane.producers import ProducerTable
 from coordinator.dataplane.topics_admin import PartitionLimitError
+from coordinator.dataplane.transactions import TransactionService
 from coordinator.group.timer import TimerWheel
 from coordinator.grouplog.log import GroupLog
 from coordinator.ops.metrics import BrokerMetrics
@@ -47,6 +49,7 @@ from coordinator.runtime.ops_view import BrokerOpsView
 from coordinator.security import authorization, sasl
 from coordinator.security.scram_store import ScramStore
 from coordinator.settings import BrokerSettings
+from coordinator.txn.coordinator import TxnConfig
 from protocol.codec import RequestHeader
 from protocol.connection import Connection, ResponseSlot
 from protocol.refusals import RefusalLog
@@ -130,6 +133,11 @@ class Broker:
         self.segment_budget: DescriptorBudget  # the topics' open segment files (`start`)
         self.topics_fs: FileSystem = REAL_FS  # the topics' filesystem; tests slow it down here
         self.producers = ProducerTable()
+        self.transactions = TransactionService(
+            self, self.producers,
+            TxnConfig(settings["transaction.max.timeout.ms"],
+                      settings["transactional.id.expiration.ms"]),
+            settings["offsets.topic.num.partitions"])
         self.wheel = TimerWheel(tick_ms=5, wheel_size=4096, start_ms=self.clock.now_ms())
         self.fetches = fetch.FetchPurgatory(self)
         # Topic creation's disk work (directories, logs, fsyncs) runs on its own thread, one
@@ -148,6 +156,7 @@ class Broker:
         self._armed_at: int | None = None
         self._timer_handlers: dict[str, Callable[[tuple[Any, ...], int], None]] = {
             "fetch": lambda key, now: self.fetches.expire(key),
+            "txn": lambda key, now: self.transactions.expire(),
         }
         # Each API is registered with the versions its module declares: one table that
         # routes requests, refuses other versions and is what ApiVersions advertises.
@@ -167,6 +176,9 @@ class Broker:
                       lambda ctx, req: topics_admin.delete_topics(self, ctx, req))
         self.register(producers.VERSIONS,
                       lambda ctx, req: producers.init_producer_id(self, ctx, req))
+        self.register(transactions.ADD_PARTITIONS_VERSIONS, self.transactions.add_partitions)
+        self.register(transactions.ADD_OFFSETS_VERSIONS, self.transactions.add_offsets)
+        self.register(transactions.END_TXN_VERSIONS, self.transactions.end_txn)
         self.register(topics_admin.CREATE_PARTITIONS_VERSIONS,
                       lambda ctx, req: topics_admin.create_partitions(self, ctx, req))
         sasl.register(self, ScramStore(self.data_dir))
@@ -248,6 +260,7 @@ class Broker:
                                       repair=self.repair, budget=self.segment_budget)
         self._topic_admin = concurrent.futures.ThreadPoolExecutor(1, "topic-admin")
         self.groups.open(self.data_dir, self.repair)
+        self.transactions.open(self.data_dir, self.log_config(), repair=self.repair)
         self._retention_task = self._loop.create_task(self._retention_loop())
 
     def _open_segments_limit(self) -> int:
@@ -288,6 +301,7 @@ class Broker:
                 raise
             log.warning("topic logs not closed cleanly", error=str(exc))
         self.groups.close()
+        self.transactions.close()
         self._lock.close()  # releases the data-directory lock
 
     async def _retention_loop(self) -> None:
@@ -508,6 +522,7 @@ class Broker:
             log.error("topic deletion failed", topic=name, error=str(exc))
             return ErrorCode.kafka_storage_error
         self.groups.topics_changed()
+        self.transactions.forget_topic(name)
         log.info("topic deleted", topic=name)
         return ErrorCode.none
 

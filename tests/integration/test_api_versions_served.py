@@ -55,6 +55,12 @@ BODIES: dict[int, dict[str, Any]] = {
     22: {"transactional_id": None, "transaction_timeout": 60_000 * _MS, "producer_id": -1,
          "producer_epoch": -1},
     # The ACL APIs: SECURITY_DISABLED without authorizer.class.name.
+    24: {"v3_and_below_transactional_id": "nobody", "v3_and_below_producer_id": 1,
+         "v3_and_below_producer_epoch": 0, "v3_and_below_topics": []},
+    25: {"transactional_id": "nobody", "producer_id": 1, "producer_epoch": 0,
+         "group_id": "standalone"},
+    26: {"transactional_id": "nobody", "producer_id": 1, "producer_epoch": 0,
+         "committed": False},
     29: {"resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1,
          "principal_filter": None, "host_filter": None, "operation": 1, "permission_type": 1},
     30: {"creations": []},

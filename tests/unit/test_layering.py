@@ -72,6 +72,11 @@ def test_the_group_core_is_pure(folder: str) -> None:
                       forbidden_external=("asyncio", "socket", "structlog")) == []
 
 
+def test_the_transaction_core_is_pure() -> None:
+    assert violations("coordinator/txn", ("coordinator.txn",),
+                      forbidden_external=("asyncio", "socket", "structlog")) == []
+
+
 def test_the_api_adapters_do_not_reach_the_runtime() -> None:
     assert violations("coordinator/api", ("coordinator.api", "coordinator.group", "protocol")
                       ) == []
@@ -82,7 +87,7 @@ def test_the_data_plane_does_not_need_the_broker() -> None:
     """Each handler states what it uses of the broker as a small protocol."""
     assert violations("coordinator/dataplane", (
         "coordinator.dataplane", "coordinator.api.context", "coordinator.grouplog.log",
-        "protocol", "storage")) == []
+        "coordinator.grouplog.placement", "coordinator.txn", "protocol", "storage")) == []
 
 
 def test_ops_sees_the_broker_only_through_its_view() -> None:
