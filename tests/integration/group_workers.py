@@ -21,7 +21,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from coordinator.testkit.process import RebalancedBroker
 from tests.broker_process import BrokerProcess
+
+# Our own broker process, or the test kit's (its journal is read through the control handle).
+AnyBroker = BrokerProcess | RebalancedBroker
 
 WORKER_SCRIPT = Path(__file__).resolve().parent / "workers" / "group_consumer.py"
 CLIENTS = ("confluent", "kafka-python", "aiokafka")
@@ -31,7 +35,7 @@ JOIN_TIMEOUT_S = 45.0
 
 
 class ConsumerWorker:
-    def __init__(self, broker: BrokerProcess, client: str, topic: str, group: str, name: str,
+    def __init__(self, broker: AnyBroker, client: str, topic: str, group: str, name: str,
                  log_dir: Path, **options: Any) -> None:
         self.client = client
         self.name = name
@@ -129,7 +133,7 @@ class ConsumerWorker:
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str,
-               workers: Iterable[ConsumerWorker] = (), broker: BrokerProcess | None = None,
+               workers: Iterable[ConsumerWorker] = (), broker: AnyBroker | None = None,
                ) -> None:
     workers = list(workers)
     deadline = time.monotonic() + timeout
@@ -148,7 +152,7 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str,
 
 
 @contextmanager
-def worker_pool(broker: BrokerProcess, log_dir: Path) -> Iterator[Callable[..., ConsumerWorker]]:
+def worker_pool(broker: AnyBroker, log_dir: Path) -> Iterator[Callable[..., ConsumerWorker]]:
     """A factory of workers; every worker still running at the end is killed."""
     started: list[ConsumerWorker] = []
 
@@ -182,8 +186,12 @@ def exact_split(workers: Iterable[ConsumerWorker], partitions: int) -> bool:
 # -- the broker's event journal ------------------------------------------------------------------
 
 
-def group_events(broker: BrokerProcess, group: str, event: str | None = None
+def group_events(broker: AnyBroker, group: str, event: str | None = None
                  ) -> list[dict[str, Any]]:
+    if isinstance(broker, RebalancedBroker):
+        # The kit keeps the group's journal records in memory, with the journal's field names.
+        return [record for record in broker.control.events(group)
+                if event is None or record.get("event_type") == event]
     journal = broker.data_dir / "events"
     if not journal.exists():
         return []
@@ -204,7 +212,7 @@ def group_events(broker: BrokerProcess, group: str, event: str | None = None
     return found
 
 
-def stable_with(broker: BrokerProcess, group: str, members: int) -> bool:
+def stable_with(broker: AnyBroker, group: str, members: int) -> bool:
     """The group's latest membership event is a stabilization with `members` members."""
     relevant = [e for e in group_events(broker, group) if e["event_type"] in (
         "rebalance_started", "group_stabilized", "member_added", "member_removed",
@@ -213,7 +221,7 @@ def stable_with(broker: BrokerProcess, group: str, members: int) -> bool:
         relevant[-1]["num_members"] == members)
 
 
-def settled(broker: BrokerProcess, group: str, workers: list[ConsumerWorker],
+def settled(broker: AnyBroker, group: str, workers: list[ConsumerWorker],
             partitions: int) -> Callable[[], bool]:
     """Broker Stable with exactly these workers, and their assignments split the topic."""
     return lambda: stable_with(broker, group, len(workers)) and exact_split(workers, partitions)
@@ -222,7 +230,7 @@ def settled(broker: BrokerProcess, group: str, workers: list[ConsumerWorker],
 # -- topics ----------------------------------------------------------------------------------------
 
 
-def create_topic(broker: BrokerProcess, name: str, partitions: int) -> None:
+def create_topic(broker: AnyBroker, name: str, partitions: int) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
@@ -231,7 +239,7 @@ def create_topic(broker: BrokerProcess, name: str, partitions: int) -> None:
     futures[name].result(10)
 
 
-def produce(broker: BrokerProcess, topic: str, values: Iterable[str], partitions: int) -> None:
+def produce(broker: AnyBroker, topic: str, values: Iterable[str], partitions: int) -> None:
     """Values round-robin over the partitions, in order within each."""
     from confluent_kafka import Producer
 
