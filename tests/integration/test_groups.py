@@ -126,21 +126,29 @@ def test_killed_leader_is_removed_on_disconnect_and_survivors_take_over(
     assert not new_leader.startswith(f"{victim.name}-")
 
 
+# A member that goes away has its session ended by the broker's virtual time (the test kit's
+# `advance`); the member that stays has a far longer session, so its real heartbeats keep it in
+# the group across the jump. The take-over wait is shorter than the ended session: only the
+# jump can be that quick.
+CLOSED_SESSION_MS = 20_000
+STAYING_SESSION_MS = 300_000
+SESSION_TAKE_OVER_WAIT_S = 15.0
+
+
 def test_with_the_grace_off_a_killed_member_waits_for_its_session(tmp_path: Path) -> None:
-    broker = BrokerProcess(tmp_path / "data", settings={"group.member.disconnect.grace.ms": "-1"})
-    broker.start()
-    try:
+    with RebalancedBroker(tmp_path / "kit",
+                          settings={"group.member.disconnect.grace.ms": "-1"}) as broker, \
+            worker_pool(broker, tmp_path) as spawn:
         make_topic(broker, TOPIC, PARTITIONS)
-        with worker_pool(broker, tmp_path) as spawn:
-            workers = [spawn("confluent", TOPIC, GROUP, f"c-{i}") for i in range(2)]
-            wait_until(settled(broker, GROUP, workers, PARTITIONS), JOIN_TIMEOUT_S,
-                       "two consumers to split the topic", workers, broker)
-            workers[1].kill()
-            wait_until(settled(broker, GROUP, workers[:1], PARTITIONS), JOIN_TIMEOUT_S,
-                       "the survivor to take over", workers[:1], broker)
-    finally:
-        broker.stop()
-    removed = group_events(broker, GROUP, "member_removed")
+        workers = [spawn("confluent", TOPIC, GROUP, f"c-{i}", session_ms=session_ms)
+                   for i, session_ms in enumerate((STAYING_SESSION_MS, CLOSED_SESSION_MS))]
+        wait_until(settled(broker, GROUP, workers, PARTITIONS), JOIN_TIMEOUT_S,
+                   "two consumers to split the topic", workers, broker)
+        workers[1].kill()
+        broker.control.advance(CLOSED_SESSION_MS)
+        wait_until(settled(broker, GROUP, workers[:1], PARTITIONS), SESSION_TAKE_OVER_WAIT_S,
+                   "the survivor to take over", workers[:1], broker)
+        removed = group_events(broker, GROUP, "member_removed")
     assert [(e["client_id"], e["cause"]) for e in removed] == [("c-1", "session_expiry")]
 
 
@@ -205,14 +213,6 @@ def test_static_leader_restarted_within_session_keeps_generation_and_partitions(
     assert after[1]["group_instance_id"] == leader.instance_id
     assert after[1]["old_member_id"] == after[0]["member_id"]
     assert last_generation(broker, GROUP) == generation
-
-
-# The closed member's session is ended by the broker's virtual time; the member that stays has
-# a far longer session, so its real heartbeats keep it in the group across the jump. The
-# take-over wait is shorter than the closed member's session: only the jump can be that quick.
-CLOSED_SESSION_MS = 20_000
-STAYING_SESSION_MS = 300_000
-SESSION_TAKE_OVER_WAIT_S = 15.0
 
 
 @pytest.mark.parametrize("client", CLIENTS)
