@@ -186,6 +186,12 @@ class RebalancedBroker:
             return False
         return True
 
+    @property
+    def exit_code(self) -> int | None:
+        """The exit status of a broker started with `warm=False` once it has exited; None
+        while it runs (a broker forked from the warm parent has no status to read here)."""
+        return None if self._proc is None else self._proc.poll()
+
     def _wait_gone(self, timeout: float) -> bool:
         if self._proc is not None:
             try:

@@ -32,6 +32,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from coordinator.settings import defaults
+from coordinator.testkit.process import RebalancedBroker
 from tests.broker_process import BrokerProcess
 from tests.integration.workers.offset_committer import WireClient, _string
 
@@ -64,6 +66,14 @@ PLANS: dict[str, tuple[list[dict[str, Any]], bool]] = {
                     False),
     "enospc-while-full": ([{"op": "write", "path": _GROUP_LOG, "times": 30,
                             "errno": "ENOSPC", "partial": 10}], False),
+}
+
+# Plans the test kit's `fail_group_log` expresses exactly (the next group-log fsync or write on
+# a `__consumer_offsets` path fails, with EIO or ENOSPC): with `run_plan(..., kit=True)` the
+# broker is the kit's, armed through its control endpoint instead of the environment.
+KIT_PLANS: dict[str, dict[str, Any]] = {
+    "fsync-once": {"op": "fsync", "times": 1},
+    "enospc-once": {"op": "write", "times": 1},
 }
 
 
@@ -106,7 +116,7 @@ def _commit_groups(index: int) -> list[str]:
     return [f"c{index}-{i}" for i in range(GROUPS_PER_CLIENT)]
 
 
-def _run_client(broker: BrokerProcess, index: int, armed: threading.Event,
+def _run_client(broker: BrokerProcess | RebalancedBroker, index: int, armed: threading.Event,
                 ready: threading.Barrier, record: _Client) -> None:
     groups = _commit_groups(index)
     doomed = f"d{index}"
@@ -153,7 +163,7 @@ def _run_client(broker: BrokerProcess, index: int, armed: threading.Event,
         client.close()
 
 
-def _create_topic(broker: BrokerProcess) -> None:
+def _create_topic(broker: BrokerProcess | RebalancedBroker) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
@@ -162,14 +172,33 @@ def _create_topic(broker: BrokerProcess) -> None:
     futures[TOPIC].result(15)
 
 
-def run_plan(name: str, workdir: Path) -> Outcome:
+def run_plan(name: str, workdir: Path, *, kit: bool = False) -> Outcome:
+    """One run of the plan; `kit`: on the test kit's broker, armed by its control endpoint
+    (only the `KIT_PLANS`)."""
     rules, _fail_stop = PLANS[name]
     outcome = Outcome(name)
-    arm = workdir / "arm"
-    data = workdir / "data"
-    broker = BrokerProcess(data)
-    broker.env["REBALANCED_FAULT_PLAN"] = json.dumps(
-        [{**rule, "armed_by": str(arm)} for rule in rules])
+    broker: BrokerProcess | RebalancedBroker
+    if kit:
+        # The group log's partitions as a broker started without the kit's settings has them.
+        kit_broker = RebalancedBroker(workdir / "kit", warm=False, settings={
+            "offsets.topic.num.partitions": defaults()["offsets.topic.num.partitions"]})
+        data = kit_broker.data_dir / "data"
+        restart_settings = kit_broker.settings
+        broker = kit_broker
+
+        def arm() -> None:
+            kit_broker.control.fail_group_log(**KIT_PLANS[name])
+    else:
+        arm_file = workdir / "arm"
+        data = workdir / "data"
+        restart_settings = {}
+        env_broker = BrokerProcess(data)
+        env_broker.env["REBALANCED_FAULT_PLAN"] = json.dumps(
+            [{**rule, "armed_by": str(arm_file)} for rule in rules])
+        broker = env_broker
+
+        def arm() -> None:
+            arm_file.touch()
     broker.start()
     records = [_Client() for _ in range(CLIENTS)]
     try:
@@ -182,17 +211,15 @@ def run_plan(name: str, workdir: Path) -> Outcome:
             thread.start()
         try:
             ready.wait(120)
-            arm.touch()
+            arm()
         finally:
             armed.set()
         for thread in threads:
             thread.join(60)
-        assert broker.proc is not None
-        try:
-            outcome.exit_code = broker.proc.wait(10)
-        except Exception:
+        outcome.exit_code = _exit_code(broker, 10)
+        if outcome.exit_code is None:
             broker.stop()
-            outcome.exit_code = broker.proc.returncode
+            outcome.exit_code = _exit_code(broker, 0)
     finally:
         broker.kill()
     log_text = broker.log_text()
@@ -202,12 +229,12 @@ def run_plan(name: str, workdir: Path) -> Outcome:
         outcome.error_answered += record.counts[1]
         outcome.unanswered += record.counts[2]
 
-    restarted = BrokerProcess(data)
+    restarted = BrokerProcess(data, settings=restart_settings)
     try:
         restarted.start()
     except RuntimeError:
         outcome.repair_needed = True
-        restarted = BrokerProcess(data)
+        restarted = BrokerProcess(data, settings=restart_settings)
         restarted.flags = ["--repair"]
         restarted.start()
     try:
@@ -215,6 +242,19 @@ def run_plan(name: str, workdir: Path) -> Outcome:
     finally:
         restarted.stop()
     return outcome
+
+
+def _exit_code(broker: BrokerProcess | RebalancedBroker, timeout: float) -> int | None:
+    """The broker's exit status once it has exited by itself within `timeout`, else None."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if isinstance(broker, BrokerProcess):
+            code = None if broker.proc is None else broker.proc.poll()
+        else:
+            code = broker.exit_code
+        if code is not None or time.monotonic() >= deadline:
+            return code
+        time.sleep(0.05)
 
 
 def _check(broker: BrokerProcess, records: list[_Client], outcome: Outcome) -> None:

@@ -6,9 +6,10 @@ answered with an error came back, and no `--repair` is needed.
   broker stops itself (fail-stop); a commit and a DeleteGroups answered with an error stay
   undone after the restart. A full disk (ENOSPC) keeps answering errors while full and
   recovers when space is freed, without stopping.
-* The real broker (`python -m coordinator` with `REBALANCED_FAULT_PLAN`, see
-  `tests/bench/disk_faults.py`): it exits non-zero with one line naming the file and the
-  error, and its restart holds every acknowledged commit.
+* The real broker (`python -m coordinator`, see `tests/bench/disk_faults.py`; a failed group-log
+  fsync armed by the test kit's `fail_group_log`, the others by `REBALANCED_FAULT_PLAN`): it
+  exits non-zero with one line naming the file and the error, and its restart holds every
+  acknowledged commit.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from kio.schema.errors import ErrorCode
 from coordinator.runtime.broker import Broker
 from coordinator.settings import defaults
 from storage.fs import FaultRule, FaultyFileSystem
-from tests.bench.disk_faults import PLANS, run_plan
+from tests.bench.disk_faults import KIT_PLANS, PLANS, run_plan
 from tests.integration.in_process import TOPIC, send, until
 
 NOT_AVAILABLE = ErrorCode.coordinator_not_available
@@ -143,7 +144,9 @@ def test_the_real_broker_exits_on_a_failed_fsync_and_restarts_with_every_acknowl
     tmp_path: Path, plan: str,
 ) -> None:
     assert PLANS[plan][1]  # a fail-stop plan
-    outcome = run_plan(plan, tmp_path)
+    # A failed fsync of the group log alone is the test kit's `fail_group_log`: that plan runs
+    # on the kit's broker; the others need the environment's plan (directory fsyncs, ftruncate).
+    outcome = run_plan(plan, tmp_path, kit=plan in KIT_PLANS)
     assert outcome.exit_code not in (None, 0), outcome
     assert outcome.offline_lines >= 1
     assert outcome.acknowledged > 0 and outcome.error_answered > 0, outcome
