@@ -10,9 +10,10 @@ fault table at all, and its request path pays one attribute check (`Broker.fault
     POST   /grouplog/fail          {"op": "write", "times": 1}: the next group-log writes fail
     POST   /clock/advance          {"ms": 45000}: move the broker's clock; due timers fire in order
     GET    /clock                  {"now_ms": ...}
-    GET    /groups/ID              a classic group's state, generation and members
+    GET    /groups/ID              a group's state, generation (a consumer group's epoch), members
     POST   /groups/ID/expire       {"member_id": ...}: the member's session ends now
-    POST   /groups/ID/rebalance    start a rebalance of the group now
+    POST   /groups/ID/rebalance    start a classic group's rebalance now (409 for a consumer
+                                   group: the consumer protocol has no forced rebalance)
     GET    /groups/ID/events       the group's journal events, in memory since the start
 
 Every request carries `Authorization: Bearer <test.control.token>`; a wrong one is 401. Only
@@ -40,12 +41,13 @@ from coordinator.api import find_coordinator, offset_commit
 from coordinator.api.context import RequestContext, respond_in_slices
 from coordinator.group import offset_commands as oc
 from coordinator.group.classic import rebalance as rb
+from coordinator.group.consumer.heartbeat import session_key
 from coordinator.group.events import journal_record
 from coordinator.group.outcomes import error_outcome
 from coordinator.group.result import RequestRef
 from coordinator.runtime.clock import SystemClock
 from coordinator.runtime.groups import _MEMBER_APIS
-from coordinator.testkit.faults import RuleError, parse_rule
+from coordinator.testkit.faults import RuleError, parse_rule, when_holds
 from protocol.build import build
 from protocol.codec import RequestHeader, response_type
 from protocol.connection import Connection, ResponseSlot
@@ -89,6 +91,7 @@ class Rule:
         self.match: dict[str, Any] = spec["match"]
         self.action: dict[str, Any] = spec["action"]
         self.trigger: dict[str, Any] = spec["trigger"]
+        self.when: dict[str, Any] | None = spec.get("when")
         self.matches = 0
         self.hits = 0
         self.held: list[tuple[Connection, ResponseSlot, RequestHeader, Any]] = []
@@ -239,7 +242,13 @@ class TestControl:
             return False
         facts = _request_facts(connection, header, request)
         for rule in list(self.rules.values()):
-            if not rule.active() or not _matches(rule, facts) or not rule.fires():
+            if not rule.active() or not _matches(rule, facts):
+                continue
+            # The predicate is part of the match: a trigger counts only the requests for
+            # which it held.
+            if rule.when is not None and not when_holds(rule.when, self._group_of(facts)):
+                continue
+            if not rule.fires():
                 continue
             kind = rule.action["type"]
             if kind == "observe":
@@ -308,21 +317,39 @@ class TestControl:
                              "group_instance_id": m.group_instance_id,
                              "client_id": m.client_id} for m in group.members.values()]}
 
+    def _group_of(self, facts: dict[str, Any]) -> dict[str, Any] | None:
+        group_id = facts["group_id"]
+        return self.group(group_id) if isinstance(group_id, str) and group_id else None
+
     def _expire(self, group_id: str | None, member_id: str | None) -> bool:
-        """End the member's session now: the session-expiry path, as its deadline passing."""
+        """End the member's session now: the session-expiry path of its group's protocol, as
+        its deadline passing (a consumer group's member is fenced as by its session timer)."""
         groups = self.broker.groups
-        group = groups.service.group(group_id) if group_id else None
-        member = group.members.get(member_id) if group is not None and member_id else None
-        if member is None:
+        if not group_id or not member_id:
             return False
         now = self.clock.now_ms()
+        consumer = groups.service.consumer.group(group_id)
+        if consumer is not None:
+            if member_id not in consumer.members:
+                return False
+            consumer.session_deadlines[member_id] = now
+            groups.on_timer(session_key(group_id, member_id), now)
+            return True
+        group = groups.service.group(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if member is None:
+            return False
         member.session_deadline_ms = now
-        groups.on_timer(rb.heartbeat_key(str(group_id), str(member_id)), now)
+        groups.on_timer(rb.heartbeat_key(group_id, member_id), now)
         return True
 
     def _rebalance(self, group_id: str | None) -> bool:
+        """Start a classic group's rebalance now. A consumer-protocol group is left alone: its
+        coordinator computes a new target assignment only when its members, their
+        subscriptions or the topics change, and a new epoch with none of those changed would
+        hand every member the partitions it has."""
         groups = self.broker.groups
-        if not group_id:
+        if not group_id or groups.service.consumer.group(group_id) is not None:
             return False
         result = groups.service.rebalance_now(
             group_id, "rebalance requested by the test control endpoint", self.clock.now_ms())
@@ -485,6 +512,11 @@ class TestControl:
             expired = self._expire(group_id, member_id)
             return (200, {"expired": True}) if expired else (404, {"error": "no such member"})
         if rest == ["rebalance"] and method == "POST":
+            if self.broker.groups.service.consumer.group(group_id) is not None:
+                return 409, {"error": "a consumer-protocol group (KIP-848) has no forced "
+                             "rebalance: its target assignment changes when a member joins, "
+                             "leaves or changes its subscription, or the topics change; "
+                             "expire a member or start one instead"}
             started = self._rebalance(group_id)
             return ((200, {"rebalancing": True}) if started
                     else (409, {"error": "the group has no members or is rebalancing"}))

@@ -147,12 +147,15 @@ class Control:
                                "/events"))
 
     def expire_member(self, group_id: str, member_id: str) -> None:
-        """End the member's session now, as if its session timeout had passed."""
+        """End the member's session now, as if its session timeout had passed (either
+        protocol: a consumer group's member is fenced by its session-expiry path)."""
         self._call("POST", f"/groups/{urllib.parse.quote(group_id, safe='')}/expire",
                    {"member_id": member_id})
 
     def rebalance(self, group_id: str) -> None:
-        """Start a rebalance of the group now."""
+        """Start a classic group's rebalance now. A consumer-protocol (KIP-848) group has no
+        forced rebalance (its assignment moves when members, subscriptions or topics do):
+        ControlError."""
         self._call("POST", f"/groups/{urllib.parse.quote(group_id, safe='')}/rebalance", {})
 
     def wait_for_group(self, group_id: str, *, state: str = "Stable",

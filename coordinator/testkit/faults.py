@@ -20,6 +20,10 @@ A rule is a JSON object:
                                                         now, then handle the request,
      "trigger": {"type": "always"} | {"type": "once"} | {"type": "times", "n": 3}
               | {"type": "nth", "n": 2} | {"type": "probability", "p": 0.25, "seed": 7},
+     "when":    {"group_state": "Stable", "generation_at_least": 3, "members_at_least": 2},
+                                                        optional: the request's group, as the
+                                                        coordinator sees it when the request
+                                                        arrives, must be so (see WHEN)
      "for_ms":  5000}                                   optional: the rule ends after this long
 
 `api` is an API key number or its name. Parsing is pure (no broker imports): `parse_rule`
@@ -40,9 +44,23 @@ API_KEYS: dict[str, int] = {
 }
 # The APIs the "error" action can answer: those with an error answer shaped like Kafka's.
 ERROR_ANSWERABLE: frozenset[int] = frozenset({8, 9, 10, 11, 12, 13, 14, 15, 16, 68, 69})
-# Actions that need a group (and a member) in the request they act on.
-GROUP_ACTIONS = {"expire_session": ("group_id", "member_id"), "rebalance": ("group_id",)}
-GROUP_APIS: frozenset[int] = frozenset({8, 11, 12, 13, 14})
+# The requests that name one group (and a member): OffsetCommit, JoinGroup, Heartbeat,
+# LeaveGroup, SyncGroup, and the consumer protocol's ConsumerGroupHeartbeat.
+GROUP_APIS: frozenset[int] = frozenset({8, 11, 12, 13, 14, 68})
+# Actions that act on the request's group, and the APIs they can act from: a consumer-protocol
+# group has no forced rebalance, so "rebalance" never acts from its heartbeat.
+GROUP_ACTIONS: dict[str, frozenset[int]] = {"expire_session": GROUP_APIS,
+                                            "rebalance": GROUP_APIS - {68}}
+
+# The declarative predicate (`when`): conditions on the request's group at the moment the
+# request arrives, all of which must hold. A request whose group does not exist, or that names
+# no group, does not match a rule with a `when`.
+WHEN_INT = ("generation_at_least", "generation_at_most", "members_at_least", "members_at_most")
+WHEN = ("group_state", "group_type", *WHEN_INT)
+# Kafka's state names, classic (DescribeGroups) and consumer protocol (ConsumerGroupDescribe).
+GROUP_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead",
+                "Assigning", "Reconciling")
+GROUP_TYPES = ("classic", "consumer")
 
 _MATCH_TEXT = ("group_id", "member_id", "group_instance_id", "client_id", "topic")
 _MATCH_INT = ("api_version", "partition", "connection")
@@ -100,7 +118,7 @@ def parse_rule(rule: Any) -> dict[str, Any]:
     could never match (an error answer on an API without one, a group action on a request
     without a group) is refused here rather than kept."""
     rule = _object(rule, "rule")
-    _unknown(rule, ("match", "action", "trigger", "for_ms"), "")
+    _unknown(rule, ("match", "action", "trigger", "when", "for_ms"), "")
     match = dict(_object(rule.get("match", {}), "match"))
     _unknown(match, ("api", "api_key", *_MATCH_TEXT, *_MATCH_INT), "match")
     api = match.pop("api", match.pop("api_key", None))
@@ -144,9 +162,9 @@ def parse_rule(rule: Any) -> dict[str, Any]:
         normalized_action["ms"] = _int(action.get("ms"), "action.ms")
     else:
         _unknown(action, ("type",), "action")
-    if kind in GROUP_ACTIONS and api_key is not None and api_key not in GROUP_APIS:
+    if kind in GROUP_ACTIONS and api_key is not None and api_key not in GROUP_ACTIONS[kind]:
         raise RuleError("match.api", f"a {kind} action acts on a group request "
-                        f"({', '.join(str(k) for k in sorted(GROUP_APIS))})")
+                        f"({', '.join(str(k) for k in sorted(GROUP_ACTIONS[kind]))})")
 
     trigger = _object(rule.get("trigger", {"type": "always"}), "trigger")
     when = trigger.get("type", "always")
@@ -167,6 +185,54 @@ def parse_rule(rule: Any) -> dict[str, Any]:
         _unknown(trigger, ("type",), "trigger")
     normalized: dict[str, Any] = {"match": normalized_match, "action": normalized_action,
                                   "trigger": normalized_trigger}
+    if "when" in rule:
+        normalized["when"] = parse_when(rule["when"], api_key)
     if "for_ms" in rule:
         normalized["for_ms"] = _int(rule["for_ms"], "for_ms", 1)
     return normalized
+
+
+def parse_when(when: Any, api_key: int | None = None) -> dict[str, Any]:
+    """The normalized predicate, or `RuleError` naming its field. With the rule's API known,
+    one whose requests name no group is refused: the predicate could never hold."""
+    when = _object(when, "when")
+    if not when:
+        raise RuleError("when", f"expected at least one of {', '.join(WHEN)}")
+    _unknown(when, WHEN, "when")
+    normalized: dict[str, Any] = {}
+    if "group_state" in when:
+        if when["group_state"] not in GROUP_STATES:
+            raise RuleError("when.group_state", f"expected one of {', '.join(GROUP_STATES)}, "
+                            f"got {when['group_state']!r}")
+        normalized["group_state"] = when["group_state"]
+    if "group_type" in when:
+        if when["group_type"] not in GROUP_TYPES:
+            raise RuleError("when.group_type", f"expected one of {', '.join(GROUP_TYPES)}, "
+                            f"got {when['group_type']!r}")
+        normalized["group_type"] = when["group_type"]
+    for key in WHEN_INT:
+        if key in when:
+            normalized[key] = _int(when[key], f"when.{key}")
+    for low, high in (("generation_at_least", "generation_at_most"),
+                      ("members_at_least", "members_at_most")):
+        if low in normalized and high in normalized and normalized[low] > normalized[high]:
+            raise RuleError(f"when.{high}", f"{normalized[high]} is below {low} "
+                            f"{normalized[low]}: the rule could never match")
+    if api_key is not None and api_key not in GROUP_APIS:
+        raise RuleError("match.api", f"a rule with `when` needs a request naming a group "
+                        f"({', '.join(str(k) for k in sorted(GROUP_APIS))})")
+    return normalized
+
+
+def when_holds(when: dict[str, Any], group: dict[str, Any] | None) -> bool:
+    """Does the predicate hold for the group as `TestControl.group` describes it (None: no
+    such group)?"""
+    if group is None:
+        return False
+    generation, members = group["generation_id"], len(group["members"])
+    return (when.get("group_state", group["state"]) == group["state"]
+            and when.get("group_type", group["type"]) == group["type"]
+            and generation >= when.get("generation_at_least", generation)
+            and generation <= when.get("generation_at_most", generation)
+            and members >= when.get("members_at_least", members)
+            and members <= when.get("members_at_most", members))
