@@ -75,7 +75,13 @@ def client_config(path: Path | None) -> dict[str, str]:
 
 
 def _admin(args: argparse.Namespace) -> Any:
-    from confluent_kafka.admin import AdminClient
+    try:
+        from confluent_kafka.admin import AdminClient
+    except ImportError:
+        # The broker's Docker image leaves the admin client out: the broker never imports it.
+        raise CommandError("confluent-kafka is not installed (the broker's Docker image leaves "
+                           "it out): run this command where `pip install .` installed it, "
+                           "against the broker's published port") from None
 
     from coordinator.cli.admin import _silent_logger
 

@@ -156,14 +156,15 @@ def test_the_image_leaves_out_only_the_admin_clients_the_broker_never_imports() 
     assert sorted(removed) == ["confluent-kafka", "kafka-python"]
     dependencies = {_name(r) for r in pyproject()["project"]["dependencies"]}
     assert set(removed) <= dependencies
-    # Only `rebalanced groups` (cli/admin.py) and the Spark job (forensics) use them, and the
-    # broker imports neither; without them `rebalanced groups` says so in one line.
+    # Only the operators' commands (`rebalanced groups` in cli/admin.py, `rebalanced users` and
+    # `acls` in cli/security.py) and the Spark job (forensics) use them, and the broker imports
+    # none of those; without them each command says so in one line.
     users = sorted(str(path.relative_to(PROJECT))
                    for package in ("protocol", "coordinator", "storage", "forensics")
                    for path in (PROJECT / package).rglob("*.py")
                    if _imports(path, "confluent_kafka") or _imports(path, "kafka"))
-    assert users and all(u == "coordinator/cli/admin.py" or u.startswith("forensics/")
-                         for u in users), users
+    assert users and all(u in ("coordinator/cli/admin.py", "coordinator/cli/security.py")
+                         or u.startswith("forensics/") for u in users), users
     for package in ("protocol", "coordinator", "storage"):
         for path in (PROJECT / package).rglob("*.py"):
             assert not _imports(path, "forensics"), path

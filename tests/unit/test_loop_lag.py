@@ -47,13 +47,21 @@ class Thread:
 def rig() -> Any:
     clock, thread, timers = ManualClock(), Thread(), Timers()
     lags: list[LoopLag] = []
+    # The monitor hooks the interpreter's real collections; the tests feed it theirs, so a
+    # real collection in between must not be counted.
+    was_enabled = gc.isenabled()
+    gc.disable()
     monitor = LoopLagMonitor(interval_s=0.025, warn_ms=100,
                              clock=lambda: clock.monotonic_ms() / 1000,
                              cpu_clock=lambda: thread.cpu_ms / 1000,
                              runqueue_wait=lambda: thread.waited_ms / 1000,
                              on_lag=lags.append).start(timers)
-    yield clock, thread, timers, monitor, lags
-    monitor.stop()
+    try:
+        yield clock, thread, timers, monitor, lags
+    finally:
+        monitor.stop()
+        if was_enabled:
+            gc.enable()
 
 
 def test_a_timer_on_time_is_no_lag_and_a_late_one_says_what_held_the_loop(rig: Any) -> None:
