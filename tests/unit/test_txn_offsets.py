@@ -1,0 +1,114 @@
+"""Offsets inside transactions (KIP-447): staged per (group, producer), visible only after the
+commit marker, dropped on abort, never expired while pending; and the group log replays the
+same from its transactional batches and markers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kio.schema.errors import ErrorCode
+
+from coordinator.group.offsets import GroupExpiryView, OffsetStore
+from coordinator.grouplog.log import GroupLog
+from coordinator.grouplog.records import CoordinatorRecord, OffsetCommitRecord
+from storage.log import LogConfig
+
+GROUP = "g"
+PRODUCER = 7
+
+
+def exists(_topic: str, _partition: int) -> bool:
+    return True
+
+
+def commit(store: OffsetStore, offset: int, now_ms: int = 0) -> list[OffsetCommitRecord]:
+    _, records = store.commit(GROUP, [("t", [(0, offset, -1, "")])], now_ms,
+                              topic_exists=exists, pending=False)
+    return records
+
+
+def fetched(store: OffsetStore, *, require_stable: bool) -> tuple[int, ErrorCode]:
+    [result] = store.fetch(GROUP, [("t", [0])], require_stable=require_stable)
+    return result.offset, result.error
+
+
+def test_staged_offsets_are_invisible_and_unstable_until_the_commit_marker() -> None:
+    store = OffsetStore()
+    store.apply_all(commit(store, 5))
+    store.stage_transactional(PRODUCER, commit(store, 9))
+    assert fetched(store, require_stable=False) == (5, ErrorCode.none)
+    assert fetched(store, require_stable=True) == (-1, ErrorCode.unstable_offset_commit)
+    assert store.transactional_groups(PRODUCER) == [GROUP]
+    made_visible = store.end_transaction(GROUP, PRODUCER, committed=True)
+    assert [r.value.offset for r in made_visible if r.value is not None] == [9]
+    assert fetched(store, require_stable=True) == (9, ErrorCode.none)
+    assert not store.has_transactional(GROUP)
+
+
+def test_an_abort_drops_the_staged_offsets() -> None:
+    store = OffsetStore()
+    store.apply_all(commit(store, 5))
+    store.stage_transactional(PRODUCER, commit(store, 9))
+    assert store.end_transaction(GROUP, PRODUCER, committed=False) == []
+    assert fetched(store, require_stable=True) == (5, ErrorCode.none)
+    assert store.transactional_groups(PRODUCER) == []
+
+
+def test_another_producer_s_marker_leaves_the_staged_offsets_pending() -> None:
+    store = OffsetStore()
+    store.stage_transactional(PRODUCER, commit(store, 9))
+    assert store.end_transaction(GROUP, PRODUCER + 1, committed=True) == []
+    assert fetched(store, require_stable=True) == (-1, ErrorCode.unstable_offset_commit)
+
+
+def test_expiry_never_removes_a_partition_with_staged_offsets() -> None:
+    store = OffsetStore()
+    store.apply_all(commit(store, 5, now_ms=0))
+    store.stage_transactional(PRODUCER, commit(store, 9))
+    empty = GroupExpiryView(state_is_empty=True, current_state_timestamp=None,
+                            subscribed_topics=None, protocol_type="")
+    far = 10 * store.offsets_retention_ms
+    result = store.expire(far, {GROUP: empty})
+    assert result.tombstones == [] and result.groups_without_offsets == []
+    store.end_transaction(GROUP, PRODUCER, committed=False)
+    assert len(store.expire(far, {GROUP: empty}).tombstones) == 1
+
+
+def replay(log: GroupLog) -> tuple[dict[tuple[str, int], int | None],
+                                   dict[int, list[CoordinatorRecord]]]:
+    open_transactions: dict[int, list[CoordinatorRecord]] = {}
+    view: dict[tuple[str, int], int | None] = {}
+    partition = log.partition_of(GROUP)
+    for _, record in log.replay_partition_at(partition, open_transactions):
+        assert isinstance(record, OffsetCommitRecord)
+        view[(record.key.topic, record.key.partition)] = (
+            None if record.value is None else record.value.offset)
+    return view, open_transactions
+
+
+async def test_the_group_log_replays_transactional_offsets_by_their_markers(
+        tmp_path: Path) -> None:
+    store = OffsetStore()
+    log = GroupLog.open(tmp_path, 1, LogConfig(), "always")
+    try:
+        await log.append(commit(store, 5), 1, group_id=GROUP)
+        # A transaction that commits: its offset counts from the marker on, even over a plain
+        # commit written between its record and its marker.
+        await log.append_transactional(GROUP, commit(store, 9), PRODUCER, 0, 2)
+        await log.append(commit(store, 6), 3, group_id=GROUP)
+        assert replay(log)[0] == {("t", 0): 6}
+        await log.append_marker(0, PRODUCER, 0, True, 4)
+        assert replay(log) == ({("t", 0): 9}, {})
+        # One that aborts: nothing of it counts.
+        await log.append_transactional(GROUP, commit(store, 20), PRODUCER, 0, 5)
+        await log.append_marker(0, PRODUCER, 0, False, 6)
+        assert replay(log) == ({("t", 0): 9}, {})
+        # One without a marker: handed back as open, the committed view unchanged.
+        await log.append_transactional(GROUP, commit(store, 30), PRODUCER + 1, 0, 7)
+        view, open_transactions = replay(log)
+        assert view == {("t", 0): 9}
+        [staged] = open_transactions[PRODUCER + 1]
+        assert isinstance(staged, OffsetCommitRecord) and staged.value is not None
+        assert staged.value.offset == 30
+    finally:
+        log.close()
