@@ -8,10 +8,13 @@ from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
+from coordinator.group.offset_decisions import GroupOffsets
 from coordinator.group.offsets import GroupExpiryView, OffsetStore
 from coordinator.grouplog.log import GroupLog
 from coordinator.grouplog.records import CoordinatorRecord, OffsetCommitRecord
 from storage.log import LogConfig
+from tests.context import GroupTestContext
+from tests.unit.test_static_membership import static_group
 
 GROUP = "g"
 PRODUCER = 7
@@ -112,3 +115,27 @@ async def test_the_group_log_replays_transactional_offsets_by_their_markers(
         assert staged.value.offset == 30
     finally:
         log.close()
+
+
+def test_txn_offset_commit_v3_checks_the_member_against_the_group() -> None:
+    ctx = GroupTestContext()
+    core = GroupOffsets(ctx.service, OffsetStore())
+    leader, _ = ctx.stable_group(2, group="g")
+    generation = ctx.group().generation_id
+    check = core.validate_txn_offset_commit
+    assert check("g", leader, generation, None) is None
+    assert check("g", "", -1, None) is None  # v0-v2: no member to check
+    assert check("g", leader, generation + 1, None) is ErrorCode.illegal_generation
+    assert check("g", "stranger", generation, None) is ErrorCode.unknown_member_id
+    assert check("nobody", "", -1, None) is None
+    assert check("nobody", "m", 3, None) is ErrorCode.illegal_generation
+
+
+def test_txn_offset_commit_from_a_replaced_static_member_is_fenced() -> None:
+    ctx = GroupTestContext()
+    core = GroupOffsets(ctx.service, OffsetStore())
+    [member] = static_group(ctx, "i-1")
+    generation = ctx.group().generation_id
+    assert core.validate_txn_offset_commit("g", member, generation, "i-1") is None
+    assert (core.validate_txn_offset_commit("g", "old-member", generation, "i-1")
+            is ErrorCode.fenced_instance_id)
