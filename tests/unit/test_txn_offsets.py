@@ -84,6 +84,8 @@ def replay(log: GroupLog) -> tuple[dict[tuple[str, int], int | None],
     partition = log.partition_of(GROUP)
     for _, record in log.replay_partition_at(partition, open_transactions):
         assert isinstance(record, OffsetCommitRecord)
+        if record.key.group != GROUP:
+            continue
         view[(record.key.topic, record.key.partition)] = (
             None if record.value is None else record.value.offset)
     return view, open_transactions
@@ -139,3 +141,25 @@ def test_txn_offset_commit_from_a_replaced_static_member_is_fenced() -> None:
     assert core.validate_txn_offset_commit("g", member, generation, "i-1") is None
     assert (core.validate_txn_offset_commit("g", "old-member", generation, "i-1")
             is ErrorCode.fenced_instance_id)
+
+
+async def test_compaction_leaves_a_partition_with_transactional_records_alone(
+        tmp_path: Path) -> None:
+    """An aborted transactional record is the latest of its key but hides nothing: keeping
+    only the latest record per key would drop the committed value under it."""
+    store = OffsetStore()
+    config = LogConfig(segment_bytes=2048, retention_ms=-1, retention_bytes=-1)
+    log = GroupLog.open(tmp_path, 1, config, "always")
+    try:
+        await log.append(commit(store, 5), 1, group_id=GROUP)
+        await log.append_transactional(GROUP, commit(store, 9), PRODUCER, 0, 2)
+        await log.append_marker(0, PRODUCER, 0, False, 3)
+        for i in range(60):  # roll past the segment holding them
+            _, other = store.commit("other", [("t", [(0, i, -1, "")])], 4,
+                                    topic_exists=exists, pending=False)
+            await log.append(other, 4, group_id="other")
+        assert len(log.logs[0].segment_base_offsets()) > 2
+        log.compact(10, 1)
+        assert replay(log)[0] == {("t", 0): 5}
+    finally:
+        log.close()
