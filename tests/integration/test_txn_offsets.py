@@ -4,6 +4,7 @@ a restart (clean or killed) keeps exactly the committed ones."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -151,5 +152,49 @@ def test_a_restart_keeps_exactly_the_committed_offsets(tmp_path: Path, killed: b
         finally:
             consumer.close()
         assert committed_offset(restarted.bootstrap) == 6
+    finally:
+        restarted.stop()
+
+
+def stalled_offsets(bootstrap: str, consumer: Consumer, offset: int) -> Producer:
+    """A producer that sends offsets in a transaction and never ends it (timeout 1 s)."""
+    stalled = Producer({"bootstrap.servers": bootstrap, "transactional.id": "stalled",
+                        "transaction.timeout.ms": 1000})
+    stalled.init_transactions(15)
+    stalled.begin_transaction()
+    stalled.produce(OUTPUT, value=b"never", partition=0)
+    stalled.send_offsets_to_transaction([TopicPartition(INPUT, 0, offset)],
+                                        consumer.consumer_group_metadata(), 15)
+    return stalled
+
+
+def test_a_timed_out_transaction_s_offsets_are_dropped(broker: BrokerProcess) -> None:
+    prepare(broker.bootstrap, 4)
+    consumer = app_consumer(broker.bootstrap)
+    try:
+        transform(consumer, app_producer(broker.bootstrap), 1, commit=True)
+        stalled = stalled_offsets(broker.bootstrap, consumer, 4)
+        time.sleep(3)  # the broker aborts it: the group is not left unstable
+        assert committed_offset(broker.bootstrap) == 1
+        with pytest.raises(KafkaException):
+            stalled.commit_transaction(15)
+    finally:
+        consumer.close()
+
+
+def test_offsets_of_a_transaction_open_at_a_kill_stay_pending_then_are_aborted(
+        tmp_path: Path) -> None:
+    process = BrokerProcess(tmp_path / "data").start()
+    try:
+        prepare(process.bootstrap, 4)
+        consumer = app_consumer(process.bootstrap)
+        transform(consumer, app_producer(process.bootstrap), 2, commit=True)
+        stalled_offsets(process.bootstrap, consumer, 4)
+    finally:
+        process.kill()
+    restarted = BrokerProcess(tmp_path / "data", port=process.port).start()
+    try:
+        time.sleep(3)  # past the open transaction's timeout: the restarted broker aborts it
+        assert committed_offset(restarted.bootstrap) == 2
     finally:
         restarted.stop()
