@@ -27,6 +27,13 @@ until the next successful commit of the same value; that is the one piece of boo
 runtime owes this module. Pending partitions are also never expired, and a group with pending
 commits is never reported as "no offsets left".
 
+Transactional offsets (TxnOffsetCommit): once their transactional batch is durable the runtime
+stages them (`stage_transactional`) per group and producer id, apart from the pending commits
+above, so the plain commit path never looks at them. They are invisible to OffsetFetch (a
+`require_stable` fetch answers UNSTABLE_OFFSET_COMMIT for their partitions) and never expire;
+`end_transaction` makes them the committed offsets when the commit marker is durable, or drops
+them on abort.
+
 Expiry follows Kafka's `ClassicGroup.offsetExpirationCondition` / `OffsetExpirationConditionImpl`:
 
 * an explicit expire timestamp (OffsetCommit v2-v4 `retention_time`, stored as value v1) wins:
