@@ -261,11 +261,12 @@ class OffsetStore:
         return errors, records
 
     def delete_group(self, group_id: str) -> list[OffsetCommitRecord]:
-        """DeleteGroups: a tombstone for every committed offset of the group."""
-        return [
-            offset_commit_tombstone(group_id, topic, partition)
-            for topic, partition, _ in self._iter_group(group_id)
-        ]
+        """DeleteGroups: a tombstone for every committed offset of the group, and for every
+        offset of its open transactions."""
+        committed = [(topic, partition) for topic, partition, _ in self._iter_group(group_id)]
+        staged = sorted(self._transactional_partitions(group_id) - set(committed))
+        return [offset_commit_tombstone(group_id, topic, partition)
+                for topic, partition in committed + staged]
 
     def delete_topics(self, topics: AbstractSet[str]) -> list[OffsetCommitRecord]:
         """DeleteTopics: a tombstone for every group's offset of `topics`, committed or
@@ -278,6 +279,10 @@ class OffsetStore:
                 doomed.update((group_id, topic, partition) for partition in committed[topic])
         for group_id, pending in self._pending.items():
             doomed.update((group_id, topic, partition) for topic, partition in pending
+                          if topic in topics)
+        for group_id in self._txn_pending:
+            doomed.update((group_id, topic, partition)
+                          for topic, partition in self._transactional_partitions(group_id)
                           if topic in topics)
         return [offset_commit_tombstone(group_id, topic, partition)
                 for group_id, topic, partition in sorted(doomed)]
@@ -336,6 +341,8 @@ class OffsetStore:
         value = record.value
         self._settle_pending(key, value)
         if value is None:
+            if key.group in self._txn_pending:
+                self._drop_transactional(key)
             topics = self._offsets.get(key.group)
             if topics is None:
                 return
@@ -418,6 +425,19 @@ class OffsetStore:
         for record in records:
             self.apply(record)
         return records
+
+    def _drop_transactional(self, key: OffsetCommitKey) -> None:
+        """A tombstone deletes the partition's offsets of open transactions too (Kafka's
+        `OffsetMetadataManager.replay`): a deleted group or topic gets none back when they
+        commit."""
+        by_producer = self._txn_pending[key.group]
+        for producer_id in list(by_producer):
+            staged = by_producer[producer_id]
+            staged.pop((key.topic, key.partition), None)
+            if not staged:
+                del by_producer[producer_id]
+        if not by_producer:
+            del self._txn_pending[key.group]
 
     def transactional_groups(self, producer_id: int) -> list[str]:
         """The groups holding offsets of `producer_id`'s open transaction."""

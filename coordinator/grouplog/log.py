@@ -200,6 +200,10 @@ class GroupLog:
             if kind == _PLAIN:
                 latest.pop(key, None)  # re-insert so dict order follows the last write
                 latest[key] = (offset, value)
+                if value is None and staged:
+                    # A tombstone deletes the key's offsets of open transactions too.
+                    for entries in staged.values():
+                        entries[:] = [entry for entry in entries if entry[1] != key]
             elif kind == _IN_TRANSACTION:
                 staged.setdefault(producer_id, []).append((offset, key, value))
             else:

@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.group.offset_decisions import GroupOffsets
 from coordinator.group.offsets import GroupExpiryView, OffsetStore
+from coordinator.group.record_helpers import offset_commit_tombstone
 from coordinator.grouplog.log import GroupLog
 from coordinator.grouplog.records import CoordinatorRecord, OffsetCommitRecord
 from storage.log import LogConfig
@@ -161,5 +162,32 @@ async def test_compaction_leaves_a_partition_with_transactional_records_alone(
         assert len(log.logs[0].segment_base_offsets()) > 2
         log.compact(10, 1)
         assert replay(log)[0] == {("t", 0): 5}
+    finally:
+        log.close()
+
+
+def test_a_tombstone_deletes_the_staged_offsets_of_its_partition() -> None:
+    store = OffsetStore()
+    store.apply_all(commit(store, 5))
+    store.stage_transactional(PRODUCER, commit(store, 9))
+    tombstones = store.delete_group(GROUP)
+    assert len(tombstones) == 1
+    store.apply_all(tombstones)
+    assert store.end_transaction(GROUP, PRODUCER, committed=True) == []
+    assert fetched(store, require_stable=True) == (-1, ErrorCode.none)
+    # Only staged, never committed: deleting the group writes its tombstone too.
+    store.stage_transactional(PRODUCER, commit(store, 11))
+    assert len(store.delete_topics({"t"})) == 1
+
+
+async def test_replay_drops_staged_offsets_deleted_before_their_marker(tmp_path: Path) -> None:
+    store = OffsetStore()
+    log = GroupLog.open(tmp_path, 1, LogConfig(), "always")
+    try:
+        await log.append(commit(store, 5), 1, group_id=GROUP)
+        await log.append_transactional(GROUP, commit(store, 9), PRODUCER, 0, 2)
+        await log.append([offset_commit_tombstone(GROUP, "t", 0)], 3, group_id=GROUP)
+        await log.append_marker(0, PRODUCER, 0, True, 4)
+        assert replay(log) == ({("t", 0): None}, {})
     finally:
         log.close()
