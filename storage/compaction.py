@@ -57,7 +57,13 @@ from pathlib import Path
 import structlog
 from crc32c import crc32c
 
-from storage.batch import ATTR_COMPRESSION_MASK, ATTR_CONTROL, HEADER_SIZE, scan_batches
+from storage.batch import (
+    ATTR_COMPRESSION_MASK,
+    ATTR_CONTROL,
+    ATTR_TRANSACTIONAL,
+    HEADER_SIZE,
+    scan_batches,
+)
 from storage.fs import AppendHandle, FileSystem
 from storage.log import PartitionLog
 from storage.segment import (
@@ -390,6 +396,11 @@ class LogCleaner:
         for base, end in sealed:
             path = _log_path(partition_log, base)
             for batch in iter_segment_batches(self.fs, path, base, end):
+                if batch.attributes & ATTR_TRANSACTIONAL:
+                    # Transactional records count only from their marker on, and an aborted
+                    # one never: keeping the latest record per key would lose the value an
+                    # aborted record hides. Such a partition is left as it is.
+                    return latest, set(), _NEVER
                 for record in _data_records(path, batch):
                     stats.records_read += 1
                     self._pace()

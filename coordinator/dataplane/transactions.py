@@ -10,8 +10,9 @@ the transactional batches Produce appends and the markers written here; a read_c
 reads it. At start-up, when the transaction log holds anything, the topics' logs are replayed to
 rebuild those indexes; a broker whose transaction log is empty does no such work.
 
-Not served yet: TxnOffsetCommit (offsets inside a transaction), so a transaction's
-`__consumer_offsets` partition gets no marker and AddOffsetsToTxn only records it.
+A transaction's `__consumer_offsets` partitions (added by AddOffsetsToTxn) get their marker
+from the group runtime (`group_transaction_ended`), which writes it to the group log and makes
+the transaction's offsets (TxnOffsetCommit) committed or drops them.
 """
 
 from __future__ import annotations
@@ -61,6 +62,11 @@ class TransactionHost(TopicDirectory, Protocol):
 
     def fail(self, error: BaseException) -> None:
         """Stop the broker: its restart recovers exactly the durable prefix."""
+        ...
+
+    def group_transaction_ended(self, partition: int, producer_id: int, producer_epoch: int,
+                                committed: bool) -> None:
+        """Write the marker of the producer's transaction to the group log partition."""
         ...
 
 
@@ -129,6 +135,22 @@ class TransactionService:
             return ErrorCode.invalid_producer_epoch
         if txn.state != TxnState.ONGOING or (topic, partition) not in txn.partitions:
             return ErrorCode.invalid_txn_state
+        return None
+
+    def refuse_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                       offsets_partition: int) -> ErrorCode | None:
+        """Why a TxnOffsetCommit may not stage offsets, or None: as `refuse_append`, the
+        group's `__consumer_offsets` partition added by AddOffsetsToTxn to the ongoing
+        transaction of the current epoch."""
+        return self.refuse_append(transactional_id, producer_id, producer_epoch,
+                                  OFFSETS_TOPIC, offsets_partition)
+
+    def transaction_of_producer(self, producer_id: int) -> tuple[TxnState, frozenset[int]] | None:
+        """The state of `producer_id`'s transaction and the `__consumer_offsets` partitions it
+        holds, or None when no transactional id has that producer id."""
+        for txn in self.coordinator.transactions.values():
+            if txn.producer_id == producer_id:
+                return txn.state, frozenset(p for t, p in txn.partitions if t == OFFSETS_TOPIC)
         return None
 
     def forget_topic(self, name: str) -> None:
@@ -254,6 +276,8 @@ class TransactionService:
             return
         for marker in result.markers:
             if marker.topic == OFFSETS_TOPIC:
+                self._host.group_transaction_ended(marker.partition, marker.producer_id,
+                                                   marker.producer_epoch, marker.committed)
                 continue
             topic = self._host.topics.get(marker.topic)
             if topic is None or not 0 <= marker.partition < len(topic.partitions):

@@ -105,6 +105,42 @@ class GroupOffsets:
         )
         return CommitDecision(None, errors, records, result)
 
+    def validate_txn_offset_commit(self, group_id: str, member_id: str, generation_id: int,
+                                   group_instance_id: str | None) -> ErrorCode | None:
+        """The group-side checks of a TxnOffsetCommit (Kafka's transactional
+        `validateOffsetCommit`): v0-v2 send no member (generation -1, member ""), which any
+        group accepts; from v3 a named member must be in the group, a static member must be
+        the instance's current one, and a generation other than -1 must be the group's."""
+        if _unstorable(group_id):
+            return ErrorCode.invalid_group_id
+        consumer_group = self.groups.consumer.group(group_id)
+        if consumer_group is not None:
+            if not member_id:
+                return None if generation_id < 0 else ErrorCode.illegal_generation
+            member = consumer_group.members.get(member_id)
+            if member is None:
+                return ErrorCode.unknown_member_id
+            if generation_id >= 0 and generation_id != member.member_epoch:
+                return ErrorCode.illegal_generation
+            return None
+        group = self.groups.group(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            # A group the coordinator does not know takes offsets only without a generation
+            # (Kafka creates it Empty on the commit).
+            if group is None and generation_id < 0 and not member_id:
+                return None
+            return (ErrorCode.coordinator_not_available if group is not None
+                    else ErrorCode.illegal_generation)
+        if group_instance_id is not None:
+            current = group.static_members.get(group_instance_id)
+            if current is not None and current != member_id:
+                return ErrorCode.fenced_instance_id
+        if member_id and member_id not in group.members:
+            return ErrorCode.unknown_member_id
+        if generation_id >= 0 and generation_id != group.generation_id:
+            return ErrorCode.illegal_generation
+        return None
+
     def fetch(self, cmd: oc.OffsetFetch, api_version: int, refusal: Refusal
               ) -> oc.OffsetFetchOutcome:
         """OffsetFetch, group by group: the runtime's refusal, then the consumer group's
@@ -235,7 +271,8 @@ class GroupOffsets:
     def forget_if_unused(self, group_id: str) -> bool:
         """Drop a memberless group the log never held, if it has no offsets either
         (`ClassicGroups.forget_if_never_written`); True if dropped."""
-        if self.offsets.has_offsets(group_id) or self.offsets.has_pending(group_id):
+        if (self.offsets.has_offsets(group_id) or self.offsets.has_pending(group_id)
+                or self.offsets.has_transactional(group_id)):
             return False
         return self.groups.forget_if_never_written(group_id)
 

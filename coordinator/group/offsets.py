@@ -27,6 +27,13 @@ until the next successful commit of the same value; that is the one piece of boo
 runtime owes this module. Pending partitions are also never expired, and a group with pending
 commits is never reported as "no offsets left".
 
+Transactional offsets (TxnOffsetCommit): once their transactional batch is durable the runtime
+stages them (`stage_transactional`) per group and producer id, apart from the pending commits
+above, so the plain commit path never looks at them. They are invisible to OffsetFetch (a
+`require_stable` fetch answers UNSTABLE_OFFSET_COMMIT for their partitions) and never expire;
+`end_transaction` makes them the committed offsets when the commit marker is durable, or drops
+them on abort.
+
 Expiry follows Kafka's `ClassicGroup.offsetExpirationCondition` / `OffsetExpirationConditionImpl`:
 
 * an explicit expire timestamp (OffsetCommit v2-v4 `retention_time`, stored as value v1) wins:
@@ -154,6 +161,10 @@ class OffsetStore:
         self._offsets: dict[str, dict[str, dict[int, OffsetCommitValue]]] = {}
         # group -> (topic, partition) -> values returned by `commit`, not yet applied
         self._pending: dict[str, dict[tuple[str, int], list[OffsetCommitValue]]] = {}
+        # Transactional offsets (TxnOffsetCommit, KIP-447), durable but not yet ended by a
+        # marker: group -> producer id -> (topic, partition) -> value. Kept apart from
+        # `_pending` so that the plain commit path never looks at them.
+        self._txn_pending: dict[str, dict[int, dict[tuple[str, int], OffsetCommitValue]]] = {}
 
     @property
     def offsets_retention_ms(self) -> int:
@@ -250,11 +261,12 @@ class OffsetStore:
         return errors, records
 
     def delete_group(self, group_id: str) -> list[OffsetCommitRecord]:
-        """DeleteGroups: a tombstone for every committed offset of the group."""
-        return [
-            offset_commit_tombstone(group_id, topic, partition)
-            for topic, partition, _ in self._iter_group(group_id)
-        ]
+        """DeleteGroups: a tombstone for every committed offset of the group, and for every
+        offset of its open transactions."""
+        committed = [(topic, partition) for topic, partition, _ in self._iter_group(group_id)]
+        staged = sorted(self._transactional_partitions(group_id) - set(committed))
+        return [offset_commit_tombstone(group_id, topic, partition)
+                for topic, partition in committed + staged]
 
     def delete_topics(self, topics: AbstractSet[str]) -> list[OffsetCommitRecord]:
         """DeleteTopics: a tombstone for every group's offset of `topics`, committed or
@@ -267,6 +279,10 @@ class OffsetStore:
                 doomed.update((group_id, topic, partition) for partition in committed[topic])
         for group_id, pending in self._pending.items():
             doomed.update((group_id, topic, partition) for topic, partition in pending
+                          if topic in topics)
+        for group_id in self._txn_pending:
+            doomed.update((group_id, topic, partition)
+                          for topic, partition in self._transactional_partitions(group_id)
                           if topic in topics)
         return [offset_commit_tombstone(group_id, topic, partition)
                 for group_id, topic, partition in sorted(doomed)]
@@ -291,7 +307,10 @@ class OffsetStore:
             group_ids = sorted(set(groups_view) | set(self._offsets))
         for group_id in group_ids:
             view = groups_view.get(group_id, standalone)
-            pending = self._pending.get(group_id, {})
+            pending: Mapping[tuple[str, int], object] = self._pending.get(group_id, {})
+            if group_id in self._txn_pending:  # a pending transactional offset never expires
+                pending = {**pending,
+                           **dict.fromkeys(self._transactional_partitions(group_id))}
             base = _base_timestamp(view)
             all_expired = not pending
             for topic, partitions in sorted(self._offsets.get(group_id, {}).items()):
@@ -322,6 +341,8 @@ class OffsetStore:
         value = record.value
         self._settle_pending(key, value)
         if value is None:
+            if key.group in self._txn_pending:
+                self._drop_transactional(key)
             topics = self._offsets.get(key.group)
             if topics is None:
                 return
@@ -371,6 +392,67 @@ class OffsetStore:
                         group_pending = None
             partitions[partition] = value
 
+    # ---------------------------------------------------------------- transactions
+
+    def stage_transactional(self, producer_id: int,
+                            records: Iterable[CoordinatorRecord]) -> None:
+        """Offsets a producer committed inside its transaction, now durable in the group log
+        (or replayed without their marker): pending for their partition until the
+        transaction ends. A later commit of the same partition by the same producer wins."""
+        for record in records:
+            if not isinstance(record, OffsetCommitRecord) or record.value is None:
+                continue
+            key = record.key
+            by_producer = self._txn_pending.setdefault(key.group, {})
+            by_producer.setdefault(producer_id, {})[(key.topic, key.partition)] = record.value
+
+    def end_transaction(self, group_id: str, producer_id: int,
+                        committed: bool) -> list[OffsetCommitRecord]:
+        """The marker of `producer_id`'s transaction is durable in the group's log partition:
+        on commit its pending offsets become the committed ones (ordered by the marker, so
+        they replace whatever was committed before it), on abort they are dropped. Returns
+        the offsets made visible."""
+        by_producer = self._txn_pending.get(group_id)
+        if by_producer is None:
+            return []
+        staged = by_producer.pop(producer_id, None)
+        if not by_producer:
+            del self._txn_pending[group_id]
+        if not staged or not committed:
+            return []
+        records = [offset_commit_record(group_id, topic, partition, value)
+                   for (topic, partition), value in staged.items()]
+        for record in records:
+            self.apply(record)
+        return records
+
+    def _drop_transactional(self, key: OffsetCommitKey) -> None:
+        """A tombstone deletes the partition's offsets of open transactions too (Kafka's
+        `OffsetMetadataManager.replay`): a deleted group or topic gets none back when they
+        commit."""
+        by_producer = self._txn_pending[key.group]
+        for producer_id in list(by_producer):
+            staged = by_producer[producer_id]
+            staged.pop((key.topic, key.partition), None)
+            if not staged:
+                del by_producer[producer_id]
+        if not by_producer:
+            del self._txn_pending[key.group]
+
+    def transactional_groups(self, producer_id: int) -> list[str]:
+        """The groups holding offsets of `producer_id`'s open transaction."""
+        return [group_id for group_id, by_producer in self._txn_pending.items()
+                if producer_id in by_producer]
+
+    def has_transactional(self, group_id: str) -> bool:
+        return group_id in self._txn_pending
+
+    def _transactional_partitions(self, group_id: str) -> set[tuple[str, int]]:
+        partitions: set[tuple[str, int]] = set()
+        for staged in self._txn_pending.get(group_id, {}).values():
+            partitions.update(staged)
+        return partitions
+
     def abort(self, records: Iterable[CoordinatorRecord]) -> None:
         """Forget pending commits whose append failed; they were never acknowledged."""
         for record in records:
@@ -411,7 +493,10 @@ class OffsetStore:
         a partition with a pending commit answers UNSTABLE_OFFSET_COMMIT (KIP-447).
         """
         committed = self._offsets.get(group_id, {})
-        pending = self._pending.get(group_id, {}) if require_stable else {}
+        pending: Mapping[tuple[str, int], object] = (
+            self._pending.get(group_id, {}) if require_stable else {})
+        if require_stable and group_id in self._txn_pending:
+            pending = {**pending, **dict.fromkeys(self._transactional_partitions(group_id))}
         if partitions is None:
             wanted: Iterable[tuple[str, int]] = [
                 (topic, partition) for topic, partition, _ in self._iter_group(group_id)

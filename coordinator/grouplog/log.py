@@ -29,25 +29,65 @@ runs one pass on the caller's thread and `close` waits for a running one to stop
 from __future__ import annotations
 
 import asyncio
+import struct
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import structlog
+from crc32c import crc32c
 
 from coordinator.grouplog.codec import UnknownRecord, decode_record, encode_records
 from coordinator.grouplog.placement import partition_for
 from coordinator.grouplog.records import CoordinatorRecord
-from storage.batch import scan_batches
+from storage.batch import RawBatch, scan_batches
 from storage.compaction import CleanStats, LogCleaner, verify_sealed
 from storage.fs import REAL_FS, FileSystem
 from storage.log import LogConfig, LogOfflineError, PartitionLog
-from storage.record_batch import iter_records
+from storage.record_batch import encode_batch, iter_records
+from storage.transactions import (
+    COMMIT_MARKER,
+    CONTROL,
+    TRANSACTIONAL,
+    control_type,
+    encode_control_batch,
+)
 
 log = structlog.get_logger("rebalanced.group_log")
 
 TOPIC = "__consumer_offsets"
+
+
+# What a replayed record is: a plain one, one inside a transaction, a marker ending one.
+_PLAIN, _IN_TRANSACTION, _COMMIT, _ABORT = range(4)
+_PRODUCER = struct.Struct(">hiqqqhi")  # attributes .. base sequence, after the CRC
+_MARKER_KEY = b"\x00\x00\x00\x00"  # stands in for a marker's key (never None)
+
+
+def transactional_batch(batch: bytes, producer_id: int, producer_epoch: int) -> bytes:
+    """`batch` (one batch from `encode_batch`) marked transactional for the producer, its CRC
+    computed again."""
+    buf = bytearray(batch)
+    (attributes, delta, first_ts, max_ts, _, _, _) = _PRODUCER.unpack_from(buf, 21)
+    _PRODUCER.pack_into(buf, 21, attributes | TRANSACTIONAL, delta, first_ts, max_ts,
+                        producer_id, producer_epoch, -1)
+    struct.pack_into(">I", buf, 17, crc32c(memoryview(buf)[21:]))
+    return bytes(buf)
+
+
+def _records_of_batches(chunk: bytes | memoryview, batches: Sequence[RawBatch]
+                        ) -> Iterator[tuple[int, bytes | None, bytes | None, int, int]]:
+    view = memoryview(chunk)
+    for start, end, base, _, _, _, producer_id, attributes in batches:
+        if attributes & CONTROL:
+            if attributes & TRANSACTIONAL:
+                kind = _COMMIT if control_type(view, start) == COMMIT_MARKER else _ABORT
+                yield base, _MARKER_KEY, None, producer_id, kind
+            continue
+        kind = _IN_TRANSACTION if attributes & TRANSACTIONAL else _PLAIN
+        for record_offset, key, value in iter_records(view[start:end]):
+            yield record_offset, key, value, producer_id, kind
 
 
 class GroupLogLoadError(Exception):
@@ -144,20 +184,51 @@ class GroupLog:
         for _, record in self.replay_partition_at(partition):
             yield record
 
-    def replay_partition_at(self, partition: int) -> Iterator[tuple[int, CoordinatorRecord]]:
+    def replay_partition_at(
+        self, partition: int,
+        open_transactions: dict[int, list[CoordinatorRecord]] | None = None,
+    ) -> Iterator[tuple[int, CoordinatorRecord]]:
         """`replay_partition`, each record with its offset (for `locate` when applying it
-        fails)."""
+        fails).
+
+        Transactional records (TxnOffsetCommit) count from their producer's commit marker on,
+        as if written there; an abort marker drops them. Those of a transaction with no
+        marker yet are put in `open_transactions` (producer id -> records, in log order)."""
         latest: dict[bytes, tuple[int, bytes | None]] = {}
-        for offset, key, value in self._raw_records(partition):
-            latest.pop(key, None)  # re-insert so dict order follows the last write
-            latest[key] = (offset, value)
+        staged: dict[int, list[tuple[int, bytes, bytes | None]]] = {}
+        for offset, key, value, producer_id, kind in self._raw_records(partition):
+            if kind == _PLAIN:
+                latest.pop(key, None)  # re-insert so dict order follows the last write
+                latest[key] = (offset, value)
+                if value is None and staged:
+                    # A tombstone deletes the key's offsets of open transactions too.
+                    for entries in staged.values():
+                        entries[:] = [entry for entry in entries if entry[1] != key]
+            elif kind == _IN_TRANSACTION:
+                staged.setdefault(producer_id, []).append((offset, key, value))
+            else:
+                ended = staged.pop(producer_id, [])
+                if kind == _COMMIT:
+                    for record_offset, record_key, record_value in ended:
+                        latest.pop(record_key, None)
+                        latest[record_key] = (record_offset, record_value)
         for key, (offset, value) in latest.items():
-            try:
-                record = decode_record(key, value)
-            except Exception as exc:
-                raise self.load_error(partition, offset, f"undecodable record: {exc!r}") from exc
-            if not isinstance(record, UnknownRecord):
+            record = self._decode(partition, offset, key, value)
+            if record is not None:
                 yield offset, record
+        if open_transactions is not None:
+            for producer_id, entries in staged.items():
+                decoded = [self._decode(partition, offset, key, value)
+                           for offset, key, value in entries]
+                open_transactions[producer_id] = [r for r in decoded if r is not None]
+
+    def _decode(self, partition: int, offset: int, key: bytes,
+                value: bytes | None) -> CoordinatorRecord | None:
+        try:
+            record = decode_record(key, value)
+        except Exception as exc:
+            raise self.load_error(partition, offset, f"undecodable record: {exc!r}") from exc
+        return None if isinstance(record, UnknownRecord) else record
 
     def load_error(self, partition: int, offset: int, reason: str) -> GroupLogLoadError:
         """The error for the record at `offset` of `partition`: its segment file and the byte
@@ -165,7 +236,10 @@ class GroupLog:
         path, position = self.logs[partition].position_of(offset)
         return GroupLogLoadError(partition, path, position, offset, reason)
 
-    def _raw_records(self, partition: int) -> Iterator[tuple[int, bytes, bytes | None]]:
+    def _raw_records(self, partition: int
+                     ) -> Iterator[tuple[int, bytes, bytes | None, int, int]]:
+        """(offset, key, value, producer id, kind) of every keyed record; a marker comes as
+        one entry of kind _COMMIT or _ABORT (its key and value are not the group log's)."""
         partition_log = self.logs[partition]
         offset = partition_log.log_start_offset
         end = partition_log.log_end_offset
@@ -173,16 +247,20 @@ class GroupLog:
             chunk = partition_log.read(offset, 8 << 20)
             if not chunk:
                 break
+            batches = scan_batches(chunk, verify_crc=False)[0]
             try:
-                records = list(iter_records(chunk))
+                if any(attributes & TRANSACTIONAL for *_, attributes in batches):
+                    records = list(_records_of_batches(chunk, batches))
+                else:  # nearly always: no transaction in this chunk
+                    records = [(record_offset, key, value, -1, _PLAIN)
+                               for record_offset, key, value in iter_records(chunk)]
             except Exception as exc:
                 raise self.load_error(partition, offset, f"unreadable batch: {exc!r}") from exc
-            for record_offset, key, value in records:
-                if key is not None and record_offset >= offset:
-                    yield record_offset, key, value
+            for entry in records:
+                if entry[1] is not None and entry[0] >= offset:
+                    yield entry  # type: ignore[misc]
             # Move on from the end of the last batch, not its last record: a compacted batch
             # keeps the offset range of the batches it replaced, with fewer records.
-            batches = scan_batches(chunk, verify_crc=False)[0]
             if not batches:
                 break
             _, _, base, last_delta, *_ = batches[-1]
@@ -244,6 +322,54 @@ class GroupLog:
             future.set_result(None)
             for partition, _ in written:
                 self._acked_end[partition] = self.logs[partition].log_end_offset
+            self._ensure_interval_flusher()
+            return future
+        self._waiting.append(future)
+        if not self._flushing:
+            self._flushing = True
+            loop.call_soon(self._start_flush)
+        return future
+
+    def append_transactional(self, group_id: str, records: Sequence[CoordinatorRecord],
+                             producer_id: int, producer_epoch: int,
+                             now_ms: int) -> asyncio.Future[None]:
+        """Write a TxnOffsetCommit's records as one transactional batch of the producer (as
+        Kafka writes them to `__consumer_offsets`): they count only once a commit marker of
+        that producer follows them in the partition."""
+        batch = transactional_batch(encode_batch(encode_records(records), now_ms),
+                                    producer_id, producer_epoch)
+        return self._append_batch(self.partition_of(group_id), batch, now_ms)
+
+    def append_marker(self, partition: int, producer_id: int, producer_epoch: int,
+                      committed: bool, now_ms: int) -> asyncio.Future[None]:
+        """Write the commit or abort marker (a control batch) of the producer's transaction."""
+        batch = encode_control_batch(producer_id, producer_epoch, committed, now_ms)
+        return self._append_batch(partition, batch, now_ms)
+
+    def _append_batch(self, partition: int, batch: bytes, now_ms: int) -> asyncio.Future[None]:
+        """`append` for one ready-made batch; the same durability and failure rules."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        if self.failure is not None:
+            future.set_exception(self.failure)
+            return future
+        partition_log = self.logs[partition]
+        try:
+            partition_log.append(batch, now_ms)
+        except OSError as exc:
+            future.set_exception(exc)
+            if isinstance(exc, LogOfflineError):
+                self._fail_stop(exc)
+            else:
+                log.error("group log write failed", error=str(exc))
+            return future
+        self._dirty.add(partition)
+        self.appends += 1
+        if partition_log.lost_segments:
+            self._segments_lost(partition)
+        if not self.fsync_always:
+            future.set_result(None)
+            self._acked_end[partition] = partition_log.log_end_offset
             self._ensure_interval_flusher()
             return future
         self._waiting.append(future)

@@ -205,6 +205,7 @@ class Broker:
             else None)
         self.groups = GroupRuntime(self)
         self.groups.register()
+        self.groups.txn_offsets.producers = self.transactions
         # What /metrics and the group page read of the broker (coordinator/ops/view.py).
         self.ops_view = BrokerOpsView(self)
         if self.metrics is not None:
@@ -231,6 +232,11 @@ class Broker:
         if self.metrics is not None:
             self.metrics.authorization_denied(str(event["resource_type"]),
                                               str(event["operation"]))
+
+    def group_transaction_ended(self, partition: int, producer_id: int, producer_epoch: int,
+                                committed: bool) -> None:
+        self.groups.txn_offsets.transaction_ended(partition, producer_id, producer_epoch,
+                                                  committed)
 
     def advertised_to(self, listener: str) -> tuple[str, int]:
         return self._advertised_by_listener.get(listener, self.advertised)

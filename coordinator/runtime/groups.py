@@ -44,12 +44,14 @@ from coordinator.group.outcomes import HeartbeatOutcome, refused_outcome
 from coordinator.group.result import RequestRef
 from coordinator.group.service import GroupCoordinatorService
 from coordinator.grouplog.log import GroupLog
+from coordinator.runtime import txn_offsets
 from coordinator.runtime.apply import ParkedFetches, ResultApplier, Timers
 from coordinator.runtime.clock import Clock
 from coordinator.runtime.event_journal import EventJournal
 from coordinator.runtime.journal_files import Journal
 from coordinator.runtime.loading import GroupLogLoader
 from coordinator.runtime.maintenance import GroupLogMaintenance
+from coordinator.runtime.txn_offsets import TransactionalOffsets
 from coordinator.settings import BrokerSettings
 from protocol.refusals import RefusalLog
 from storage.fs import REAL_FS, FileSystem
@@ -132,6 +134,11 @@ class GroupRuntime:
             retention_check_interval_ms=self.config.offsets_retention_check_interval_ms,
             cleaner_backoff_ms=settings["log.cleaner.backoff.ms"],
             delete_retention_ms=settings["log.cleaner.delete.retention.ms"])
+        self.txn_offsets = TransactionalOffsets(
+            self.offsets, self.service.offsets, self.clock, self.loader.is_loading,
+            self.loader.unavailable, self._partition_exists)
+        self.txn_offsets.loading_partitions = lambda: self.loader.loading
+        self.loader.on_open_transactions = self.txn_offsets.loaded
         self._sequence = itertools.count()
         self._tasks: list[asyncio.Task[None]] = []
         # Topics whose offsets' tombstones are being written (DeleteTopics), by how many
@@ -162,7 +169,7 @@ class GroupRuntime:
                                        repair=repair)
         self.group_log.on_failure = self.host.fail  # fail-stop on a failed fsync
         self.group_log.on_segments_lost = self.maintenance.rewrite_lost
-        for part in (self.applier, self.loader, self.maintenance):
+        for part in (self.applier, self.loader, self.maintenance, self.txn_offsets):
             part.group_log = self.group_log
         self.topics_changed()
         self.journal.open(Journal(Path(settings["journal.dir"] or data_dir / "events"),
@@ -375,5 +382,6 @@ class GroupRuntime:
         host.register(heartbeat.VERSIONS, self.heartbeat)
         host.register(offset_commit.VERSIONS, self.offset_commit)
         host.register(offset_fetch.VERSIONS, self.offset_fetch)
+        host.register(txn_offsets.VERSIONS, self.txn_offsets.txn_offset_commit)
         host.register(offset_delete.VERSIONS, self.offset_delete)
         host.register(delete_groups.VERSIONS, self.delete_groups)

@@ -20,7 +20,11 @@ from kio.schema.errors import ErrorCode
 from coordinator.group.offsets import OffsetStore
 from coordinator.group.service import GroupCoordinatorService
 from coordinator.grouplog.log import GroupLog, GroupLogLoadError
-from coordinator.grouplog.records import ConsumerGroupRecord, GroupMetadataRecord
+from coordinator.grouplog.records import (
+    ConsumerGroupRecord,
+    CoordinatorRecord,
+    GroupMetadataRecord,
+)
 from coordinator.runtime.apply import ResultApplier
 from coordinator.runtime.clock import Clock
 
@@ -41,6 +45,9 @@ class GroupLogLoader:
         # Partitions not served yet: being replayed, or (also in `failed`) failed to replay.
         self.loading: set[int] = set(range(num_partitions))
         self.failed: set[int] = set()
+        # Told a replayed partition's transactional offsets that have no marker yet.
+        self.on_open_transactions: Callable[
+            [int, dict[int, list[CoordinatorRecord]]], None] | None = None
 
     # what requests see ------------------------------------------------------------------------
 
@@ -87,8 +94,10 @@ class GroupLogLoader:
         apply_timers = self.applier.apply_timers
         # Reading and decoding a partition runs in a worker thread so the loop keeps
         # accepting and serving loaded partitions; applying the records stays on the loop.
+        open_transactions: dict[int, list[CoordinatorRecord]] = {}
         records = await loop.run_in_executor(
-            None, lambda: list(self.group_log.replay_partition_at(partition)))
+            None, lambda: list(self.group_log.replay_partition_at(partition,
+                                                                  open_transactions)))
         for offset, record in records:
             try:
                 if isinstance(record, GroupMetadataRecord):
@@ -105,6 +114,8 @@ class GroupLogLoader:
                 await asyncio.sleep(0)  # keep serving other partitions' requests
         apply_timers(self.service.consumer.finish_replay(self.clock.now_ms()))
         self._restore_offset_only_groups(partition)
+        if open_transactions and self.on_open_transactions is not None:
+            self.on_open_transactions(partition, open_transactions)
         return count
 
     def _load_failed(self, partition: int, exc: Exception) -> None:
