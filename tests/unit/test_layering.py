@@ -98,6 +98,13 @@ def test_ops_sees_the_broker_only_through_its_view() -> None:
                                           "coordinator.group.events")) == []
 
 
+def test_security_sees_requests_and_settings_not_the_groups() -> None:
+    """Listeners, SASL and the authorizer wrap handlers the runtime gives them; they read the
+    request context, the settings and the wire layer, never the group core or the runtime."""
+    assert violations("coordinator/security", ("coordinator.security", "coordinator.api.context",
+                                               "coordinator.settings", "protocol")) == []
+
+
 def test_the_operators_commands_are_a_client_not_part_of_the_broker() -> None:
     assert violations("coordinator/cli", ("coordinator.cli",)) == []
 
