@@ -15,7 +15,6 @@ CLUSTER DESCRIBE to read them).
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from enum import IntEnum
@@ -26,6 +25,7 @@ import structlog
 from kio.schema.errors import ErrorCode
 
 from coordinator.api.context import ApiVersionRange, ClientRequest
+from coordinator.security.durable_file import replace_json
 from protocol.build import build
 from protocol.codec import response_type
 from protocol.refusals import RefusalLog
@@ -179,21 +179,7 @@ class AclStore:
                 raise RuntimeError(f"ACL file {self.path} is unreadable: {exc}") from exc
 
     def replace(self, bindings: Sequence[AclBinding]) -> None:
-        data = json.dumps({"version": 1, "acls": [asdict(b) for b in bindings]}, indent=1)
-        aside = self.path.with_suffix(".tmp")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, data.encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(aside, self.path)
-        directory = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        replace_json(self.path, {"version": 1, "acls": [asdict(b) for b in bindings]})
         self.bindings = list(bindings)
 
 

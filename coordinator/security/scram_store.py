@@ -13,12 +13,13 @@ import base64
 import hashlib
 import hmac
 import json
-import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
+
+from coordinator.security.durable_file import replace_json
 
 log = structlog.get_logger("rebalanced.security")
 
@@ -112,19 +113,6 @@ class ScramStore:
                                "server_key": _b64(c.server_key), "iterations": c.iterations}
                    for mechanism, c in sorted(mechanisms.items())}
             for user, mechanisms in sorted(users.items()) if mechanisms}}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        aside = self.path.with_suffix(".tmp")
-        fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, json.dumps(document, indent=1).encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(aside, self.path)
-        directory = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        replace_json(self.path, document)
         self._users = {user: dict(m) for user, m in users.items() if m}
         self._stamp = self._stat()
