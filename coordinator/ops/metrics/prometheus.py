@@ -25,9 +25,11 @@ API_NAMES = {
     9: "OffsetFetch", 10: "FindCoordinator", 11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup",
     14: "SyncGroup", 15: "DescribeGroups", 16: "ListGroups", 18: "ApiVersions",
     17: "SaslHandshake", 19: "CreateTopics", 20: "DeleteTopics", 22: "InitProducerId",
+    24: "AddPartitionsToTxn", 25: "AddOffsetsToTxn", 26: "EndTxn", 28: "TxnOffsetCommit",
     29: "DescribeAcls", 30: "CreateAcls", 31: "DeleteAcls", 36: "SaslAuthenticate",
     37: "CreatePartitions", 42: "DeleteGroups", 47: "OffsetDelete",
     50: "DescribeUserScramCredentials", 51: "AlterUserScramCredentials",
+    65: "DescribeTransactions", 66: "ListTransactions",
     68: "ConsumerGroupHeartbeat", 69: "ConsumerGroupDescribe",
 }
 
