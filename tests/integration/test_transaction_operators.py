@@ -221,3 +221,55 @@ def test_the_cli_reports_mistakes_and_failures_in_one_line(broker: BrokerProcess
         text=True, timeout=60, check=False)
     assert unreachable.returncode == 1 and unreachable.stderr.count("\n") == 1
     assert "cannot reach a broker" in unreachable.stderr
+
+
+def test_forensics_finds_a_rebalance_during_an_open_transaction(broker: BrokerProcess) -> None:
+    """The journal a real broker wrote, through the forensics job's reader and rules (no
+    Spark): a member joins while a transaction that commits offsets to the group is open."""
+    from forensics import journal_pass
+    from forensics.journal_chunks import journal_files, read_file
+
+    group = "eos-group"
+
+    def member() -> Consumer:
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                             "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                             "session.timeout.ms": 10_000})
+        consumer.subscribe([TOPIC])
+        return consumer
+
+    def poll_until(consumers: list[Consumer], done: Any) -> None:
+        deadline = time.monotonic() + 30
+        while not done():
+            assert time.monotonic() < deadline, "the group did not settle"
+            for consumer in consumers:
+                consumer.poll(0.1)
+
+    first = member()
+    poll_until([first], lambda: len(first.assignment()) == 2)
+    app = producer(broker, "eos-app")
+    app.begin_transaction()
+    app.produce(TOPIC, value=b"in flight", partition=0)
+    app.flush(15)
+    second = member()  # joins while the transaction is open: a rebalance
+    poll_until([first, second], lambda: len(first.assignment()) == 1
+               and len(second.assignment()) == 1)
+    app.send_offsets_to_transaction(first.position(first.assignment()),
+                                    first.consumer_group_metadata(), 15)
+    app.commit_transaction(15)
+    second.close()
+    first.close()
+    wait_for_journal(broker, 2, "eos-app")
+
+    lines: list[tuple[int, str, int, str]] = []
+    for path in journal_files(broker.data_dir / "events"):
+        for row in read_file(path).to_pylist():
+            if row["group_id"] == group:
+                lines += [(e["ts"], e["file"], e["row"], e["line"]) for e in row["events"]]
+    events = [json.loads(text) for *_, text in sorted(lines)]
+    assert any(e["event_type"] == "transaction_committed" for e in events)
+    rebalances = journal_pass.analyse_group(group, events, []).tables["rebalances"]
+    during = [r for r in rebalances if r["transactions_open"]]
+    assert during, rebalances
+    assert all(r["transactional_ids"] == ["eos-app"] for r in during)
+    assert any(r["cause"] == "member_join" for r in during)
