@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -26,6 +28,7 @@ from tests.bench import wire
 from tests.broker_process import BrokerProcess, free_port
 
 pytestmark = pytest.mark.integration
+PROJECT = Path(__file__).resolve().parents[2]
 
 JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
         'user_admin="admin-secret" user_alice="alice-secret" user_bob="bob-secret";')
@@ -221,3 +224,40 @@ def journal_denials(broker: BrokerProcess) -> set[tuple[str, str, str]]:
                     found.add((record["resource_type"], record["operation"],
                                record["resource_name"]))
     return found
+
+
+def run(broker: BrokerProcess, config: Path, *argv: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "coordinator", *argv, "--bootstrap-server",
+         f"127.0.0.1:{broker.env['SASL_PORT']}", "--command-config", str(config)],
+        capture_output=True, text=True, timeout=60, cwd=PROJECT, check=False)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def properties(tmp_path: Path, user: str) -> Path:
+    config = tmp_path / f"{user}.properties"
+    config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                      "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule"
+                      f' required username="{user}" password="{user}-secret";\n')
+    return config
+
+
+async def test_the_commands_grant_and_show_a_transactional_id_over_sasl(
+        broker: BrokerProcess, alice: wire.Connection, tmp_path: Path) -> None:
+    tid = "alice-shared"
+    init = await alice.call(22, 4, {"transactional_id": tid, "transaction_timeout": 60_000,
+                                    "producer_id": -1, "producer_epoch": -1})
+    assert init.error_code.value == NONE
+    admin, bob = properties(tmp_path, "admin"), properties(tmp_path, "bob")
+    run(broker, admin, "acls", "add", "--allow-principal", "User:bob", "--operation",
+        "Describe", "--transactional-id", tid)
+    granted = json.loads(run(broker, admin, "acls", "list", "--json", "--transactional-id",
+                             tid))
+    assert [(r["resource"], r["principal"], r["operation"]) for r in granted] == [
+        (f"TRANSACTIONAL_ID:{tid}", "User:bob", "DESCRIBE")]
+    shown = json.loads(run(broker, bob, "transactions", "describe", tid, "--json"))
+    assert (shown["state"], shown["producer_id"]) == ("Empty", init.producer_id)
+    listed = {r["transactional_id"] for r in json.loads(
+        run(broker, bob, "transactions", "list", "--json"))}
+    assert tid in listed and TID not in listed
