@@ -32,6 +32,10 @@ from coordinator.cli.security import CommandError, client_config
 
 PROG = "rebalanced transactions"
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+# The broker's Docker image leaves the admin clients out: the broker never imports them.
+_MISSING_CLIENT = ("kafka-python is not installed (the broker's Docker image leaves it out): run "
+                   "this command where `pip install .` installed it, against the broker's "
+                   "published port")
 STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit",
           "CompleteAbort", "PrepareEpochFence")
 
@@ -153,6 +157,10 @@ def main(argv: Sequence[str]) -> int:
         except CommandError as exc:
             raise AdminError(str(exc)) from None
         split_bootstrap(args.bootstrap_server)
+        try:
+            import kafka  # noqa: F401
+        except ImportError:
+            raise AdminError(_MISSING_CLIENT) from None
         client = kafka_python_admin(args.bootstrap_server, args.timeout, security,
                                     "rebalanced-transactions")
         return COMMANDS[args.command](client, args)
