@@ -74,3 +74,38 @@ def test_a_transactions_end_is_read_into_every_group_it_names(tmp_path: Path) ->
         # counted once each, under no group, as any event without a group_id
         assert {(t["event_type"], t["n"]) for t in rows[None]["tally"]} == {
             ("transaction_begun", 1), ("transaction_committed", 2)}
+
+
+
+def page(rebalances: Any) -> str:
+    import pandas as pd
+
+    from forensics.reader import Problems
+    from forensics.report import ReportData, render_html
+
+    empty = pd.DataFrame()
+    return render_html(ReportData(
+        data_dir="data", has_journal=True, has_group_log=False, span=(900, 2_000),
+        counts={"groups": 1, "members": 3, "commits": 10}, rebalances=rebalances,
+        worst_groups=pd.DataFrame([{"group_id": "billing", "rebalances": 1, "paused_ms": 500,
+                                    "longest_ms": 500, "longest_commit_gap_ms": 900,
+                                    "top_cause": "session_expiry"}]),
+        causes=empty, culprits=empty,
+        static_restarts=pd.DataFrame(columns=["group_id", "ts", "group_instance_id",
+                                              "client_id", "rebalance"]),
+        problems=Problems(), write_failures=empty, conversions=empty))
+
+
+def test_the_report_shows_the_open_transactions_of_a_group_that_had_some() -> None:
+    import numpy as np
+
+    from tests.forensics.test_report import REBALANCES
+
+    during = REBALANCES.assign(transactions_open=[2], transactions_aborted=[1],
+                               transactional_ids=[np.array(["app-1", "app-2"])])
+    shown = page(during)
+    assert "open transactions" in shown and "2 (1 aborted): app-1, app-2" in shown
+    none = REBALANCES.assign(transactions_open=[0], transactions_aborted=[0],
+                             transactional_ids=[np.array([])])
+    assert "open transactions" not in page(none)
+    assert "open transactions" not in page(REBALANCES)  # a group log alone has no column
