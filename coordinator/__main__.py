@@ -270,6 +270,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from coordinator.cli.groups import main as groups_main
 
         return groups_main(arguments[1:])
+    if arguments[:1] == ["transactions"]:
+        from coordinator.cli.transactions import main as transactions_main
+
+        return transactions_main(arguments[1:])
     if arguments[:1] == ["faults"]:
         # The test control endpoint's fault rules: an HTTP client, not the broker.
         from coordinator.testkit.cli import main as faults_main

@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 
 from forensics.files import list_dir, name_of, read_bytes, size
-from forensics.journal_pass import COMMIT, CONTROL_TYPES, JOURNAL_VERSION
+from forensics.journal_pass import COMMIT, CONTROL_TYPES, JOURNAL_VERSION, TXN_ENDS
 
 ACTIVE_NAME = ".events-active.jsonl"  # docs/events.md §1
 ACTIVE_KEY = "~active"  # the active file's place in the order: after every closed file
@@ -145,12 +145,29 @@ def _chunk_rows_arrow(data: bytes, lines: list[bytes], key: str) -> pa.RecordBat
     is_control = pc.and_(current, pc.is_in(head.column("event_type"),
                                            pa.array(sorted(CONTROL_TYPES), _S)))
     picked = pc.indices_nonzero(pc.fill_null(is_control, False)).to_pylist()
-    control = head.take(pa.array(picked, _L)).select(["group_id", "ts"]).to_pylist()
+    control = head.take(pa.array(picked, _L)).select(
+        ["group_id", "ts", "event_type"]).to_pylist()
     for n, event in zip(picked, control, strict=True):
         row = rows[n]
-        groups[event["group_id"]].events.append(
-            (event["ts"], key, row, lines[row].decode("utf-8", "replace")))
+        text = lines[row].decode("utf-8", "replace")
+        if event["event_type"] in TXN_ENDS:
+            _to_transaction_groups(groups, json.loads(text), (event["ts"], key, row, text))
+            continue
+        groups[event["group_id"]].events.append((event["ts"], key, row, text))
     return _batch(groups)
+
+
+def _to_transaction_groups(groups: dict[str | None, _Group], event: dict[str, Any],
+                           line: tuple[int, str, int, str]) -> None:
+    """A transaction's end goes to each group it committed offsets to (it names no
+    `group_id`); it is counted, like any event, where its `group_id` (none) puts it."""
+    named = event.get("group_ids")
+    for group in named if type(named) is list else ():
+        if type(group) is str:
+            entry = groups.get(group)
+            if entry is None:
+                entry = groups[group] = _Group()
+            entry.events.append(line)
 
 
 def chunk_rows(lines: Iterable[bytes], key: str, display_path: str) -> pa.RecordBatch:
@@ -191,6 +208,9 @@ def chunk_rows(lines: Iterable[bytes], key: str, display_path: str) -> pa.Record
             if event_type == COMMIT:
                 if ts > 0:
                     entry.commits.append(ts)
+            elif event_type in TXN_ENDS:
+                _to_transaction_groups(groups, event,
+                                       (ts, key, row, line.decode("utf-8", "replace")))
             elif event_type in CONTROL_TYPES:
                 entry.events.append((ts, key, row, line.decode("utf-8", "replace")))
     return _batch(groups)

@@ -33,7 +33,12 @@ from forensics.schema import KNOWN_EVENT_TYPES
 
 JOURNAL_VERSION = 1
 COMMIT = "offsets_committed"
-CONTROL_TYPES = frozenset(KNOWN_EVENT_TYPES) - {COMMIT}  # the events that explain rebalances
+TXN_BEGUN = "transaction_begun"
+# A transaction's end names the groups it committed offsets to (`group_ids`): the reader hands
+# it to each of them, so a group's rebalances can be matched with the transactions open then.
+TXN_ENDS = frozenset({"transaction_committed", "transaction_aborted"})
+# The events that explain rebalances (a transaction's start names no group: its end says it all).
+CONTROL_TYPES = frozenset(KNOWN_EVENT_TYPES) - {COMMIT, TXN_BEGUN}
 START = "rebalance_started"
 JOIN = "join_completed"
 ENDS = ("group_stabilized", "group_empty", "group_dead")
@@ -67,6 +72,7 @@ REBALANCE = pa.struct([
     ("members_joined", pa.list_(_S)), ("members_removed", pa.list_(_S)),
     ("members_before", _I), ("inferred", _B), ("source", _S), ("partitions_moved", _L),
     ("gap_start_ts", _L), ("gap_end_ts", _L), ("commit_gap_ms", _L),
+    ("transactions_open", _L), ("transactions_aborted", _L), ("transactional_ids", pa.list_(_S)),
 ])
 SESSION = pa.struct([
     ("group_id", _S), ("member_id", _S), ("group_instance_id", _S), ("client_id", _S),
@@ -182,6 +188,7 @@ def analyse_group(group: str | None, events: Sequence[Event], commit_times: Sequ
         return result
     rebalances = classic_rebalances(group, events) + consumer_rebalances(group, events)
     add_commit_gaps(rebalances, commit_times)
+    add_open_transactions(rebalances, events)
     tables["rebalances"] = rebalances
     tables["member_sessions"] = member_sessions(group, events)
     tables["group_states"] = group_states(group, events)
@@ -383,6 +390,28 @@ def add_commit_gaps(rebalances: list[Event], commit_times: Sequence[int]) -> Non
         row["gap_start_ts"] = gap_start
         row["gap_end_ts"] = gap_end
         row["commit_gap_ms"] = _minus(gap_end, gap_start)
+
+
+def add_open_transactions(rebalances: list[Event], events: Iterable[Event]) -> None:
+    """The transactions that were open during each rebalance: those of a producer that
+    committed offsets to this group in that transaction (AddOffsetsToTxn,
+    `send_offsets_to_transaction`), as its `transaction_committed` or `transaction_aborted`
+    event names the group. A transaction is open from `ts - duration_ms` to `ts`; a rebalance
+    from its start (its end when the start is unknown) to its end (still open: to the end of
+    the data). They overlap when each starts before the other ends. A transaction still open
+    when the journal ends has no end event and is not counted."""
+    transactions = [(e["ts"] - e["duration_ms"], e["ts"], e.get("transactional_id"),
+                     e["event_type"] == "transaction_aborted")
+                    for e in events
+                    if e["event_type"] in TXN_ENDS and e.get("duration_ms") is not None]
+    for row in rebalances:
+        start = row["start_ts"] if row["start_ts"] is not None else row["end_ts"]
+        end = row["end_ts"]
+        overlapping = [t for t in transactions
+                       if (end is None or t[0] < end) and (start is None or t[1] > start)]
+        row["transactions_open"] = len(overlapping)
+        row["transactions_aborted"] = sum(1 for t in overlapping if t[3])
+        row["transactional_ids"] = sorted({str(t[2]) for t in overlapping if t[2] is not None})
 
 
 def drawn_gaps(group: str, commit_times: Sequence[int]) -> list[Event]:

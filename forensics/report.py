@@ -251,9 +251,13 @@ def render_html(data: ReportData) -> str:
         if len(rows) > len(shown):
             parts.append(f"<p class='meta'>Last {len(shown)} of {len(rows)} rebalances; all are "
                          "in <code>rebalances/</code> (Parquet).</p>")
+        # Only for a group with a rebalance during an open transaction (journal only).
+        with_transactions = "transactions_open" in shown and bool(
+            (shown["transactions_open"].fillna(0) > 0).any())
         parts.append(_table(
             ["generation", "start", "end", "join", "sync", "paused", "cause", "culprit",
-             "members", "joined", "removed", "partitions moved", "commit gap"],
+             "members", "joined", "removed", "partitions moved", "commit gap"]
+            + (["open transactions"] if with_transactions else []),
             [[f"{_text(_int(r['generation_from']))} → {_text(_int(r['generation_to']))}",
               fmt_ts(r["start_ts"]), fmt_ts(r["end_ts"]), fmt_ms(r["join_ms"]),
               fmt_ms(r["sync_ms"]), fmt_ms(r["duration_ms"]) + _restarts(r),
@@ -261,6 +265,7 @@ def render_html(data: ReportData) -> str:
               f"{_text(_int(r['members_before']))} → {_text(_int(r['members_after']))}",
               html.escape(_text(r["members_joined"])), html.escape(_text(r["members_removed"])),
               _text(_int(r["partitions_moved"])), fmt_ms(r["commit_gap_ms"])]
+             + ([_transactions_cell(r)] if with_transactions else [])
              for _, r in shown.iterrows()], cls="rb"))
     parts.append(_problems_html(data.problems))
     parts.append("<p class='meta'>Tables: <code>rebalances/</code>, <code>member_sessions/</code>,"
@@ -278,6 +283,17 @@ def _int(value: Any) -> int | None:
     if value is None or pd.isna(value):
         return None
     return int(value)
+
+
+def _transactions_cell(row: pd.Series) -> str:
+    """`2 (1 aborted): app-1, app-2`, or a dash."""
+    count = _int(row["transactions_open"]) or 0
+    if count == 0:
+        return "—"
+    aborted = _int(row["transactions_aborted"]) or 0
+    text = f"{count}" + (f" ({aborted} aborted)" if aborted else "")
+    names = _text(row["transactional_ids"])
+    return html.escape(f"{text}: {names}" if names != "—" else text)
 
 
 def _restarts(row: pd.Series) -> str:

@@ -12,7 +12,9 @@ JOURNAL_FIELDS = (
     "missing_assignments INT, old_member_id STRING, rebalance BOOLEAN, partitions INT, "
     "groups_deleted INT, group_ids ARRAY<STRING>, records INT, error STRING, "
     "assignor STRING, partition_count INT, moved_partitions INT, member_state STRING, "
-    "direction STRING, from_type STRING, to_type STRING"
+    "direction STRING, from_type STRING, to_type STRING, "
+    "transactional_id STRING, producer_id BIGINT, producer_epoch INT, "
+    "transaction_timeout_ms BIGINT"
 )
 CORRUPT_COLUMN = "_corrupt_record"
 JOURNAL_DDL = f"{JOURNAL_FIELDS}, {CORRUPT_COLUMN} STRING"
@@ -23,6 +25,7 @@ KNOWN_EVENT_TYPES = (
     "offsets_committed", "offsets_expired", "group_write_failed",
     "target_assignment_computed", "member_reconciled",  # consumer groups (KIP-848)
     "group_converted",  # consumer groups (KIP-848): classic <-> consumer migration
+    "transaction_begun", "transaction_committed", "transaction_aborted",  # transactions
 )
 
 # One row per `__consumer_offsets` record (forensics.grouplog.GROUP_LOG_COLUMNS order).

@@ -85,6 +85,29 @@ _KAFKA_PYTHON_NAMES = {
 }
 
 
+def kafka_python_admin(bootstrap: str, timeout_s: float, security: Mapping[str, str],
+                       client_id: str) -> Any:
+    """kafka-python's admin client, for the calls confluent-kafka's Python AdminClient does
+    not expose; `security` holds librdkafka's names (from --command-config)."""
+    try:
+        from kafka import KafkaAdminClient
+        from kafka.errors import KafkaError
+    except ImportError:
+        raise AdminError(_MISSING_CLIENTS) from None
+    timeout_ms = int(timeout_s * 1000)
+    try:
+        return KafkaAdminClient(bootstrap_servers=bootstrap,
+                                request_timeout_ms=max(timeout_ms, 1000),
+                                bootstrap_timeout_ms=max(timeout_ms, 1000),
+                                client_id=client_id,
+                                **{_KAFKA_PYTHON_NAMES[key]: value
+                                   for key, value in security.items()
+                                   if key in _KAFKA_PYTHON_NAMES})
+    except KafkaError as exc:
+        raise AdminError(f"cannot reach a broker at {bootstrap}: "
+                         f"{kafka_python_error_text(exc)}") from None
+
+
 class GroupAdmin:
     def __init__(self, bootstrap: str, timeout_s: float,
                  security: Mapping[str, str] | None = None) -> None:
@@ -299,35 +322,25 @@ class GroupAdmin:
         """OffsetDelete. confluent-kafka's Python AdminClient does not expose it, so this one
         call goes through kafka-python's admin client, which does."""
         try:
-            from kafka import KafkaAdminClient
             from kafka import TopicPartition as KPTopicPartition
             from kafka.errors import KafkaError
         except ImportError:
             raise AdminError(_MISSING_CLIENTS) from None
 
-        timeout_ms = int(self.timeout_s * 1000)
-        try:
-            client = KafkaAdminClient(bootstrap_servers=self.bootstrap,
-                                      request_timeout_ms=max(timeout_ms, 1000),
-                                      bootstrap_timeout_ms=max(timeout_ms, 1000),
-                                      client_id="rebalanced-groups",
-                                      **{_KAFKA_PYTHON_NAMES[key]: value
-                                         for key, value in self.security.items()
-                                         if key in _KAFKA_PYTHON_NAMES})
-        except KafkaError as exc:
-            raise AdminError(f"cannot reach a broker at {self.bootstrap}: {exc}") from None
+        client = kafka_python_admin(self.bootstrap, self.timeout_s, self.security,
+                                    "rebalanced-groups")
         try:
             answer = client.delete_group_offsets(
                 group_id, [KPTopicPartition(t, p) for t, p in partitions])
         except KafkaError as exc:
             raise AdminError(f"deleting offsets of {group_id!r} failed: "
-                             f"{_kafka_python_error_text(exc)}") from None
+                             f"{kafka_python_error_text(exc)}") from None
         finally:
             client.close()
         out: dict[TopicPartition, str | None] = {}
         for tp, error in answer.items():
             name = getattr(error, "__name__", str(error))
-            out[(tp.topic, tp.partition)] = None if name == "NoError" else _kafka_python_error_text(
+            out[(tp.topic, tp.partition)] = None if name == "NoError" else kafka_python_error_text(
                 error)
         return out
 
@@ -355,7 +368,7 @@ def _kafka_error_text(exc: Any) -> str:
     return f"{name}: {text}" if name and name not in text else text
 
 
-def _kafka_python_error_text(error: Any) -> str:
+def kafka_python_error_text(error: Any) -> str:
     name = getattr(error, "__name__", None) or type(error).__name__
     description = getattr(error, "description", "") or ""
     message = str(error) if not isinstance(error, type) else ""

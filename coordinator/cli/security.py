@@ -5,9 +5,11 @@ Kafka-compatible broker, through the admin API (like kafka-configs.sh and kafka-
     rebalanced users scram add --user U [--mechanism SCRAM-SHA-512] [--iterations 8192]
                                [--password-file FILE]     (else the password is read on stdin)
     rebalanced users scram remove --user U [--mechanism M]
-    rebalanced acls list [--group G | --topic T | --cluster] [--principal P]
+    rebalanced acls list [--group G | --topic T | --transactional-id T | --cluster]
+                         [--principal P]
     rebalanced acls add (--allow-principal P | --deny-principal P) --operation OP
-                        (--group G | --topic T | --cluster) [--resource-pattern-type prefixed]
+                        (--group G | --topic T | --transactional-id T | --cluster)
+                        [--resource-pattern-type prefixed]
     rebalanced acls remove (same selection as add; what it names is removed)
 
 `--command-config client.properties` carries the client's security settings (Kafka's names:
@@ -179,13 +181,16 @@ def _resource(args: argparse.Namespace, for_filter: bool) -> tuple[Any, Any, Any
 
     chosen = [(t, n) for t, n in ((ResourceType.GROUP, args.group),
                                   (ResourceType.TOPIC, args.topic),
+                                  (ResourceType.TRANSACTIONAL_ID, args.transactional_id),
                                   (ResourceType.BROKER, "kafka-cluster" if args.cluster
                                    else None)) if n is not None]
     if len(chosen) > 1:
-        raise CommandError("name one resource: --group, --topic or --cluster")
+        raise CommandError("name one resource: --group, --topic, --transactional-id or "
+                           "--cluster")
     if not chosen:
         if not for_filter:
-            raise CommandError("name the resource: --group, --topic or --cluster")
+            raise CommandError("name the resource: --group, --topic, --transactional-id or "
+                               "--cluster")
         return ResourceType.ANY, None, ResourcePatternType.ANY
     pattern = ResourcePatternType[args.resource_pattern_type.upper()] \
         if args.resource_pattern_type else (ResourcePatternType.ANY if for_filter
@@ -271,6 +276,7 @@ def argument_parser(command: str) -> argparse.ArgumentParser:
         sub = actions.add_parser(action, parents=[common])
         sub.add_argument("--group", metavar="NAME")
         sub.add_argument("--topic", metavar="NAME")
+        sub.add_argument("--transactional-id", metavar="NAME")
         sub.add_argument("--cluster", action="store_true")
         sub.add_argument("--resource-pattern-type", choices=("literal", "prefixed", "match",
                                                              "any"))

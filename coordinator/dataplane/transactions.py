@@ -13,10 +13,16 @@ rebuild those indexes; a broker whose transaction log is empty does no such work
 A transaction's `__consumer_offsets` partitions (added by AddOffsetsToTxn) get their marker
 from the group runtime (`group_transaction_ended`), which writes it to the group log and makes
 the transaction's offsets (TxnOffsetCommit) committed or drops them.
+
+DescribeTransactions and ListTransactions answer from the coordinator's memory, which the
+transaction log is loaded into before the broker listens, so no load is ever in progress. The
+journal events of a state change (`transaction_begun`, `..._committed`, `..._aborted`) go to the
+host once its record is durable.
 """
 
 from __future__ import annotations
 
+import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -38,9 +44,14 @@ from storage.transactions import PartitionTransactions, encode_control_batch
 ADD_PARTITIONS_TO_TXN = 24
 ADD_OFFSETS_TO_TXN = 25
 END_TXN = 26
+DESCRIBE_TRANSACTIONS = 65
+LIST_TRANSACTIONS = 66
 ADD_PARTITIONS_VERSIONS = ApiVersionRange(ADD_PARTITIONS_TO_TXN, 0, 3)
 ADD_OFFSETS_VERSIONS = ApiVersionRange(ADD_OFFSETS_TO_TXN, 0, 3)
 END_TXN_VERSIONS = ApiVersionRange(END_TXN, 0, 3)
+DESCRIBE_TRANSACTIONS_VERSIONS = ApiVersionRange(DESCRIBE_TRANSACTIONS, 0, 0)
+# v2's transactional id pattern (KIP-1152) is not served.
+LIST_TRANSACTIONS_VERSIONS = ApiVersionRange(LIST_TRANSACTIONS, 0, 1)
 EXPIRY_CHECK_MS = 1000
 _READ_BYTES = 1 << 20
 log = structlog.get_logger("rebalanced.transactions")
@@ -51,6 +62,15 @@ def _milliseconds(value: Any) -> int:
     if isinstance(value, int):
         return value
     return int(value.total_seconds() * 1000)
+
+
+# A millisecond instant as kio's datetime fields take them (-1, "none", is 1 ms before
+# the epoch); the epoch itself is Kafka's default of an error entry.
+_EPOCH = datetime.datetime.fromtimestamp(0, tz=datetime.UTC)
+
+
+def _instant(ms: int) -> datetime.datetime:
+    return _EPOCH + datetime.timedelta(milliseconds=ms)
 
 
 class TransactionHost(TopicDirectory, Protocol):
@@ -67,6 +87,10 @@ class TransactionHost(TopicDirectory, Protocol):
     def group_transaction_ended(self, partition: int, producer_id: int, producer_epoch: int,
                                 committed: bool) -> None:
         """Write the marker of the producer's transaction to the group log partition."""
+        ...
+
+    def transaction_event(self, payload: dict[str, object]) -> None:
+        """A journal event of the transaction coordinator (docs/events.md)."""
         ...
 
 
@@ -207,7 +231,8 @@ class TransactionService:
         now = self._host.wall_ms()
         result = self.coordinator.add_offsets(
             request.transactional_id, request.producer_id, request.producer_epoch,
-            partition_for(request.group_id, self._offsets_partitions), now)
+            partition_for(request.group_id, self._offsets_partitions), now,
+            group_id=request.group_id)
         code = self._fenced_code(self._durable(result, now), ctx.version, 2)
         ctx.respond(build(response_type(ADD_OFFSETS_TO_TXN, ctx.version), throttle_time=0,
                           error_code=code))
@@ -221,6 +246,42 @@ class TransactionService:
                           error_code=code))
         if code == ErrorCode.none:
             self._finish(result, now)
+
+    def describe_transactions(self, ctx: ClientRequest, request: Any) -> None:
+        states = []
+        for transactional_id in request.transactional_ids:
+            described = (self.coordinator.describe(transactional_id) if transactional_id
+                         else None)
+            if described is None:
+                states.append({
+                    "error_code": (ErrorCode.transactional_id_not_found if transactional_id
+                                   else ErrorCode.invalid_request),
+                    "transactional_id": transactional_id, "transaction_state": "",
+                    "transaction_timeout": 0, "transaction_start_time": _EPOCH,
+                    "producer_id": 0, "producer_epoch": 0, "topics": []})
+                continue
+            states.append({
+                "error_code": ErrorCode.none, "transactional_id": transactional_id,
+                "transaction_state": described.state,
+                "transaction_timeout": described.timeout_ms,
+                "transaction_start_time": _instant(described.start_ms),
+                "producer_id": described.producer_id,
+                "producer_epoch": described.producer_epoch,
+                "topics": [{"topic": topic, "partitions": list(ids)}
+                           for topic, ids in described.partitions]})
+        ctx.respond(build(response_type(DESCRIBE_TRANSACTIONS, ctx.version), throttle_time=0,
+                          transaction_states=states))
+
+    def list_transactions(self, ctx: ClientRequest, request: Any) -> None:
+        listed, unknown = self.coordinator.list_transactions(
+            request.state_filters, request.producer_id_filters,
+            getattr(request, "duration_filter", -1), self._host.wall_ms())
+        ctx.respond(build(response_type(LIST_TRANSACTIONS, ctx.version), throttle_time=0,
+                          error_code=ErrorCode.none, unknown_state_filters=unknown,
+                          transaction_states=[
+                              {"transactional_id": t.transactional_id,
+                               "producer_id": t.producer_id,
+                               "transaction_state": t.state} for t in listed]))
 
     def expire(self) -> None:
         """The timer: abort the transactions past their timeout, forget idle ids, and write
@@ -261,13 +322,10 @@ class TransactionService:
                 log.error("transaction log write failed", error=str(exc))
                 self._host.fail(exc)
                 return ErrorCode.coordinator_not_available
-        if result.markers:
+        if result.markers or (result.error == ErrorCode.none and result.records):
             self._arm_expiry()
-        if result.ended is not None:
-            log.info("transaction ending", transactional_id=result.completing,
-                     reason=result.ended)
-        elif result.error == ErrorCode.none and result.records:
-            self._arm_expiry()
+        for event in result.events:
+            self._host.transaction_event(event)
         return result.error
 
     def _finish(self, result: TxnResult, now: int) -> None:

@@ -141,6 +141,14 @@ class GroupOffsets:
             return ErrorCode.illegal_generation
         return None
 
+    def create_txn_commit_group(self, group_id: str, now_ms: int) -> None:
+        """A TxnOffsetCommit `validate_txn_offset_commit` accepted for a group the coordinator
+        does not know creates it, Empty and classic, at once (Kafka's
+        `getOrMaybeCreateClassicGroup`): ListGroups and DescribeGroups show it while its
+        offsets are pending, as they would after a restart replays them."""
+        if self.groups.group(group_id) is None and self.groups.consumer.group(group_id) is None:
+            self.groups.classic.create_group(group_id, now_ms)
+
     def fetch(self, cmd: oc.OffsetFetch, api_version: int, refusal: Refusal
               ) -> oc.OffsetFetchOutcome:
         """OffsetFetch, group by group: the runtime's refusal, then the consumer group's

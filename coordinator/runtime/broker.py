@@ -179,6 +179,10 @@ class Broker:
         self.register(transactions.ADD_PARTITIONS_VERSIONS, self.transactions.add_partitions)
         self.register(transactions.ADD_OFFSETS_VERSIONS, self.transactions.add_offsets)
         self.register(transactions.END_TXN_VERSIONS, self.transactions.end_txn)
+        self.register(transactions.DESCRIBE_TRANSACTIONS_VERSIONS,
+                      self.transactions.describe_transactions)
+        self.register(transactions.LIST_TRANSACTIONS_VERSIONS,
+                      self.transactions.list_transactions)
         self.register(topics_admin.CREATE_PARTITIONS_VERSIONS,
                       lambda ctx, req: topics_admin.create_partitions(self, ctx, req))
         sasl.register(self, ScramStore(self.data_dir))
@@ -210,6 +214,7 @@ class Broker:
         self.ops_view = BrokerOpsView(self)
         if self.metrics is not None:
             self.metrics.rebalances.consumer_groups = self.ops_view
+            self.metrics.open_transactions = self.transactions.coordinator.open_count
         # Last: the authorizer wraps the group APIs' handlers registered above.
         self.authorizer = authorization.install(self, settings)
         if self.authorizer is not None:
@@ -232,6 +237,15 @@ class Broker:
         if self.metrics is not None:
             self.metrics.authorization_denied(str(event["resource_type"]),
                                               str(event["operation"]))
+
+    def transaction_event(self, payload: dict[str, object]) -> None:
+        self.groups.journal.event(payload)
+        if self.metrics is not None:
+            event_type = payload["event"]
+            if event_type == "transaction_committed":
+                self.metrics.transaction_ended("committed", str(payload["reason"]))
+            elif event_type == "transaction_aborted":
+                self.metrics.transaction_ended("aborted", str(payload["reason"]))
 
     def group_transaction_ended(self, partition: int, producer_id: int, producer_epoch: int,
                                 committed: bool) -> None:

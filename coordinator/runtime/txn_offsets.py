@@ -103,6 +103,7 @@ class TransactionalOffsets:
             answer_all(error)
             return
         now = self.clock.now_ms()
+        self.decisions.create_txn_commit_group(group_id, now)
         errors, records = self.offsets.commit(group_id, topics, now,
                                               topic_exists=self.topic_exists, pending=False)
         if not records:

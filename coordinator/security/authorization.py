@@ -14,6 +14,12 @@ CreateTopics, DELETE for DeleteTopics, ALTER for CreatePartitions; WRITE on the 
 id, or IDEMPOTENT_WRITE (or WRITE on some topic) for InitProducerId. A
 denied group or topic is answered GROUP_ or TOPIC_AUTHORIZATION_FAILED and logged
 (rate-limited).
+The transactional APIs as Kafka's KafkaApis: WRITE on the transactional id for
+AddPartitionsToTxn (then WRITE on each topic), AddOffsetsToTxn (then READ on the group),
+TxnOffsetCommit (then READ on the group and on each topic) and EndTxn
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED); DescribeTransactions checks DESCRIBE on each
+transactional id and leaves out the topics the principal may not describe; ListTransactions
+lists the ids the principal may describe.
 
 Nothing is wrapped unless `authorizer.class.name` is set: without an authorizer the handlers
 are the bare ones, and the hot paths pay nothing. With one, a check is one dictionary lookup
@@ -24,6 +30,7 @@ the ACLs change.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from collections.abc import Callable
 from typing import Any
 
@@ -52,6 +59,7 @@ from protocol.codec import decode_response_frame, response_type
 Handler = Callable[[ClientRequest, Any], None]
 _GROUP_DENIED = ErrorCode.group_authorization_failed
 _CACHE_LIMIT = 100_000
+_EPOCH = datetime.datetime.fromtimestamp(0, tz=datetime.UTC)
 _GROUP_OPERATIONS = (Operation.READ, Operation.DELETE, Operation.DESCRIBE)
 
 
@@ -502,6 +510,186 @@ def _init_producer_id(gate: GroupGate, handler: Handler) -> Handler:
     return checked
 
 
+# Transactions ---------------------------------------------------------------------------------
+
+_TXN_DENIED = ErrorCode.transactional_id_authorization_failed
+_INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+def _transactional_id_allowed(gate: GroupGate, ctx: ClientRequest, operation: Operation,
+                              transactional_id: str) -> bool:
+    decision = gate.decide(ctx, operation, ResourceType.TRANSACTIONAL_ID, transactional_id)
+    if not decision.allowed:
+        denied(gate.authorizer, ctx, operation, ResourceType.TRANSACTIONAL_ID, transactional_id,
+               decision)
+    return decision.allowed
+
+
+def _add_partitions_to_txn(gate: GroupGate, broker: Any, handler: Handler) -> Handler:
+    """WRITE on the transactional id, then WRITE on each topic (an internal topic never
+    passes). Any partition refused fails the whole request, as Kafka: the refused ones are
+    answered TOPIC_AUTHORIZATION_FAILED, unknown ones UNKNOWN_TOPIC_OR_PARTITION, the others
+    OPERATION_NOT_ATTEMPTED."""
+
+    def exists(name: str, partition: int) -> bool:
+        topic = broker.topics.get(name)
+        return topic is not None and 0 <= partition < len(topic.partitions)
+
+    def respond(ctx: ClientRequest, request: Any,
+                error_of: Callable[[str, int], ErrorCode]) -> None:
+        ctx.respond(build(response_type(24, ctx.version), throttle_time=0,
+                          results_by_topic_v3_and_below=[
+                              {"name": t.name, "results_by_partition": [
+                                  {"partition_index": p,
+                                   "partition_error_code": error_of(t.name, p)}
+                                  for p in t.partitions]}
+                              for t in request.v3_and_below_topics]))
+
+    def checked(ctx: ClientRequest, request: Any) -> None:
+        if not _transactional_id_allowed(gate, ctx, Operation.WRITE,
+                                         request.v3_and_below_transactional_id):
+            respond(ctx, request, lambda name, p: _TXN_DENIED)
+            return
+        refused = {t.name for t in request.v3_and_below_topics
+                   if t.name in _INTERNAL_TOPICS
+                   or not _topic_allowed(gate, ctx, Operation.WRITE, t.name)}
+        if not refused:
+            handler(ctx, request)
+            return
+        respond(ctx, request, lambda name, p: (
+            _TOPIC_DENIED if name in refused
+            else ErrorCode.operation_not_attempted if exists(name, p)
+            else ErrorCode.unknown_topic_or_partition))
+
+    return checked
+
+
+def _single_error(api_key: int, checks: Callable[[ClientRequest, Any], ErrorCode | None],
+                  handler: Handler) -> Handler:
+    """AddOffsetsToTxn and EndTxn: one error code answers the request."""
+
+    def checked(ctx: ClientRequest, request: Any) -> None:
+        error = checks(ctx, request)
+        if error is None:
+            handler(ctx, request)
+        else:
+            ctx.respond(build(response_type(api_key, ctx.version), throttle_time=0,
+                              error_code=error))
+
+    return checked
+
+
+def _add_offsets_to_txn(gate: GroupGate, handler: Handler) -> Handler:
+    def checks(ctx: ClientRequest, request: Any) -> ErrorCode | None:
+        if not _transactional_id_allowed(gate, ctx, Operation.WRITE, request.transactional_id):
+            return _TXN_DENIED
+        if not gate.group(ctx, Operation.READ, request.group_id):
+            return _GROUP_DENIED
+        return None
+
+    return _single_error(25, checks, handler)
+
+
+def _end_txn(gate: GroupGate, handler: Handler) -> Handler:
+    def checks(ctx: ClientRequest, request: Any) -> ErrorCode | None:
+        if not _transactional_id_allowed(gate, ctx, Operation.WRITE, request.transactional_id):
+            return _TXN_DENIED
+        return None
+
+    return _single_error(26, checks, handler)
+
+
+def _txn_offset_commit(gate: GroupGate, handler: Handler) -> Handler:
+    """WRITE on the transactional id, READ on the group (each refusal answers every
+    partition), then READ on each topic: a refused topic's partitions are answered
+    TOPIC_AUTHORIZATION_FAILED and the others committed, as Kafka."""
+
+    def denial(topic: Any, name: str) -> dict[str, Any]:
+        return {"name": name, "partitions": [
+            {"partition_index": p.partition_index, "error_code": _TOPIC_DENIED}
+            for p in topic.partitions]}
+
+    per_topic = _per_topic(gate, 28, Operation.READ, handler, lambda v: "topics", "topics",
+                           lambda t: t.name, denial)
+
+    def checked(ctx: ClientRequest, request: Any) -> None:
+        error = None
+        if not _transactional_id_allowed(gate, ctx, Operation.WRITE, request.transactional_id):
+            error = _TXN_DENIED
+        elif not gate.group(ctx, Operation.READ, request.group_id):
+            error = _GROUP_DENIED
+        if error is None:
+            per_topic(ctx, request)
+            return
+        ctx.respond(build(response_type(28, ctx.version), throttle_time=0, topics=[
+            {"name": t.name, "partitions": [
+                {"partition_index": p.partition_index, "error_code": error}
+                for p in t.partitions]} for t in request.topics]))
+
+    return checked
+
+
+def _describe_transactions(gate: GroupGate, handler: Handler) -> Handler:
+    """DESCRIBE on each transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED otherwise);
+    an allowed id's answer keeps only the topics the principal may describe."""
+
+    def checked(ctx: ClientRequest, request: Any) -> None:
+        allowed_ids = [_transactional_id_allowed(gate, ctx, Operation.DESCRIBE, tid)
+                       for tid in request.transactional_ids]
+        cls = response_type(65, ctx.version)
+
+        def merge(response: Any) -> Any:
+            answered = iter(response.transaction_states)
+            states: list[Any] = []
+            for tid, allowed in zip(request.transactional_ids, allowed_ids, strict=True):
+                if not allowed:
+                    states.append(build(cls, throttle_time=0, transaction_states=[{
+                        "error_code": _TXN_DENIED, "transactional_id": tid,
+                        "transaction_state": "", "transaction_timeout": 0,
+                        "transaction_start_time": _EPOCH, "producer_id": 0,
+                        "producer_epoch": 0, "topics": []}]).transaction_states[0])
+                    continue
+                entry = next(answered)
+                topics = tuple(t for t in entry.topics if gate.decide(
+                    ctx, Operation.DESCRIBE, ResourceType.TOPIC, t.topic).allowed)
+                states.append(entry if len(topics) == len(entry.topics)
+                              else dataclasses.replace(entry, topics=topics))
+            return dataclasses.replace(response, transaction_states=tuple(states))
+
+        handler(_Merged(ctx, merge),  # type: ignore[arg-type]
+                dataclasses.replace(request, transactional_ids=tuple(
+                    tid for tid, allowed in zip(request.transactional_ids, allowed_ids,
+                                                strict=True) if allowed)))
+
+    return checked
+
+
+def _list_transactions(gate: GroupGate, handler: Handler) -> Handler:
+    """Only the transactional ids the principal may describe."""
+
+    def checked(ctx: ClientRequest, request: Any) -> None:
+        def keep(response: Any) -> Any:
+            return dataclasses.replace(response, transaction_states=tuple(
+                t for t in response.transaction_states
+                if gate.decide(ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                               t.transactional_id).allowed))
+
+        handler(_Merged(ctx, keep), request)  # type: ignore[arg-type]
+
+    return checked
+
+
+def _install_transaction_checks(gate: GroupGate, broker: Any,
+                                wrap: Callable[[int, Callable[[Handler], Handler]], None]
+                                ) -> None:
+    wrap(24, lambda h: _add_partitions_to_txn(gate, broker, h))
+    wrap(25, lambda h: _add_offsets_to_txn(gate, h))
+    wrap(26, lambda h: _end_txn(gate, h))
+    wrap(28, lambda h: _txn_offset_commit(gate, h))
+    wrap(65, lambda h: _describe_transactions(gate, h))
+    wrap(66, lambda h: _list_transactions(gate, h))
+
+
 def _install_topic_checks(gate: GroupGate, broker: Any,
                           wrap: Callable[[int, Callable[[Handler], Handler]], None]) -> None:
     wrap(0, lambda h: _per_topic(
@@ -602,4 +790,5 @@ def install(broker: Any, settings: BrokerSettings) -> Authorizer | None:
     wrap(16, lambda h: _list_groups(gate, h))
     wrap(22, lambda h: _init_producer_id(gate, h))
     _install_topic_checks(gate, broker, wrap)
+    _install_transaction_checks(gate, broker, wrap)
     return authorizer

@@ -16,6 +16,11 @@ outliving its timeout (`expire`), so the timed-out producer is fenced as well.
 A transaction's offsets commit (AddOffsetsToTxn) is kept as the group's `__consumer_offsets`
 partition among the transaction's partitions, as Kafka does, so that the commit marker reaches
 the group coordinator; the caller passes that partition.
+
+Operators see transactions through `describe` and `list_transactions` (DescribeTransactions,
+ListTransactions) and through the journal events a result carries: `transaction_begun` when a
+transaction starts, `transaction_committed` or `transaction_aborted` (with the reason) once its
+markers are written (docs/events.md).
 """
 
 from __future__ import annotations
@@ -41,6 +46,26 @@ NO_PRODUCER_EPOCH = -1
 # in reserve for fencing.
 MAX_PRODUCER_EPOCH = 32766
 
+# Kafka's names of the states, as DescribeTransactions and ListTransactions print them.
+STATE_NAMES: dict[TxnState, str] = {
+    TxnState.EMPTY: "Empty", TxnState.ONGOING: "Ongoing",
+    TxnState.PREPARE_COMMIT: "PrepareCommit", TxnState.PREPARE_ABORT: "PrepareAbort",
+    TxnState.COMPLETE_COMMIT: "CompleteCommit", TxnState.COMPLETE_ABORT: "CompleteAbort",
+    TxnState.DEAD: "Dead", TxnState.PREPARE_EPOCH_FENCE: "PrepareEpochFence",
+}
+_STATES_BY_NAME = {name: state for state, name in STATE_NAMES.items()}
+
+# Why a transaction ended (the journal's `reason`): its producer's EndTxn, its timeout, a new
+# producer instance taking over the transactional id (InitProducerId without the producer id),
+# the same producer re-initialising itself (InitProducerId with its id and epoch, KIP-360), or
+# a completion the coordinator finished after a restart (the reason it was decided for is not
+# in the transaction log).
+END_CLIENT = "client"
+END_TIMEOUT = "timeout"
+END_FENCED = "fenced"
+END_REINITIALISED = "reinitialised"
+END_COORDINATOR_RESTART = "coordinator_restart"
+
 _COMPLETING = frozenset({TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT})
 _IDLE = frozenset({TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT})
 
@@ -61,6 +86,10 @@ class TransactionMetadata:
     partitions: set[tuple[str, int]] = field(default_factory=set)
     last_update_ms: int = 0
     start_ms: int = -1
+    # Not in the transaction log, for the journal only: the groups AddOffsetsToTxn added to
+    # this transaction, and why it is ending.
+    groups: set[str] = field(default_factory=set)
+    end_reason: str = END_COORDINATOR_RESTART
 
     def to_value(self) -> TxnLogValue:
         by_topic: dict[str, list[int]] = {}
@@ -82,6 +111,28 @@ class MarkerWrite:
     committed: bool
 
 
+@dataclass(frozen=True, slots=True)
+class TransactionDescription:
+    """One transactional id as DescribeTransactions answers it."""
+
+    transactional_id: str
+    state: str
+    timeout_ms: int
+    start_ms: int
+    producer_id: int
+    producer_epoch: int
+    partitions: tuple[tuple[str, tuple[int, ...]], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionListing:
+    """One transactional id as ListTransactions answers it."""
+
+    transactional_id: str
+    producer_id: int
+    state: str
+
+
 @dataclass(slots=True)
 class TxnResult:
     error: ErrorCode = ErrorCode.none
@@ -91,8 +142,10 @@ class TxnResult:
     markers: list[MarkerWrite] = field(default_factory=list)
     # The transactional id whose markers these are: the runtime calls `markers_written` with it.
     completing: str | None = None
-    # Why the transaction ended, for the journal: "commit", "abort", "timeout", "fenced".
+    # Why the transaction ended: "commit", or the END_* reason of an abort.
     ended: str | None = None
+    # Journal events (docs/events.md), as payloads with an "event" key.
+    events: list[dict[str, object]] = field(default_factory=list)
 
 
 def _refused(code: ErrorCode) -> TxnResult:
@@ -128,7 +181,8 @@ class TransactionCoordinator:
         if txn.state == TxnState.ONGOING:
             # The old producer's transaction is aborted under a new epoch, which fences it;
             # the new producer retries once the abort has completed.
-            result = self._abort_with_bump(txn, now_ms, "fenced")
+            reason = END_FENCED if producer_id == NO_PRODUCER_ID else END_REINITIALISED
+            result = self._abort_with_bump(txn, now_ms, reason)
             result.error = ErrorCode.concurrent_transactions
             return result
         self._bump_epoch(txn)
@@ -149,18 +203,30 @@ class TransactionCoordinator:
             return TxnResult(producer_id=txn.producer_id, producer_epoch=txn.producer_epoch)
         if txn.state not in _IDLE and txn.state != TxnState.ONGOING:
             return _refused(ErrorCode.invalid_txn_state)
-        if txn.state != TxnState.ONGOING:
+        begun = txn.state != TxnState.ONGOING
+        if begun:
             txn.partitions.clear()
+            txn.groups.clear()
             txn.start_ms = now_ms
             txn.state = TxnState.ONGOING
         txn.partitions |= wanted
         txn.last_update_ms = now_ms
-        return self._answer(txn)
+        result = self._answer(txn)
+        if begun:
+            result.events.append({
+                "event": "transaction_begun", "transactional_id": transactional_id,
+                "producer_id": txn.producer_id, "producer_epoch": txn.producer_epoch,
+                "transaction_timeout_ms": txn.timeout_ms})
+        return result
 
     def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                    offsets_partition: int, now_ms: int) -> TxnResult:
-        return self.add_partitions(transactional_id, producer_id, producer_epoch,
-                                   [(OFFSETS_TOPIC, offsets_partition)], now_ms)
+                    offsets_partition: int, now_ms: int, group_id: str | None = None
+                    ) -> TxnResult:
+        result = self.add_partitions(transactional_id, producer_id, producer_epoch,
+                                     [(OFFSETS_TOPIC, offsets_partition)], now_ms)
+        if group_id is not None and result.error == ErrorCode.none:
+            self.transactions[transactional_id].groups.add(group_id)
+        return result
 
     def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
                 committed: bool, now_ms: int) -> TxnResult:
@@ -170,7 +236,7 @@ class TransactionCoordinator:
             return refusal
         state = txn.state
         if state == TxnState.ONGOING:
-            return self._prepare(txn, committed, now_ms, "commit" if committed else "abort")
+            return self._prepare(txn, committed, now_ms, END_CLIENT)
         if state in _COMPLETING:
             same = (state == TxnState.PREPARE_COMMIT) == committed
             return _refused(ErrorCode.concurrent_transactions if same
@@ -188,11 +254,68 @@ class TransactionCoordinator:
         txn = self.transactions.get(transactional_id)
         if txn is None or txn.state not in _COMPLETING:
             return TxnResult()
-        txn.state = (TxnState.COMPLETE_COMMIT if txn.state == TxnState.PREPARE_COMMIT
-                     else TxnState.COMPLETE_ABORT)
+        committed = txn.state == TxnState.PREPARE_COMMIT
+        partition_count = len(txn.partitions)
+        txn.state = TxnState.COMPLETE_COMMIT if committed else TxnState.COMPLETE_ABORT
         txn.partitions.clear()
         txn.last_update_ms = now_ms
-        return self._answer(txn)
+        result = self._answer(txn)
+        result.events.append({
+            "event": "transaction_committed" if committed else "transaction_aborted",
+            "transactional_id": transactional_id, "producer_id": txn.producer_id,
+            "producer_epoch": txn.producer_epoch, "reason": txn.end_reason,
+            "duration_ms": now_ms - txn.start_ms if txn.start_ms >= 0 else None,
+            "partition_count": partition_count, "group_ids": sorted(txn.groups)})
+        txn.groups.clear()
+        txn.end_reason = END_COORDINATOR_RESTART
+        return result
+
+    # -- operators -----------------------------------------------------------------------
+
+    def describe(self, transactional_id: str) -> TransactionDescription | None:
+        """DescribeTransactions of one id; None answers TRANSACTIONAL_ID_NOT_FOUND (also for a
+        Dead one, being expired, as Kafka)."""
+        txn = self.transactions.get(transactional_id)
+        if txn is None or txn.state == TxnState.DEAD:
+            return None
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in sorted(txn.partitions):
+            by_topic.setdefault(topic, []).append(partition)
+        return TransactionDescription(
+            transactional_id, STATE_NAMES[txn.state], txn.timeout_ms, txn.start_ms,
+            txn.producer_id, txn.producer_epoch,
+            tuple((topic, tuple(ids)) for topic, ids in by_topic.items()))
+
+    def list_transactions(self, state_filters: Iterable[str], producer_id_filters: Iterable[int],
+                          duration_filter_ms: int, now_ms: int
+                          ) -> tuple[list[TransactionListing], list[str]]:
+        """ListTransactions: the transactions matching every filter given, and the state names
+        that are not Kafka's. As Kafka's TransactionStateManager: Dead ids are left out; an
+        empty filter matches all; unknown state names are reported and otherwise ignored;
+        the duration filter keeps transactions whose start is more than that long ago (an
+        id with no transaction started, start -1, always is)."""
+        states: set[TxnState] = set()
+        unknown: list[str] = []
+        for name in state_filters:
+            state = _STATES_BY_NAME.get(name)
+            if state is None:
+                unknown.append(name)
+            else:
+                states.add(state)
+        producer_ids = set(producer_id_filters)
+        listed = [
+            TransactionListing(txn.transactional_id, txn.producer_id, STATE_NAMES[txn.state])
+            for txn in self.transactions.values()
+            if txn.state != TxnState.DEAD
+            and (not producer_ids or txn.producer_id in producer_ids)
+            and (not states or txn.state in states)
+            and (duration_filter_ms < 0 or now_ms - txn.start_ms > duration_filter_ms)]
+        return listed, unknown
+
+    def open_count(self) -> int:
+        """Transactions begun and not yet completed (Ongoing or being completed)."""
+        return sum(1 for txn in self.transactions.values()
+                   if txn.state == TxnState.ONGOING or txn.state in _COMPLETING)
 
     def expire(self, now_ms: int) -> list[TxnResult]:
         """Abort the transactions that outlived their timeout; forget long-idle ids."""
@@ -256,10 +379,11 @@ class TransactionCoordinator:
                  reason: str) -> TxnResult:
         txn.state = TxnState.PREPARE_COMMIT if committed else TxnState.PREPARE_ABORT
         txn.last_update_ms = now_ms
+        txn.end_reason = reason
         result = self._answer(txn)
         result.markers = self._markers(txn, committed)
         result.completing = txn.transactional_id
-        result.ended = reason
+        result.ended = "commit" if committed else reason
         return result
 
     @staticmethod

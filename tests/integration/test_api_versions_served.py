@@ -79,6 +79,9 @@ BODIES: dict[int, dict[str, Any]] = {
          "rebalance_timeout": 10_000 * _MS, "subscribed_topic_names": [TOPIC],
          "topic_partitions": []},
     69: {"group_ids": ["consumer", "missing"]},
+    65: {"transactional_ids": ["nobody", ""]},  # TRANSACTIONAL_ID_NOT_FOUND, INVALID_REQUEST
+    66: {"state_filters": ["Ongoing", "Bogus"], "producer_id_filters": [],
+         "duration_filter": -1},
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import time
+from collections.abc import Callable
 from itertools import compress
 from typing import Any
 
@@ -29,6 +30,10 @@ _bucket = bisect.bisect_left
 # Seconds. Request latency spans a sub-millisecond heartbeat to a parked JoinGroup or Fetch.
 # Few buckets on purpose: formatting the samples is most of a scrape's cost.
 LATENCY_BOUNDS = (0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 2.5, 10.0, 30.0)
+
+
+def _none() -> int:
+    return 0
 
 
 class Histogram:
@@ -107,6 +112,17 @@ class RequestCounters:
         self.offset_deletions = 0
         # Requests refused by the authorizer, by (resource type, operation) names.
         self.authorization_denials: dict[tuple[str, str], int] = {}
+        # Completed transactions by outcome (committed, aborted), and aborts by reason.
+        self.transactions_completed: dict[str, int] = {}
+        self.transactions_aborted: dict[str, int] = {}
+        # The transactions begun and not completed, read at scrape time.
+        self.open_transactions: Callable[[], int] = _none
+
+    def transaction_ended(self, outcome: str, reason: str) -> None:
+        completed = self.transactions_completed
+        completed[outcome] = completed.get(outcome, 0) + 1
+        if outcome == "aborted":
+            self.transactions_aborted[reason] = self.transactions_aborted.get(reason, 0) + 1
 
     def authorization_denied(self, resource_type: str, operation: str) -> None:
         key = (resource_type, operation)

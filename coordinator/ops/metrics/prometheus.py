@@ -25,9 +25,11 @@ API_NAMES = {
     9: "OffsetFetch", 10: "FindCoordinator", 11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup",
     14: "SyncGroup", 15: "DescribeGroups", 16: "ListGroups", 18: "ApiVersions",
     17: "SaslHandshake", 19: "CreateTopics", 20: "DeleteTopics", 22: "InitProducerId",
+    24: "AddPartitionsToTxn", 25: "AddOffsetsToTxn", 26: "EndTxn", 28: "TxnOffsetCommit",
     29: "DescribeAcls", 30: "CreateAcls", 31: "DeleteAcls", 36: "SaslAuthenticate",
     37: "CreatePartitions", 42: "DeleteGroups", 47: "OffsetDelete",
     50: "DescribeUserScramCredentials", 51: "AlterUserScramCredentials",
+    65: "DescribeTransactions", 66: "ListTransactions",
     68: "ConsumerGroupHeartbeat", 69: "ConsumerGroupDescribe",
 }
 
@@ -75,6 +77,9 @@ def snapshot(counters: RequestCounters, history: RebalanceHistory, counts: Group
         "offset_expirations": counters.offset_expirations,
         "offset_deletions": counters.offset_deletions,
         "authorization_denials": dict(counters.authorization_denials),
+        "transactions_open": counters.open_transactions(),
+        "transactions_completed": dict(counters.transactions_completed),
+        "transactions_aborted": dict(counters.transactions_aborted),
         "completed_rebalances": history.completed_rebalances,
         "consumer_rebalances": history.consumer_rebalances,
         "consumer_groups_by_state": counts.consumer_by_state,
@@ -221,7 +226,34 @@ def activity_families(snap: dict[str, Any]) -> Iterator[Any]:
                                                              {}).items()):
         denials.add_metric([resource_type, operation], count)
     yield denials
+    yield from transaction_families(snap)
     yield from loop_families(snap.get("loop"))
+
+
+_TXN_OUTCOMES = ("committed", "aborted")
+
+
+def transaction_families(snap: dict[str, Any]) -> Iterator[Any]:
+    """The transaction coordinator's: open transactions, completions by outcome, aborts by
+    reason (the journal's `transaction_aborted` reasons)."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    yield GaugeMetricFamily("rebalanced_transactions_open",
+                            "Transactions begun and not yet completed (Ongoing, PrepareCommit "
+                            "or PrepareAbort).", value=snap.get("transactions_open", 0))
+    completed = CounterMetricFamily("rebalanced_transactions_completed",
+                                    "Transactions completed (their markers written), by "
+                                    "outcome.", labels=["outcome"])
+    done: dict[str, int] = snap.get("transactions_completed", {})
+    for outcome in _TXN_OUTCOMES:
+        completed.add_metric([outcome], done.get(outcome, 0))
+    yield completed
+    aborted = CounterMetricFamily("rebalanced_transactions_aborted",
+                                  "Transactions aborted, by reason: client, timeout, fenced, "
+                                  "reinitialised, coordinator_restart.", labels=["reason"])
+    for reason, count in sorted(snap.get("transactions_aborted", {}).items()):
+        aborted.add_metric([reason], count)
+    yield aborted
 
 
 def loop_families(loop: dict[str, Any] | None) -> Iterator[Any]:
