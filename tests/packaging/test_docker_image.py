@@ -157,14 +157,15 @@ def test_the_image_leaves_out_only_the_admin_clients_the_broker_never_imports() 
     dependencies = {_name(r) for r in pyproject()["project"]["dependencies"]}
     assert set(removed) <= dependencies
     # Only the operators' commands (`rebalanced groups` in cli/admin.py, `rebalanced users` and
-    # `acls` in cli/security.py) and the Spark job (forensics) use them, and the broker imports
-    # none of those; without them each command says so in one line.
+    # `acls` in cli/security.py, `rebalanced transactions`) and the Spark job (forensics) use
+    # them, and the broker imports none of those; without them each command says so in one line.
     users = sorted(str(path.relative_to(PROJECT))
                    for package in ("protocol", "coordinator", "storage", "forensics")
                    for path in (PROJECT / package).rglob("*.py")
                    if _imports(path, "confluent_kafka") or _imports(path, "kafka"))
-    assert users and all(u in ("coordinator/cli/admin.py", "coordinator/cli/security.py")
-                         or u.startswith("forensics/") for u in users), users
+    commands = ("coordinator/cli/admin.py", "coordinator/cli/security.py",
+                "coordinator/cli/transactions.py")
+    assert users and all(u in commands or u.startswith("forensics/") for u in users), users
     for package in ("protocol", "coordinator", "storage"):
         for path in (PROJECT / package).rglob("*.py"):
             assert not _imports(path, "forensics"), path
@@ -345,6 +346,14 @@ def test_the_image_has_no_admin_clients_and_its_groups_command_says_so() -> None
     result = docker("run", "--rm", "--entrypoint", "rebalanced", IMAGE, "groups", "list")
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [MISSING_CLIENTS_LINE]
+
+
+@live
+def test_the_image_has_no_admin_clients_and_its_transactions_command_says_so() -> None:
+    result = docker("run", "--rm", "--entrypoint", "rebalanced", IMAGE, "transactions", "list")
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("rebalanced transactions: error: ") and "not installed" in line, line
 
 
 @live
