@@ -32,12 +32,15 @@ _READ_VIEW = memoryview(_READ_BUFFER)
 class TlsLayer(asyncio.Protocol):
     __slots__ = ("_app", "_app_reading_paused", "_closing", "_eof_delivered",
                  "_handshake_over", "_handshake_timeout_s", "_handshake_timer", "_incoming",
-                 "_outgoing", "_raw", "_ssl")
+                 "_outgoing", "_raw", "_records", "_ssl")
 
     def __init__(self, context: ssl.SSLContext, handshake_timeout_s: float) -> None:
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
         self._ssl = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
+        # The records are read and written through the C object under `SSLObject` (its
+        # methods only forward to it): a Python call less per read, write and pending.
+        self._records: Any = getattr(self._ssl, "_sslobj", self._ssl)
         self._raw: Any = None  # the TCP transport (uvloop's is not an asyncio.Transport)
         self._app: asyncio.Protocol | None = None  # set once the handshake is done
         self._app_reading_paused = False
@@ -164,12 +167,12 @@ class TlsLayer(asyncio.Protocol):
     # Records ----------------------------------------------------------------------------------
 
     def _read_records(self) -> None:
-        sslobj = self._ssl
+        records = self._records
         incoming = self._incoming
         app = self._app
         while not self._app_reading_paused and not self._closing and app is not None:
             try:
-                size: int = sslobj.read(_READ_SIZE, _READ_BUFFER)  # type: ignore[assignment]
+                size: int = records.read(_READ_SIZE, _READ_BUFFER)
             except ssl.SSLWantReadError:
                 break  # the rest of a record is still to come
             except ssl.SSLError as exc:
@@ -179,7 +182,7 @@ class TlsLayer(asyncio.Protocol):
                 self._end_of_stream()  # the client's close_notify
                 return
             app.data_received(bytes(_READ_VIEW[:size]))
-            if not incoming.pending and not sslobj.pending():
+            if not incoming.pending and not records.pending():
                 break  # all read, without the failing read that would say so
         if self._outgoing.pending:
             self._flush()  # what TLS answers by itself (a key update)
@@ -204,7 +207,7 @@ class TlsLayer(asyncio.Protocol):
         if self._closing:
             return
         try:
-            self._ssl.write(data)
+            self._records.write(data)
         except ssl.SSLError as exc:
             self._protocol_error(exc)
             return
