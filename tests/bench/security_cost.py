@@ -52,8 +52,10 @@ async def _open(ports: dict[str, int], protocol: str, tls: ssl.SSLContext) -> wi
     return conn
 
 
-async def _closed_loop(send: Any, seconds: float, interval: float = 0.0) -> int:
-    """One request in flight for `seconds`; with an `interval`, no faster than one per it."""
+async def _closed_loop(send: Any, seconds: float, interval: float = 0.0,
+                       work: float = 0.0) -> int:
+    """One request in flight for `seconds`; with an `interval`, no faster than one per it;
+    after each answer `work` seconds of the client's CPU spent on nothing."""
     done = 0
     start = time.monotonic()
     stop_at = start + seconds
@@ -64,12 +66,16 @@ async def _closed_loop(send: Any, seconds: float, interval: float = 0.0) -> int:
                 await asyncio.sleep(due - now)
         await send()
         done += 1
+        if work:
+            busy_until = time.perf_counter() + work
+            while time.perf_counter() < busy_until:
+                pass
     return done
 
 
 async def _load(broker: ProcStats, ports: dict[str, int], protocol: str, tls: ssl.SSLContext,
                 members: int, seconds: float, round_no: int,
-                rate: float = 0.0) -> dict[str, float]:
+                rate: float = 0.0, work_us: float = 0.0) -> dict[str, float]:
     group = f"bench-{protocol}-{round_no}"
     conns = [await _open(ports, protocol, tls) for _ in range(members)]
     group_members = [Member(conn, group, session_ms=30_000, rebalance_ms=30_000, index=i)
@@ -91,12 +97,17 @@ async def _load(broker: ProcStats, ports: dict[str, int], protocol: str, tls: ss
 
             senders = [commit_sender(c, f) for c, f in zip(conns, frames, strict=True)]
         cpu_before = broker.cpu_seconds()
+        client_before = time.process_time()
         interval = members / rate if rate else 0.0
-        counts = await asyncio.gather(*[_closed_loop(s, seconds, interval) for s in senders])
+        counts = await asyncio.gather(*[_closed_loop(s, seconds, interval, work_us / 1e6)
+                                        for s in senders])
         cpu = broker.cpu_seconds() - cpu_before
+        client_cpu = time.process_time() - client_before
         total = sum(counts)
         result[f"{kind}_per_s"] = total / seconds
         result[f"{kind}_cpu_us"] = cpu / total * 1e6
+        # The load generator's own CPU (with --client-work-us, the work included).
+        result[f"{kind}_client_cpu_us"] = client_cpu / total * 1e6
     for conn in conns:
         await conn.close()
     return result
@@ -155,7 +166,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         for round_no in range(args.rounds):
             for protocol in ("PLAINTEXT", "SASL_SSL"):
                 figures = await _load(stats, ports, protocol, tls, args.members, args.seconds,
-                                      round_no, args.rate)
+                                      round_no, args.rate,
+                                      args.client_work_us if protocol == "PLAINTEXT" else 0.0)
                 kept = best.setdefault(protocol, figures)
                 for key, value in figures.items():
                     kept[key] = (min(kept[key], value) if key.endswith("_us")
@@ -227,6 +239,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=0.0,
                         help="requests per second of all members together (default: as fast "
                              "as each member's one request in flight goes)")
+    parser.add_argument("--client-work-us", type=float, default=0.0,
+                        help="on PLAINTEXT, the load generator spends this much CPU after each "
+                             "answer (what a TLS client spends on its records), to see how the "
+                             "client's own cost moves the broker's figure on a shared machine")
     parser.add_argument("--client-loop", choices=("uvloop", "asyncio"), default="uvloop",
                         help="the load generator's event loop")
     parser.add_argument("--authorizer", action="store_true",
