@@ -25,6 +25,7 @@ from protocol.connection import (
 )
 from protocol.errors import MalformedRequest
 from protocol.refusals import RefusalLog, client_id_of
+from protocol.tls import TlsLayer
 
 log = structlog.get_logger("rebalanced.server")
 
@@ -73,7 +74,8 @@ class KafkaServer:
         self._listeners = list(listeners) or [("PLAINTEXT", host, port)]
         # By listener name; a listener not named here is PLAINTEXT.
         self._security = dict(security or {})
-        self._handshakes: set[asyncio.Task[None]] = set()
+        # TLS connections whose handshake is under way (closed at once by `stop`).
+        self._handshakes: set[TlsLayer] = set()
         self._port = self._listeners[0][2]
         # The port each listener is bound to, by name (known after `start`).
         self.bound: dict[str, int] = {}
@@ -208,7 +210,7 @@ class KafkaServer:
         for server in self._servers:
             server.close()
         for handshake in list(self._handshakes):
-            handshake.cancel()
+            handshake.abort()
         if self._sweeper is not None:
             self._sweeper.cancel()
         pending = [c.drained.wait() for c in list(self.connections) if not c.drained.is_set()]
@@ -294,17 +296,20 @@ class _SaslConnection(_TrackedConnection):
         return True
 
 
-class _TlsAcceptor(asyncio.Protocol):
-    """The TCP side of a TLS listener's connection until its handshake is done; then the
-    Kafka connection is started on the TLS transport. A failed handshake (a plaintext client,
-    an untrusted or missing client certificate, garbage) is one rate-limited line and a
-    close."""
+class _TlsAcceptor(TlsLayer):
+    """The TLS layer of a TLS listener's connection: it counts as a handshake under way until
+    its handshake is done, then starts the Kafka connection on itself. A failed handshake (a
+    plaintext client, an untrusted or missing client certificate, garbage, the timeout) is one
+    rate-limited line and a close."""
+
+    __slots__ = ("_counted", "_host", "_listener", "_security", "_server")
 
     def __init__(self, server: KafkaServer, listener: str, security: ListenerSecurity) -> None:
+        assert security.tls is not None
+        super().__init__(security.tls, _TLS_HANDSHAKE_TIMEOUT_S)
         self._server = server
         self._listener = listener
         self._security = security
-        self._hello: list[bytes] = []
         self._host = ""
         self._counted = False
 
@@ -313,126 +318,50 @@ class _TlsAcceptor(asyncio.Protocol):
         self._host = sys.intern(f"/{peer[0]}") if peer else ""
         self._counted = self._server.begin_handshake(self._host)
         if not self._counted:
+            self._closing = True
             transport.close()
             return
-        task = asyncio.get_running_loop().create_task(self._handshake(transport))
-        self._server._handshakes.add(task)
-        task.add_done_callback(self._server._handshakes.discard)
+        super().connection_made(transport)
+        self._server._handshakes.add(self)
 
-    async def _handshake(self, transport: Any) -> None:
-        try:
-            await self._handshake_counted(transport)
-        finally:
-            self._handshake_done()
-
-    def _handshake_done(self) -> None:
+    def handshake_ended(self) -> None:
+        self._server._handshakes.discard(self)
         if self._counted:
             self._counted = False
             self._server.end_handshake(self._host)
 
-    async def _handshake_counted(self, transport: Any) -> None:
-        host = self._host
-        connection = self._server._make_connection(self._listener)
-        context = self._security.tls
-        assert context is not None
-        # What the TLS layer delivers before the connection is started (a request sent with
-        # the handshake's last flight) waits here, and is handed over in order.
-        early = _Early()
-        loop = asyncio.get_running_loop()
-        try:
-            starting = loop.create_task(loop.start_tls(
-                transport, early, context, server_side=True,
-                ssl_handshake_timeout=_TLS_HANDSHAKE_TIMEOUT_S))
-            # `start_tls` installs its TLS protocol in its first step and starts it with two
-            # callbacks; after those, the bytes read so far are that protocol's to read.
-            await asyncio.sleep(0)
-            await asyncio.sleep(0)
-            hello, self._hello = b"".join(self._hello), []
-            if hello and not transport.is_closing():
-                _feed(transport.get_protocol(), hello)
-            tls = await starting
-        except asyncio.CancelledError:
-            starting.cancel()
-            transport.close()
-            raise
-        except Exception as exc:  # every way a handshake fails ends the same
-            self._refuse(host, "TLS handshake failed", str(exc) or type(exc).__name__,
-                         "configure the client with security.protocol=SSL or SASL_SSL and "
-                         "the CA that signed this listener's certificate (and, with "
-                         "ssl.client.auth, a client certificate this listener trusts)")
-            transport.close()
-            return
-        if tls is None or tls.is_closing():
-            return
+    def handshake_failed(self, reason: str) -> None:
+        self._refuse("TLS handshake failed", reason,
+                     "configure the client with security.protocol=SSL or SASL_SSL and the CA "
+                     "that signed this listener's certificate (and, with ssl.client.auth, a "
+                     "client certificate this listener trusts)")
+
+    def stream_failed(self, reason: str) -> None:
+        self._refuse("TLS record refused", reason,
+                     "the client's TLS stream broke off or was altered on the way")
+
+    def handshake_completed(self) -> asyncio.Protocol | None:
         principal = None
-        certificate = tls.get_extra_info("peercert")
+        certificate = self.get_extra_info("peercert")
         mapping = self._security.certificate_principal
         if certificate and mapping is not None:
             try:
                 principal = "User:" + mapping(certificate)
             except ValueError as exc:
-                self._refuse(host, "client certificate not mapped to a principal", str(exc),
+                self._refuse("client certificate not mapped to a principal", str(exc),
                              "add a rule for this subject to ssl.principal.mapping.rules")
-                tls.close()
-                return
-        self._handshake_done()  # from here on it counts as a connection (or is refused)
-        tls.set_protocol(connection)
-        connection.connection_made(tls)
+                return None
+        connection = self._server._make_connection(self._listener)
         if principal is not None:
             connection.principal = principal
-        for chunk in early.chunks:
-            connection.data_received(chunk)
-        if early.lost:
-            connection.connection_lost(early.error)
-        elif early.eof and not connection.eof_received():
-            tls.close()
+        return connection
 
-    def _refuse(self, host: str, problem: str, reason: str, advice: str) -> None:
+    def _refuse(self, problem: str, reason: str, advice: str) -> None:
+        host = self._host
         self._server.refusals.refused(
             "connection closed on bad input", client_id=host, api_key=None, api_version=None,
             problem=problem, advice=advice, client_host=host, listener=self._listener,
             reason=reason)
-
-    def data_received(self, data: bytes) -> None:
-        # What arrives before the TLS layer takes the socket over (uvloop reads the first
-        # bytes, the ClientHello, before the handshake task runs) is handed to it then.
-        self._hello.append(data)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        pass
-
-
-def _feed(protocol: Any, data: bytes) -> None:
-    """Hand `data` to a protocol as if its transport had read it."""
-    if not hasattr(protocol, "get_buffer"):
-        protocol.data_received(data)
-        return
-    view = memoryview(data)
-    while view:
-        buffer = protocol.get_buffer(len(view))
-        size = min(len(buffer), len(view))
-        buffer[:size] = view[:size]
-        protocol.buffer_updated(size)
-        view = view[size:]
-
-
-class _Early(asyncio.Protocol):
-    def __init__(self) -> None:
-        self.chunks: list[bytes] = []
-        self.eof = False
-        self.lost = False
-        self.error: Exception | None = None
-
-    def data_received(self, data: bytes) -> None:
-        self.chunks.append(data)
-
-    def eof_received(self) -> bool:
-        self.eof = True
-        return True  # the connection decides once started
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.lost = True
-        self.error = exc
 
 
 def install_signal_handlers(stop: Callable[[], None]) -> None:

@@ -39,6 +39,8 @@ def server_context(listener: str, get: Lookup) -> ssl.SSLContext:
     """The server-side TLS context of `listener`, from its settings (`get(key)` answers the
     listener's `listener.name.<name>.<key>`, else the broker-wide `<key>`, else "")."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    # As Kafka: a TLS 1.2 client asking to renegotiate is refused (TLS 1.3 has none).
+    context.options |= ssl.OP_NO_RENEGOTIATION
     _set_versions(context, listener, get("ssl.enabled.protocols"))
     ciphers = get("ssl.cipher.suites").strip()
     if ciphers:

@@ -7,11 +7,15 @@ One broker with a PLAINTEXT, a SASL_PLAINTEXT and a SASL_SSL listener (a throwaw
 keystore, PLAIN and SCRAM-SHA-256 at 4096 iterations). For each protocol, `members` members of
 one group join over raw frames (authenticating with PLAIN first on SASL_SSL), then each keeps
 one heartbeat (then one OffsetCommit of one partition) in flight for `seconds`; the broker's
-CPU (utime + stime from /proc) per request is reported. Rounds alternate the protocols, and the
-best round of each is kept (other load on the machine only adds). The SCRAM figure is the
-broker CPU of `handshakes` sequential connections on SASL_PLAINTEXT that each authenticate with
-SCRAM-SHA-256, minus as many that only send ApiVersions. `--authorizer` turns the standard
-authorizer on (the members are super users: every group request is checked and allowed).
+CPU (utime + stime from /proc) per request is reported. The load generator runs on uvloop, as
+the other benchmarks do (`--client-loop asyncio` for the standard loop, whose TLS costs the
+client far more), and `--rate` paces all members to the same request rate for every protocol
+(the broker's CPU per request depends on the rate: fewer requests per wake-up cost more each).
+Rounds alternate the protocols, and the best round of each is kept (other load on the machine
+only adds). The SCRAM figure is the broker CPU of `handshakes` sequential connections on
+SASL_PLAINTEXT that each authenticate with SCRAM-SHA-256, minus as many that only send
+ApiVersions. `--authorizer` turns the standard authorizer on (the members are super users:
+every group request is checked and allowed).
 """
 
 from __future__ import annotations
@@ -48,17 +52,30 @@ async def _open(ports: dict[str, int], protocol: str, tls: ssl.SSLContext) -> wi
     return conn
 
 
-async def _closed_loop(send: Any, seconds: float) -> int:
+async def _closed_loop(send: Any, seconds: float, interval: float = 0.0,
+                       work: float = 0.0) -> int:
+    """One request in flight for `seconds`; with an `interval`, no faster than one per it;
+    after each answer `work` seconds of the client's CPU spent on nothing."""
     done = 0
-    stop_at = time.monotonic() + seconds
-    while time.monotonic() < stop_at:
+    start = time.monotonic()
+    stop_at = start + seconds
+    while (now := time.monotonic()) < stop_at:
+        if interval:
+            due = start + done * interval
+            if due > now:
+                await asyncio.sleep(due - now)
         await send()
         done += 1
+        if work:
+            busy_until = time.perf_counter() + work
+            while time.perf_counter() < busy_until:
+                pass
     return done
 
 
 async def _load(broker: ProcStats, ports: dict[str, int], protocol: str, tls: ssl.SSLContext,
-                members: int, seconds: float, round_no: int) -> dict[str, float]:
+                members: int, seconds: float, round_no: int,
+                rate: float = 0.0, work_us: float = 0.0) -> dict[str, float]:
     group = f"bench-{protocol}-{round_no}"
     conns = [await _open(ports, protocol, tls) for _ in range(members)]
     group_members = [Member(conn, group, session_ms=30_000, rebalance_ms=30_000, index=i)
@@ -80,11 +97,17 @@ async def _load(broker: ProcStats, ports: dict[str, int], protocol: str, tls: ss
 
             senders = [commit_sender(c, f) for c, f in zip(conns, frames, strict=True)]
         cpu_before = broker.cpu_seconds()
-        counts = await asyncio.gather(*[_closed_loop(s, seconds) for s in senders])
+        client_before = time.process_time()
+        interval = members / rate if rate else 0.0
+        counts = await asyncio.gather(*[_closed_loop(s, seconds, interval, work_us / 1e6)
+                                        for s in senders])
         cpu = broker.cpu_seconds() - cpu_before
+        client_cpu = time.process_time() - client_before
         total = sum(counts)
         result[f"{kind}_per_s"] = total / seconds
         result[f"{kind}_cpu_us"] = cpu / total * 1e6
+        # The load generator's own CPU (with --client-work-us, the work included).
+        result[f"{kind}_client_cpu_us"] = client_cpu / total * 1e6
     for conn in conns:
         await conn.close()
     return result
@@ -143,7 +166,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         for round_no in range(args.rounds):
             for protocol in ("PLAINTEXT", "SASL_SSL"):
                 figures = await _load(stats, ports, protocol, tls, args.members, args.seconds,
-                                      round_no)
+                                      round_no, args.rate,
+                                      args.client_work_us if protocol == "PLAINTEXT" else 0.0)
                 kept = best.setdefault(protocol, figures)
                 for key, value in figures.items():
                     kept[key] = (min(kept[key], value) if key.endswith("_us")
@@ -212,6 +236,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--handshakes", type=int, default=50)
+    parser.add_argument("--rate", type=float, default=0.0,
+                        help="requests per second of all members together (default: as fast "
+                             "as each member's one request in flight goes)")
+    parser.add_argument("--client-work-us", type=float, default=0.0,
+                        help="on PLAINTEXT, the load generator spends this much CPU after each "
+                             "answer (what a TLS client spends on its records), to see how the "
+                             "client's own cost moves the broker's figure on a shared machine")
+    parser.add_argument("--client-loop", choices=("uvloop", "asyncio"), default="uvloop",
+                        help="the load generator's event loop")
     parser.add_argument("--authorizer", action="store_true",
                         help="with the standard authorizer (every group request checked)")
     parser.add_argument("--gate-only", action="store_true",
@@ -220,7 +253,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.gate_only:
         print(json.dumps(gate_cost(), indent=1))
         return 0
-    print(json.dumps(asyncio.run(run(args)), indent=1))
+    if args.client_loop == "uvloop":
+        import uvloop
+
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            print(json.dumps(runner.run(run(args)), indent=1))
+    else:
+        print(json.dumps(asyncio.run(run(args)), indent=1))
     return 0
 
 

@@ -1,0 +1,145 @@
+"""The TLS layer of SSL listeners against real TLS clients: pipelined requests beyond the
+in-flight limit (reading pauses with decrypted records still pending), requests and answers
+larger than a TLS record, the client's close_notify, and bad input before the handshake ends
+(garbage, silence past the handshake timeout): one line each and a close."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import struct
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import structlog
+
+import protocol.server
+from coordinator.security.listeners import listener_security
+from protocol.server import KafkaServer
+from tests.bench import wire
+from tests.integration.in_process import started_broker, until
+from tests.tls_material import Pki
+
+pytestmark = pytest.mark.integration
+
+_SIZE = struct.Struct(">i")
+
+
+@pytest.fixture
+async def tls_server(tmp_path: Path) -> AsyncIterator[tuple[KafkaServer, Pki]]:
+    pki = Pki.create(tmp_path / "pki")
+    broker = await started_broker(tmp_path / "data", {
+        "listeners": "SSL://127.0.0.1:0",
+        "ssl.keystore.location": str(pki.issue("server", server=True, CN="localhost")),
+    }, partitions=None)
+    server = KafkaServer(broker, listeners=[("SSL", "127.0.0.1", 0)],
+                         security=listener_security(broker.settings), max_frame_bytes=1 << 20,
+                         max_in_flight=4)
+    await server.start()
+    try:
+        yield server, pki
+    finally:
+        await server.stop()
+        await broker.stop()
+
+
+async def _open(server: KafkaServer, pki: Pki) -> tuple[asyncio.StreamReader,
+                                                        asyncio.StreamWriter]:
+    context = ssl.create_default_context(cafile=str(pki.ca_path))
+    return await asyncio.open_connection("127.0.0.1", server.port, ssl=context,
+                                         server_hostname="localhost")
+
+
+def _frame(api_key: int, version: int, body: dict[str, object], correlation_id: int) -> bytes:
+    frame = wire.encode(api_key, version, body)
+    struct.pack_into(">i", frame, 8, correlation_id)
+    return bytes(frame)
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> bytes:
+    (size,) = _SIZE.unpack(await asyncio.wait_for(reader.readexactly(4), 10))
+    return await asyncio.wait_for(reader.readexactly(size), 10)
+
+
+async def test_pipelined_requests_are_answered_in_order(tls_server) -> None:
+    server, pki = tls_server
+    reader, writer = await _open(server, pki)
+    # 300 requests in one write: many in each record, far more than max_in_flight (4).
+    writer.write(b"".join(_frame(18, 0, {}, n) for n in range(300)))
+    for n in range(300):
+        frame = await _read_frame(reader)
+        assert _SIZE.unpack_from(frame, 0)[0] == n
+        assert wire.decode(18, 0, frame).error_code.value == 0
+    writer.close()
+    await until(lambda: not server.connections, "connection closed")
+
+
+async def test_a_request_and_an_answer_larger_than_a_record(tls_server) -> None:
+    server, pki = tls_server
+    reader, writer = await _open(server, pki)
+    names = [f"a-topic-name-long-enough-to-fill-records-{n:05d}" for n in range(2000)]
+    request = _frame(3, 9, {"topics": [{"name": name} for name in names],
+                            "allow_auto_topic_creation": False}, 7)
+    assert len(request) > 3 * 16384
+    writer.write(request)
+    reply = wire.decode(3, 9, await _read_frame(reader))
+    assert sorted(t.name for t in reply.topics) == sorted(names)
+    # The connection goes on serving after it.
+    writer.write(_frame(18, 0, {}, 8))
+    assert wire.decode(18, 0, await _read_frame(reader)).error_code.value == 0
+    writer.close()
+    await until(lambda: not server.connections, "connection closed")
+
+
+async def test_close_notify_ends_the_connection(tls_server) -> None:
+    server, pki = tls_server
+    conn = await wire.Connection.open("127.0.0.1", server.port,
+                                      tls=ssl.create_default_context(cafile=str(pki.ca_path)))
+    assert 18 in await wire.api_versions(conn)
+    assert len(server.connections) == 1
+    await conn.close()
+    await until(lambda: not server.connections and not server.handshaking,
+                "connection released")
+
+
+async def _closed_by_the_broker(reader: asyncio.StreamReader) -> bool:
+    try:
+        while await asyncio.wait_for(reader.read(4096), 10):
+            pass  # the alert
+    except ConnectionError:
+        pass
+    return True
+
+
+async def test_garbage_instead_of_a_handshake_is_one_line_and_a_close(tls_server) -> None:
+    server, _ = tls_server
+    with structlog.testing.capture_logs() as logs:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"\x16\x03\x01\x00\x20" + bytes(range(32)) + b"GET / HTTP/1.0\r\n\r\n")
+        assert await _closed_by_the_broker(reader)
+        writer.close()
+        await until(lambda: not server.handshaking, "handshake released")
+    refused = [e for e in logs if e.get("problem") == "TLS handshake failed"]
+    assert len(refused) == 1, logs
+    assert refused[0]["listener"] == "SSL" and refused[0]["client_host"] == "/127.0.0.1"
+    assert not [e for e in logs if e.get("exc_info") or e.get("log_level") == "error"]
+    assert not server.connections
+
+
+async def test_no_handshake_within_the_timeout_is_closed(tls_server, monkeypatch) -> None:
+    server, pki = tls_server
+    monkeypatch.setattr(protocol.server, "_TLS_HANDSHAKE_TIMEOUT_S", 0.3)
+    with structlog.testing.capture_logs() as logs:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        await until(lambda: server.handshaking == 1, "handshake counted")
+        assert await _closed_by_the_broker(reader)
+        writer.close()
+        await until(lambda: not server.handshaking, "handshake released")
+    assert [e["reason"] for e in logs if e.get("problem") == "TLS handshake failed"] == [
+        "no TLS handshake within 0.3 s"]
+    # A client that does shake hands is served.
+    conn = await wire.Connection.open("127.0.0.1", server.port,
+                                      tls=ssl.create_default_context(cafile=str(pki.ca_path)))
+    assert 18 in await wire.api_versions(conn)
+    await conn.close()
