@@ -45,7 +45,7 @@ from storage.batch import RawBatch, scan_batches
 from storage.compaction import CleanStats, LogCleaner, verify_sealed
 from storage.fs import REAL_FS, FileSystem
 from storage.log import LogConfig, LogOfflineError, PartitionLog
-from storage.record_batch import encode_batch, iter_records
+from storage.record_batch import encode_batch, fold_latest, iter_records
 from storage.transactions import (
     COMMIT_MARKER,
     CONTROL,
@@ -196,7 +196,40 @@ class GroupLog:
         marker yet are put in `open_transactions` (producer id -> records, in log order)."""
         latest: dict[bytes, tuple[int, bytes | None]] = {}
         staged: dict[int, list[tuple[int, bytes, bytes | None]]] = {}
-        for offset, key, value, producer_id, kind in self._raw_records(partition):
+        for chunk, batches, start in self._chunks(partition):
+            if not staged and not any(attributes & TRANSACTIONAL for *_, attributes in batches):
+                # Nearly always: no transaction open or in this chunk; the keys are folded
+                # into `latest` without a Python object per record (storage/record_batch.py).
+                try:
+                    fold_latest(chunk, latest, start)
+                except Exception as exc:
+                    raise self.load_error(partition, start,
+                                          f"unreadable batch: {exc!r}") from exc
+                continue
+            self._replay_chunk(partition, chunk, batches, start, latest, staged)
+        for key, (offset, value) in latest.items():
+            record = self._decode(partition, offset, key, value)
+            if record is not None:
+                yield offset, record
+        if open_transactions is not None:
+            for producer_id, entries in staged.items():
+                decoded = [self._decode(partition, offset, key, value)
+                           for offset, key, value in entries]
+                open_transactions[producer_id] = [r for r in decoded if r is not None]
+
+    def _replay_chunk(self, partition: int, chunk: memoryview | bytes,
+                      batches: Sequence[RawBatch], start: int,
+                      latest: dict[bytes, tuple[int, bytes | None]],
+                      staged: dict[int, list[tuple[int, bytes, bytes | None]]]) -> None:
+        """`replay_partition_at`'s step for a chunk with transactional batches, or read while
+        a transaction is open (a tombstone then also deletes the key's staged offsets)."""
+        try:
+            read = list(_records_of_batches(chunk, batches))
+        except Exception as exc:
+            raise self.load_error(partition, start, f"unreadable batch: {exc!r}") from exc
+        for offset, key, value, producer_id, kind in read:
+            if key is None or offset < start:
+                continue
             if kind == _PLAIN:
                 latest.pop(key, None)  # re-insert so dict order follows the last write
                 latest[key] = (offset, value)
@@ -212,15 +245,6 @@ class GroupLog:
                     for record_offset, record_key, record_value in ended:
                         latest.pop(record_key, None)
                         latest[record_key] = (record_offset, record_value)
-        for key, (offset, value) in latest.items():
-            record = self._decode(partition, offset, key, value)
-            if record is not None:
-                yield offset, record
-        if open_transactions is not None:
-            for producer_id, entries in staged.items():
-                decoded = [self._decode(partition, offset, key, value)
-                           for offset, key, value in entries]
-                open_transactions[producer_id] = [r for r in decoded if r is not None]
 
     def _decode(self, partition: int, offset: int, key: bytes,
                 value: bytes | None) -> CoordinatorRecord | None:
@@ -236,10 +260,11 @@ class GroupLog:
         path, position = self.logs[partition].position_of(offset)
         return GroupLogLoadError(partition, path, position, offset, reason)
 
-    def _raw_records(self, partition: int
-                     ) -> Iterator[tuple[int, bytes, bytes | None, int, int]]:
-        """(offset, key, value, producer id, kind) of every keyed record; a marker comes as
-        one entry of kind _COMMIT or _ABORT (its key and value are not the group log's)."""
+    def _chunks(self, partition: int
+                ) -> Iterator[tuple[memoryview | bytes, list[RawBatch], int]]:
+        """The partition's log in chunks of whole batches: (chunk, its batches, the offset read
+        from). A chunk's first batch may begin before that offset (a read returns whole
+        batches), and its records before it are not the chunk's."""
         partition_log = self.logs[partition]
         offset = partition_log.log_start_offset
         end = partition_log.log_end_offset
@@ -248,21 +273,11 @@ class GroupLog:
             if not chunk:
                 break
             batches = scan_batches(chunk, verify_crc=False)[0]
-            try:
-                if any(attributes & TRANSACTIONAL for *_, attributes in batches):
-                    records = list(_records_of_batches(chunk, batches))
-                else:  # nearly always: no transaction in this chunk
-                    records = [(record_offset, key, value, -1, _PLAIN)
-                               for record_offset, key, value in iter_records(chunk)]
-            except Exception as exc:
-                raise self.load_error(partition, offset, f"unreadable batch: {exc!r}") from exc
-            for entry in records:
-                if entry[1] is not None and entry[0] >= offset:
-                    yield entry  # type: ignore[misc]
-            # Move on from the end of the last batch, not its last record: a compacted batch
-            # keeps the offset range of the batches it replaced, with fewer records.
             if not batches:
                 break
+            yield chunk, batches, offset
+            # Move on from the end of the last batch, not its last record: a compacted batch
+            # keeps the offset range of the batches it replaced, with fewer records.
             _, _, base, last_delta, *_ = batches[-1]
             offset = base + last_delta + 1
 
