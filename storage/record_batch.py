@@ -9,8 +9,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator, Sequence
 
-from crc32c import crc32c
-
+from storage.crc import crc32c
 from storage.varint import read_varint, varint_bytes
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")

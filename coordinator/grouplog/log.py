@@ -36,13 +36,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import structlog
-from crc32c import crc32c
 
 from coordinator.grouplog.codec import UnknownRecord, decode_record, encode_records
 from coordinator.grouplog.placement import partition_for
 from coordinator.grouplog.records import CoordinatorRecord
 from storage.batch import RawBatch, scan_batches
 from storage.compaction import CleanStats, LogCleaner, verify_sealed
+from storage.crc import crc32c
 from storage.fs import REAL_FS, FileSystem
 from storage.log import LogConfig, LogOfflineError, PartitionLog
 from storage.record_batch import encode_batch, fold_latest, iter_records
