@@ -511,7 +511,7 @@ class _ArgumentParser(argparse.ArgumentParser):
     def _get_formatter(self) -> argparse.HelpFormatter:
         if self._width is None:
             self._width = shutil.get_terminal_size().columns - 2  # as HelpFormatter's default
-        return self.formatter_class(prog=self.prog, width=self._width)
+        return self.formatter_class(prog=self.prog, width=self._width)  # type: ignore[call-arg]
 
 
 def argument_parser() -> argparse.ArgumentParser:
