@@ -2,6 +2,7 @@
 
     python -m tests.bench.startup --empty [--runs 10]
     python -m tests.bench.startup --records 1000000 [--runs 3]
+    ... [--tree base=<another checkout> --tree new=.]   (side by side, alternating)
 
 `--empty`: fresh `python -m coordinator` processes on an empty data directory, timed from the
 spawn until the Kafka port answers ApiVersions, with the default settings (50 group-log
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.bench.brokers import Rebalanced
+from tests.bench.brokers import REPO, Rebalanced
 
 OFFSET_FETCH_V = 8  # several groups per request, `topics: null` for all of a group's offsets
 COORDINATOR_LOAD_IN_PROGRESS = 14
@@ -49,9 +50,9 @@ class Start:
     cpu_s: float
 
 
-def _start_once(workdir: Path, settings: dict[str, str], data_dir: Path | None = None,
+def _start_once(workdir: Path, settings: dict[str, str], repo: Path = REPO,
                 timeout: float = 120.0) -> tuple[Rebalanced, Start]:
-    broker = Rebalanced(workdir, settings, data_dir=data_dir)
+    broker = Rebalanced(workdir, settings, repo=repo)
     broker.start(timeout)
     assert broker.start_to_ready_s is not None
     return broker, Start(broker.start_to_ready_s, broker.stats().cpu_seconds())
@@ -66,15 +67,17 @@ def _summary(name: str, starts: list[Start]) -> str:
             f"{statistics.median(cpu):5.0f} ms (min {min(cpu):4.0f})")
 
 
-def bench_empty(workdir: Path, runs: int) -> None:
-    configurations = {"default settings": {}, "test kit settings": KIT_SETTINGS}
+def bench_empty(workdir: Path, runs: int, trees: dict[str, Path]) -> None:
+    configurations = {f"{tree}, {name}": (repo, settings) for tree, repo in trees.items()
+                      for name, settings in (("default settings", {}),
+                                             ("test kit settings", KIT_SETTINGS))}
     results: dict[str, list[Start]] = {name: [] for name in configurations}
-    for settings in configurations.values():  # writes the bytecode caches; not counted
-        broker, _ = _start_once(workdir, settings)
+    for repo, settings in configurations.values():  # writes the bytecode caches; not counted
+        broker, _ = _start_once(workdir, settings, repo)
         broker.cleanup()
-    for _ in range(runs):
-        for name, settings in configurations.items():
-            broker, start = _start_once(workdir, settings)
+    for _ in range(runs):  # alternating, so the machine's other load falls on all alike
+        for name, (repo, settings) in configurations.items():
+            broker, start = _start_once(workdir, settings, repo)
             broker.cleanup()
             results[name].append(start)
     for name, starts in results.items():
@@ -238,7 +241,7 @@ def _probe_group(layout: Layout, expected: dict[str, Any]) -> str:
     return next(g for g in expected if partition_for(g, layout.num_partitions) == last)
 
 
-def bench_recovery(workdir: Path, layout: Layout, runs: int) -> None:
+def bench_recovery(workdir: Path, layout: Layout, runs: int, trees: dict[str, Path]) -> None:
     source = workdir / "written"
     started = time.monotonic()
     expected = asyncio.run(_write_group_log(source, layout))
@@ -247,11 +250,12 @@ def bench_recovery(workdir: Path, layout: Layout, runs: int) -> None:
     probe = _probe_group(layout, expected)
     settings = {"offsets.topic.num.partitions": str(layout.num_partitions),
                 "log.cleaner.backoff.ms": "3600000"}
-    rows = []
-    for run in range(runs + 1):  # run 0 writes the bytecode caches; not counted
-        data_dir = workdir / f"run-{run}"
+    rows: dict[str, list[tuple[float, float, float, int]]] = {tree: [] for tree in trees}
+    # Run 0 writes the bytecode caches and is not counted; the trees alternate.
+    for run, tree in ((run, tree) for run in range(runs + 1) for tree in trees):
+        data_dir = workdir / f"run-{run}-{tree}"
         shutil.copytree(source, data_dir)
-        broker = Rebalanced(workdir, settings, data_dir=data_dir)
+        broker = Rebalanced(workdir, settings, data_dir=data_dir, repo=trees[tree])
         spawned = time.monotonic()
         broker.start(600)
         accepting = broker.start_to_ready_s
@@ -263,14 +267,16 @@ def bench_recovery(workdir: Path, layout: Layout, runs: int) -> None:
             checked = asyncio.run(_verify_all(broker.port, expected))
         finally:
             broker.cleanup()
+        shutil.rmtree(data_dir, ignore_errors=True)
         if run:
-            rows.append((accepting, loaded_at - spawned, cpu, rss))
-            print(f"  run {run}: spawn->accepting {accepting * 1000:.0f} ms, spawn->every "
+            rows[tree].append((accepting, loaded_at - spawned, cpu, rss))
+            print(f"  {tree} run {run}: spawn->accepting {accepting * 1000:.0f} ms, spawn->every "
                   f"partition served {(loaded_at - spawned) * 1000:.0f} ms, broker CPU "
                   f"{cpu * 1000:.0f} ms, RSS {rss / 1e6:.1f} MB; {checked:,} offsets checked")
-    print(f"median: spawn->accepting {statistics.median(r[0] for r in rows) * 1000:.0f} ms, "
-          f"spawn->recovered {statistics.median(r[1] for r in rows) * 1000:.0f} ms, broker CPU "
-          f"{statistics.median(r[2] for r in rows) * 1000:.0f} ms")
+    for tree, done in rows.items():
+        print(f"{tree} median: spawn->accepting {statistics.median(r[0] for r in done) * 1000:.0f}"
+              f" ms, spawn->recovered {statistics.median(r[1] for r in done) * 1000:.0f} ms, "
+              f"broker CPU {statistics.median(r[2] for r in done) * 1000:.0f} ms")
 
 
 def main() -> None:
@@ -284,7 +290,12 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=50,
                         help="committed partitions per group")
     parser.add_argument("--group-log-partitions", type=int, default=50)
+    parser.add_argument("--tree", action="append", default=[], metavar="NAME=PATH",
+                        help="a checkout whose broker to run, alternating with the others "
+                        "(default: this one)")
     args = parser.parse_args()
+    trees = {name: Path(path).resolve() for name, _, path in
+             (tree.partition("=") for tree in args.tree)} or {"this tree": REPO}
     # Installed packages carry bytecode caches (pip compiles them); so does this measurement.
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     with open("/proc/loadavg", encoding="ascii") as f:
@@ -292,10 +303,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="startup-bench-") as tmp:
         workdir = Path(tmp)
         if args.empty:
-            bench_empty(workdir, args.runs or 10)
+            bench_empty(workdir, args.runs or 10, trees)
         else:
             bench_recovery(workdir, Layout(args.records, args.groups, args.partitions,
-                                           args.group_log_partitions), args.runs or 3)
+                                           args.group_log_partitions), args.runs or 3, trees)
     with open("/proc/loadavg", encoding="ascii") as f:
         print("load average:", " ".join(f.read().split()[:3]))
 
