@@ -47,6 +47,7 @@ def test_c_and_python_fold_alike(runs: list[list[tuple[bytes, bytes | None]]], m
 
 
 @needs_c
+@settings(deadline=None)
 @given(batches, st.data())
 def test_a_cut_chunk_fails_in_c(runs: list[list[tuple[bytes, bytes | None]]],
                                 data: st.DataObject) -> None:
