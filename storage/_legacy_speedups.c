@@ -1,5 +1,6 @@
 /*
- * The per-record loop of down-conversion (magic-2 records -> legacy messages) in C.
+ * The per-record loop of down-conversion (magic-2 records -> legacy messages) in C, and the
+ * group log's replay fold (`fold_latest`, below).
  *
  * storage/legacy_convert.py holds the reference implementation in Python and the contract;
  * this module does exactly the same walk for one uncompressed records payload, only faster
