@@ -1,5 +1,6 @@
-"""Opening the group log's partitions side by side: the same logs as one after another, and a
-damaged partition stops the open with its own file named and every other partition closed."""
+"""Opening the group log: a new one's partitions are created side by side, and a partition that
+cannot be opened (created, or recovered) stops the open with its own path named and every other
+partition closed."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from coordinator.grouplog.log import TOPIC, GroupLog
 from coordinator.grouplog.records import OffsetCommitKey, OffsetCommitRecord, OffsetCommitValue
-from storage.log import CorruptLogError, LogConfig
+from storage.log import CorruptLogError, LogConfig, PartitionLog
 
 PARTITIONS = 12
 CONFIG = LogConfig(segment_bytes=4096, retention_ms=-1, retention_bytes=-1,
@@ -50,6 +51,31 @@ def test_partitions_opened_side_by_side_replay_every_group(tmp_path: Path) -> No
         log.close()
 
 
+def test_a_partition_that_cannot_be_created_stops_the_open(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocked = tmp_path / f"{TOPIC}-5"
+    blocked.write_bytes(b"")  # a file where the partition's directory goes
+    closed = _record_closes(monkeypatch)
+    with pytest.raises(OSError) as info:
+        GroupLog.open(tmp_path, PARTITIONS, CONFIG, "60000")
+    assert not isinstance(info.value, CorruptLogError)
+    assert str(blocked) in str(info.value)
+    assert sorted(closed) == sorted(tmp_path / f"{TOPIC}-{p}" for p in range(PARTITIONS)
+                                    if p != 5)
+
+
+def _record_closes(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    closed: list[Path] = []
+    close = PartitionLog.close
+
+    def recording_close(self: PartitionLog) -> None:
+        closed.append(self.directory)
+        close(self)
+
+    monkeypatch.setattr(PartitionLog, "close", recording_close)
+    return closed
+
+
 def test_a_damaged_partition_stops_the_open_naming_its_file(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     asyncio.run(_write(tmp_path))
@@ -58,20 +84,11 @@ def test_a_damaged_partition_stops_the_open_naming_its_file(
     data = bytearray(segment.read_bytes())
     data[100] ^= 0xFF
     segment.write_bytes(bytes(data))
-    closed: list[Path] = []
-    from storage.log import PartitionLog
-
-    close = PartitionLog.close
-
-    def recording_close(self: PartitionLog) -> None:
-        closed.append(self.directory)
-        close(self)
-
-    monkeypatch.setattr(PartitionLog, "close", recording_close)
+    closed = _record_closes(monkeypatch)
     with pytest.raises(CorruptLogError) as info:
         GroupLog.open(tmp_path, PARTITIONS, CONFIG, "60000")
     assert info.value.path.parent == damaged_dir
-    # Every partition that did open is closed again (the damaged one, if it got that far).
+    # An existing log is opened partition by partition: those before the damaged one were
+    # opened, and are closed again.
     assert len(closed) == len(set(closed))
-    assert set(closed) - {damaged_dir} == {tmp_path / f"{TOPIC}-{p}" for p in range(PARTITIONS)
-                                           if p != 5}
+    assert set(closed) - {damaged_dir} == {tmp_path / f"{TOPIC}-{p}" for p in range(5)}
