@@ -1,8 +1,9 @@
-"""The optional C speedups (legacy down-conversion, the forensics group-log decoder);
-everything else is in pyproject.toml.
+"""The optional C speedups (legacy down-conversion and the group log's replay fold, the
+forensics group-log decoder); everything else is in pyproject.toml.
 
 `optional=True`: where no C compiler (or zlib header) is at hand the build goes on without
-them, and `storage.legacy_convert` and `forensics.grouplog` use their Python loops.
+them, and `storage.legacy_convert`, `storage.record_batch` and `forensics.grouplog` use their
+Python loops.
 """
 
 from setuptools import Extension, setup

@@ -2,7 +2,9 @@
 
 Readers are native (fast); writers are pure Python, so hot fixed-shape responses may bypass
 `encode_response` with hand-packed bytes (see `protocol.fastpath`). Versions older than kio's
-schemas come from `protocol.legacy_versions` (which builds on kio's readers and writers).
+schemas come from `protocol.legacy_versions` (which builds on kio's readers and writers); it is
+imported the first time such a version is asked for, since loading its kio schemas is a fifth
+of the broker's start-up and clients of Kafka 3.x and later never ask.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from kio.static.primitive import i16, i32
 from protocol.errors import AnsweredOverLimits, MalformedRequest, UnsupportedApi
 from protocol.fast_requests import HAND_DECODERS
 from protocol.guard import ELEMENT_LIMITS, ElementsToAnswer, Guard, compile_guard
-from protocol.legacy_versions import LEGACY_REQUESTS, legacy_request, legacy_response
 from storage.varint import VarintError, read_uvarint
 
 _FIXED_HEADER = struct.Struct(">hhi")
@@ -77,7 +78,9 @@ def _request_codec(api_key: int, api_version: int) -> _RequestCodec:
         try:
             cls = load_request_schema(api_key, api_version)
         except KioIndexError as exc:
-            legacy = legacy_request(api_key, api_version)  # versions kio no longer carries
+            from protocol.legacy_versions import legacy_request  # versions kio no longer carries
+
+            legacy = legacy_request(api_key, api_version)
             if legacy is None:
                 raise UnsupportedApi(api_key, api_version) from exc
             legacy_type, body_reader, header_type, kio_schema = legacy
@@ -107,8 +110,16 @@ def codec_needs_loading(api_key: int, api_version: int) -> bool:
     key = (api_key, api_version)
     if key in _request_codecs or key in _load_failed:
         return False
-    if key in LEGACY_REQUESTS:
+    if kio_has(api_key, api_version):
         return True
+    from protocol.legacy_versions import LEGACY_REQUESTS
+
+    return key in LEGACY_REQUESTS
+
+
+def kio_has(api_key: int, api_version: int) -> bool:
+    """Whether kio carries the schemas of (api_key, api_version); the versions it does not
+    carry are older ones (`protocol.legacy_versions`), or unknown."""
     name = api_key_map.get(api_key)  # type: ignore[call-overload]
     return name is not None and api_version in schema_name_map[name]
 
@@ -135,7 +146,11 @@ def load_codecs(api_key: int, api_version: int) -> None:
 def response_codec(api_key: int, api_version: int) -> _ResponseCodec:
     codec = _response_codecs.get((api_key, api_version))
     if codec is None:
-        legacy = legacy_response(api_key, api_version)
+        legacy = None
+        if not kio_has(api_key, api_version):
+            from protocol.legacy_versions import legacy_response
+
+            legacy = legacy_response(api_key, api_version)
         if legacy is not None:
             legacy_type, body_writer, header_type = legacy
             codec = _ResponseCodec(legacy_type, header_type, entity_writer(header_type),

@@ -29,8 +29,7 @@ from kio.serial.writers import write_compact_array_length, write_int32
 from kio.static.primitive import i32
 
 from protocol.build import build
-from protocol.codec import response_codec
-from protocol.legacy_versions import legacy_response
+from protocol.codec import kio_has, response_codec
 
 _SIZE = struct.Struct(">i")
 
@@ -85,7 +84,7 @@ def encode_in_slices(api_key: int, api_version: int, correlation_id: int,
     buffer = io.BytesIO()
     buffer.write(b"\x00\x00\x00\x00")
     codec.header_writer(buffer, codec.header_type(correlation_id=correlation_id))
-    if legacy_response(api_key, api_version) is None:
+    if kio_has(api_key, api_version):
         budget = [per_slice, per_slice]  # left in this slice, per slice
         yield from _write(buffer, codec.response_type, values, budget)
     else:  # a version older than kio's schemas, with a writer of its own: written whole

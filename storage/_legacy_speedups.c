@@ -1,5 +1,6 @@
 /*
- * The per-record loop of down-conversion (magic-2 records -> legacy messages) in C.
+ * The per-record loop of down-conversion (magic-2 records -> legacy messages) in C, and the
+ * group log's replay fold (`fold_latest`, below).
  *
  * storage/legacy_convert.py holds the reference implementation in Python and the contract;
  * this module does exactly the same walk for one uncompressed records payload, only faster
@@ -165,7 +166,134 @@ static PyObject *convert_records(PyObject *self, PyObject *args)
     return Py_BuildValue("(NnO)", out, used, full ? Py_True : Py_False);
 }
 
+/*
+ * fold_latest(chunk, latest, min_offset) -> None
+ *
+ * The group log's replay loop (coordinator/grouplog/log.py, `_fold_latest_py` in
+ * storage/record_batch.py is the reference): for every keyed record of a run of uncompressed,
+ * non-transactional magic-2 batches at or past `min_offset`, `latest[key]` is removed and set
+ * again to (offset, value), so the dict keeps the last value of every key in the order of the
+ * last writes. Control batches are skipped. Raises ValueError when a record does not parse
+ * (the records before it are folded in, as in the Python loop).
+ */
+static PyObject *fold_latest(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    PyObject *latest;
+    long long min_offset;
+    if (!PyArg_ParseTuple(args, "y*O!L", &view, &PyDict_Type, &latest, &min_offset))
+        return NULL;
+    const unsigned char *p = (const unsigned char *)view.buf;
+    Py_ssize_t end = view.len, pos = 0;
+    while (pos + 61 <= end) {
+        int64_t base_offset = 0;
+        for (int i = 0; i < 8; i++)
+            base_offset = (int64_t)(((uint64_t)base_offset << 8) | p[pos + i]);
+        int32_t length = (int32_t)(((uint32_t)p[pos + 8] << 24) | ((uint32_t)p[pos + 9] << 16)
+                                   | ((uint32_t)p[pos + 10] << 8) | p[pos + 11]);
+        unsigned char magic = p[pos + 16];
+        int attributes = (p[pos + 21] << 8) | p[pos + 22];
+        int32_t count = (int32_t)(((uint32_t)p[pos + 57] << 24) | ((uint32_t)p[pos + 58] << 16)
+                                  | ((uint32_t)p[pos + 59] << 8) | p[pos + 60]);
+        Py_ssize_t batch_end = pos + 12 + (Py_ssize_t)length;
+        if (magic != 2 || (attributes & 0x07)) {
+            PyErr_Format(PyExc_ValueError, "unsupported batch at %zd: magic %d, attributes %d",
+                         pos, (int)magic, attributes);
+            goto fail;
+        }
+        if (attributes & 0x20) { /* control batch: no data records */
+            pos = batch_end;
+            continue;
+        }
+        if (attributes & 0x10) { /* its records count only from a marker: not for this fold */
+            PyErr_Format(PyExc_ValueError, "transactional batch at %zd", pos);
+            goto fail;
+        }
+        Py_ssize_t cur = pos + 61;
+        for (int32_t r = 0; r < count; r++) {
+            int64_t skip, offset_delta, key_len, value_len, headers;
+            if (read_varint(p, end, &cur, &skip) < 0)  /* record length */
+                goto truncated;
+            cur += 1; /* attributes */
+            if (read_varint(p, end, &cur, &skip) < 0 /* timestamp delta */
+                || read_varint(p, end, &cur, &offset_delta) < 0
+                || read_varint(p, end, &cur, &key_len) < 0)
+                goto truncated;
+            Py_ssize_t key_at = cur;
+            if (key_len > 0) {
+                if (key_len > end - cur)
+                    goto truncated;
+                cur += (Py_ssize_t)key_len;
+            }
+            if (read_varint(p, end, &cur, &value_len) < 0)
+                goto truncated;
+            Py_ssize_t value_at = cur;
+            if (value_len > 0) {
+                if (value_len > end - cur)
+                    goto truncated;
+                cur += (Py_ssize_t)value_len;
+            }
+            if (read_varint(p, end, &cur, &headers) < 0)
+                goto truncated;
+            for (int64_t h = 0; h < headers; h++) {
+                int64_t header_key_len, header_value_len;
+                if (read_varint(p, end, &cur, &header_key_len) < 0)
+                    goto truncated;
+                cur += (Py_ssize_t)header_key_len;
+                if (read_varint(p, end, &cur, &header_value_len) < 0)
+                    goto truncated;
+                if (header_value_len > 0)
+                    cur += (Py_ssize_t)header_value_len;
+            }
+            int64_t offset = base_offset + offset_delta;
+            if (key_len < 0 || offset < min_offset)
+                continue;
+            PyObject *key = PyBytes_FromStringAndSize((const char *)p + key_at,
+                                                      (Py_ssize_t)key_len);
+            if (key == NULL)
+                goto fail;
+            PyObject *value;
+            if (value_len < 0) {
+                value = Py_None;
+                Py_INCREF(value);
+            } else {
+                value = PyBytes_FromStringAndSize((const char *)p + value_at,
+                                                  (Py_ssize_t)value_len);
+            }
+            PyObject *entry = value == NULL ? NULL : Py_BuildValue("(LN)", (long long)offset, value);
+            if (entry == NULL) {
+                Py_DECREF(key);
+                goto fail;
+            }
+            /* Removed first, so the dict's order follows the last write of each key. */
+            if (PyDict_DelItem(latest, key) < 0) {
+                if (!PyErr_ExceptionMatches(PyExc_KeyError)) {
+                    Py_DECREF(key);
+                    Py_DECREF(entry);
+                    goto fail;
+                }
+                PyErr_Clear();
+            }
+            int set = PyDict_SetItem(latest, key, entry);
+            Py_DECREF(key);
+            Py_DECREF(entry);
+            if (set < 0)
+                goto fail;
+        }
+        pos = batch_end;
+    }
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+truncated:
+    PyErr_Format(PyExc_ValueError, "record runs past the end of its batch data at %zd", pos);
+fail:
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"fold_latest", fold_latest, METH_VARARGS,
+     "Fold the keyed records of uncompressed batches into a dict of the latest per key."},
     {"convert_records", convert_records, METH_VARARGS,
      "Legacy messages for the records of one uncompressed magic-2 payload."},
     {NULL, NULL, 0, NULL},

@@ -35,8 +35,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from crc32c import crc32c
-
+from storage.crc import crc32c
 from storage.varint import VarintError, read_varint
 
 __all__ = [

@@ -55,7 +55,6 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import structlog
-from crc32c import crc32c
 
 from storage.batch import (
     ATTR_COMPRESSION_MASK,
@@ -64,6 +63,7 @@ from storage.batch import (
     HEADER_SIZE,
     scan_batches,
 )
+from storage.crc import crc32c
 from storage.fs import AppendHandle, FileSystem
 from storage.log import PartitionLog
 from storage.segment import (

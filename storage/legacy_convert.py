@@ -25,14 +25,13 @@ import struct
 import zlib
 from collections.abc import Sequence
 
-from crc32c import crc32c
-
 from storage.batch import (
     ATTR_CONTROL,
     ATTR_LOG_APPEND_TIME,
     CorruptRecordError,
     InvalidRecordError,
 )
+from storage.crc import crc32c
 from storage.legacy import (
     CODEC_MASK,
     CODEC_NONE,

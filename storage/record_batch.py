@@ -9,8 +9,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator, Sequence
 
-from crc32c import crc32c
-
+from storage.crc import crc32c
 from storage.varint import read_varint, varint_bytes
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -92,3 +91,31 @@ def iter_records(batches: bytes | memoryview) -> Iterator[tuple[int, bytes | Non
                 cursor += max(header_value_len, 0)
             yield base_offset + offset_delta, key, value
         pos = batch_end
+
+
+def _fold_latest_py(chunk: bytes | memoryview,
+                    latest: dict[bytes, tuple[int, bytes | None]], min_offset: int) -> None:
+    """`fold_latest` in Python: the reference for the C loop, and used without it."""
+    for offset, key, value in iter_records(chunk):
+        if key is not None and offset >= min_offset:
+            latest.pop(key, None)  # re-insert so the dict's order follows the last write
+            latest[key] = (offset, value)
+
+
+try:
+    from storage._legacy_speedups import fold_latest as _fold_latest_c  # type: ignore[import-not-found]
+except ImportError:  # built without a C compiler: the Python loop does the same
+    _fold_latest_c = None
+
+
+def fold_latest(chunk: bytes | memoryview,
+                latest: dict[bytes, tuple[int, bytes | None]], min_offset: int) -> None:
+    """Fold the keyed records at or past `min_offset` of a run of uncompressed,
+    non-transactional batches into `latest` (key -> (offset, value)): each key's entry is
+    removed and set again, so the dict holds the last value of every key in the order of the
+    last writes, which is what replaying the whole history amounts to. Raises `ValueError` (or
+    `IndexError`, from the Python loop) when a record does not parse."""
+    if _fold_latest_c is not None:
+        _fold_latest_c(chunk, latest, min_offset)
+    else:
+        _fold_latest_py(chunk, latest, min_offset)

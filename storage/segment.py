@@ -55,8 +55,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from crc32c import crc32c
-
 from storage.batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -66,6 +64,7 @@ from storage.batch import (
     first_record_with_timestamp,
     scan_batches,
 )
+from storage.crc import crc32c
 from storage.fs import AppendHandle, FileSystem, ReadHandle
 
 if TYPE_CHECKING:

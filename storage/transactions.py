@@ -18,8 +18,7 @@ import bisect
 import struct
 from dataclasses import dataclass, field
 
-from crc32c import crc32c
-
+from storage.crc import crc32c
 from storage.varint import read_varint, varint_bytes
 
 TRANSACTIONAL = 0x10

@@ -33,19 +33,20 @@ import struct
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import structlog
-from crc32c import crc32c
 
 from coordinator.grouplog.codec import UnknownRecord, decode_record, encode_records
 from coordinator.grouplog.placement import partition_for
 from coordinator.grouplog.records import CoordinatorRecord
 from storage.batch import RawBatch, scan_batches
 from storage.compaction import CleanStats, LogCleaner, verify_sealed
+from storage.crc import crc32c
 from storage.fs import REAL_FS, FileSystem
 from storage.log import LogConfig, LogOfflineError, PartitionLog
-from storage.record_batch import encode_batch, iter_records
+from storage.record_batch import encode_batch, fold_latest, iter_records
 from storage.transactions import (
     COMMIT_MARKER,
     CONTROL,
@@ -149,18 +150,45 @@ class GroupLog:
         """Open and recover every partition. Raises `CorruptLogError` naming the damaged file
         and byte position (without `repair`, every sealed segment is CRC-checked too: a flipped
         bit there would otherwise replay as a wrong committed offset); `OSError`."""
-        logs: list[PartitionLog] = []
-        try:
-            for p in range(num_partitions):
-                logs.append(PartitionLog.open(data_dir / f"{TOPIC}-{p}", config, fs,
-                                              repair=repair))
+        def open_partition(p: int) -> PartitionLog:
+            partition_log = PartitionLog.open(data_dir / f"{TOPIC}-{p}", config, fs,
+                                              repair=repair)
+            try:
                 if not repair:  # a repair already scanned every segment
-                    verify_sealed(logs[-1], fs)
-        except BaseException:
-            for partition_log in logs:
+                    verify_sealed(partition_log, fs)
+            except BaseException:
                 partition_log.close()
-            raise
-        return cls(logs, fsync_policy, fs)
+                raise
+            return partition_log
+
+        if (repair or num_partitions == 1 or type(fs) is not FileSystem
+                or fs.exists(data_dir / f"{TOPIC}-0")):
+            # Partitions that exist are opened one after another: recovering them reads their
+            # segments, and reading from several threads left each thread's malloc arena
+            # holding memory (+20 MB of RSS after loading 1,000,000 records). A repair logs its
+            # cuts partition by partition, and a fault plan counts the file operations in the
+            # order they come.
+            logs: list[PartitionLog] = []
+            try:
+                for p in range(num_partitions):
+                    logs.append(open_partition(p))
+            except BaseException:
+                for partition_log in logs:
+                    partition_log.close()
+                raise
+            return cls(logs, fsync_policy, fs)
+        # A new group log: each partition's directory and segment are made durable by fsyncs
+        # of their directories; run side by side, the file system commits them together
+        # (fifty partitions: ~30 ms instead of ~60-470 on ext4).
+        with ThreadPoolExecutor(min(num_partitions, 8), "group-log-open") as pool:
+            opening = [pool.submit(open_partition, p) for p in range(num_partitions)]
+        failed = [future for future in opening if future.exception() is not None]
+        if failed:
+            for future in opening:
+                if future.exception() is None:
+                    future.result().close()
+            raise failed[0].exception()  # type: ignore[misc]
+        return cls([future.result() for future in opening], fsync_policy, fs)
 
     @property
     def acknowledges_on_write(self) -> bool:
@@ -196,7 +224,40 @@ class GroupLog:
         marker yet are put in `open_transactions` (producer id -> records, in log order)."""
         latest: dict[bytes, tuple[int, bytes | None]] = {}
         staged: dict[int, list[tuple[int, bytes, bytes | None]]] = {}
-        for offset, key, value, producer_id, kind in self._raw_records(partition):
+        for chunk, batches, start in self._chunks(partition):
+            if not staged and not any(attributes & TRANSACTIONAL for *_, attributes in batches):
+                # Nearly always: no transaction open or in this chunk; the keys are folded
+                # into `latest` without a Python object per record (storage/record_batch.py).
+                try:
+                    fold_latest(chunk, latest, start)
+                except Exception as exc:
+                    raise self.load_error(partition, start,
+                                          f"unreadable batch: {exc!r}") from exc
+                continue
+            self._replay_chunk(partition, chunk, batches, start, latest, staged)
+        for key, (offset, value) in latest.items():
+            record = self._decode(partition, offset, key, value)
+            if record is not None:
+                yield offset, record
+        if open_transactions is not None:
+            for producer_id, entries in staged.items():
+                decoded = [self._decode(partition, offset, key, value)
+                           for offset, key, value in entries]
+                open_transactions[producer_id] = [r for r in decoded if r is not None]
+
+    def _replay_chunk(self, partition: int, chunk: memoryview | bytes,
+                      batches: Sequence[RawBatch], start: int,
+                      latest: dict[bytes, tuple[int, bytes | None]],
+                      staged: dict[int, list[tuple[int, bytes, bytes | None]]]) -> None:
+        """`replay_partition_at`'s step for a chunk with transactional batches, or read while
+        a transaction is open (a tombstone then also deletes the key's staged offsets)."""
+        try:
+            read = list(_records_of_batches(chunk, batches))
+        except Exception as exc:
+            raise self.load_error(partition, start, f"unreadable batch: {exc!r}") from exc
+        for offset, key, value, producer_id, kind in read:
+            if key is None or offset < start:
+                continue
             if kind == _PLAIN:
                 latest.pop(key, None)  # re-insert so dict order follows the last write
                 latest[key] = (offset, value)
@@ -212,15 +273,6 @@ class GroupLog:
                     for record_offset, record_key, record_value in ended:
                         latest.pop(record_key, None)
                         latest[record_key] = (record_offset, record_value)
-        for key, (offset, value) in latest.items():
-            record = self._decode(partition, offset, key, value)
-            if record is not None:
-                yield offset, record
-        if open_transactions is not None:
-            for producer_id, entries in staged.items():
-                decoded = [self._decode(partition, offset, key, value)
-                           for offset, key, value in entries]
-                open_transactions[producer_id] = [r for r in decoded if r is not None]
 
     def _decode(self, partition: int, offset: int, key: bytes,
                 value: bytes | None) -> CoordinatorRecord | None:
@@ -236,10 +288,11 @@ class GroupLog:
         path, position = self.logs[partition].position_of(offset)
         return GroupLogLoadError(partition, path, position, offset, reason)
 
-    def _raw_records(self, partition: int
-                     ) -> Iterator[tuple[int, bytes, bytes | None, int, int]]:
-        """(offset, key, value, producer id, kind) of every keyed record; a marker comes as
-        one entry of kind _COMMIT or _ABORT (its key and value are not the group log's)."""
+    def _chunks(self, partition: int
+                ) -> Iterator[tuple[memoryview | bytes, list[RawBatch], int]]:
+        """The partition's log in chunks of whole batches: (chunk, its batches, the offset read
+        from). A chunk's first batch may begin before that offset (a read returns whole
+        batches), and its records before it are not the chunk's."""
         partition_log = self.logs[partition]
         offset = partition_log.log_start_offset
         end = partition_log.log_end_offset
@@ -248,21 +301,11 @@ class GroupLog:
             if not chunk:
                 break
             batches = scan_batches(chunk, verify_crc=False)[0]
-            try:
-                if any(attributes & TRANSACTIONAL for *_, attributes in batches):
-                    records = list(_records_of_batches(chunk, batches))
-                else:  # nearly always: no transaction in this chunk
-                    records = [(record_offset, key, value, -1, _PLAIN)
-                               for record_offset, key, value in iter_records(chunk)]
-            except Exception as exc:
-                raise self.load_error(partition, offset, f"unreadable batch: {exc!r}") from exc
-            for entry in records:
-                if entry[1] is not None and entry[0] >= offset:
-                    yield entry  # type: ignore[misc]
-            # Move on from the end of the last batch, not its last record: a compacted batch
-            # keeps the offset range of the batches it replaced, with fewer records.
             if not batches:
                 break
+            yield chunk, batches, offset
+            # Move on from the end of the last batch, not its last record: a compacted batch
+            # keeps the offset range of the batches it replaced, with fewer records.
             _, _, base, last_delta, *_ = batches[-1]
             offset = base + last_delta + 1
 

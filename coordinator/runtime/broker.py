@@ -284,11 +284,12 @@ class Broker:
         self._retention_task = self._loop.create_task(self._retention_loop())
 
     def _open_segments_limit(self) -> int:
-        from coordinator.ops.http import connection_limit as ops_connection_limit
-
         settings = self.settings
-        ops = (ops_connection_limit(settings["metrics.max.connections"])
-               if settings["metrics.listener"] else 0)
+        ops = 0
+        if settings["metrics.listener"]:  # the HTTP server's module only when it is served
+            from coordinator.ops.http import connection_limit as ops_connection_limit
+
+            ops = ops_connection_limit(settings["metrics.max.connections"])
         return open_segments_limit(settings["log.open.segments.max"],
                                    settings["offsets.topic.num.partitions"],
                                    settings["max.connections"], ops)
