@@ -16,6 +16,16 @@ LOCAL_MASTER = "local[2]"
 # cannot archive) are not the user's business.
 _QUIET_CDS = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 _DUMP_WAIT_S = 120.0
+# The JIT's first tier only (C1). The job's JVM work is short: a run of a million journal
+# events spends seconds in Spark's generated code, and each JVM (the driver's, and on a
+# cluster each executor's) compiles Spark again from cold. The optimizing compiler (C2) took
+# a core for much of a run to compile code that had finished running by then: C1 alone took
+# the million-event report from 18-23 s to 11-16 s on `local[2]`, and on a standalone
+# cluster it makes the executors' start cheaper (BENCHMARKS.md). A long job over far more
+# data may want C2 back: `REBALANCED_FORENSICS_JAVA_OPTIONS` replaces these options (empty:
+# the JVM's defaults); under spark-submit, `spark.executor.extraJavaOptions` and
+# `--driver-java-options` do.
+JIT_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 
 def launched_by_spark_submit() -> bool:
@@ -49,8 +59,10 @@ def get_session(master: str | None = None, app_name: str = "rebalanced-forensics
                    # small tables on one machine that planning costs more than it saves (the
                    # 1M-event report: 70 s with it, 57-62 s without).
                    .config("spark.sql.adaptive.enabled", "false"))
-        if class_cache is not None and class_cache.java_options:
-            builder = builder.config("spark.driver.extraJavaOptions", class_cache.java_options)
+        driver_options = " ".join(filter(None, (
+            class_cache.java_options if class_cache is not None else "", job_java_options())))
+        if driver_options:
+            builder = builder.config("spark.driver.extraJavaOptions", driver_options)
     else:
         if master:
             builder = builder.master(master)
@@ -81,23 +93,41 @@ def _cluster_defaults(spark: SparkSession) -> None:
 EXECUTOR_JAVA_OPTIONS = "spark.executor.extraJavaOptions"
 
 
+def job_java_options() -> str:
+    """The JVM options the job runs with (`JIT_OPTIONS`), or
+    `REBALANCED_FORENSICS_JAVA_OPTIONS` where set."""
+    return os.environ.get("REBALANCED_FORENSICS_JAVA_OPTIONS", JIT_OPTIONS).strip()
+
+
+def driver_java_options() -> str:
+    """For spark-submit's `--driver-java-options` (`python -m forensics.package
+    --java-options`): spark-submit starts the driver's JVM before the job's Python, so only
+    its command line can give that JVM the job's options and the class-data archive."""
+    archive = ClassCache.existing()
+    cache = f'-XX:SharedArchiveFile="{archive}" -Xshare:auto {_QUIET_CDS}' if archive else ""
+    return " ".join(filter(None, (cache, job_java_options())))
+
+
 def _executor_java_options() -> str | None:
-    """Under spark-submit, when the submitter set no executor JVM options: the class-data
-    archive that `python -m forensics` keeps for its driver, for the executors. An executor
+    """Under spark-submit, when the submitter set no executor JVM options: the job's JVM
+    options (`job_java_options`), and the class-data archive that `python -m forensics`
+    keeps for its driver, for the executors. An executor
     starts a JVM of its own when the application arrives and loads the same Spark classes;
     where it finds the archive (the driver's host, or the same path on a shared install) it
     maps them instead, which took the two executors' registration on a standalone cluster of
     one machine from 8-12 s after the application started to 4-5 s. Where the file is
     missing, or belongs to another Java or Spark, the JVM goes on without it, silently."""
     archive = ClassCache.existing()
-    if archive is None:
+    options = job_java_options()
+    if archive is None and not options:
         return None
     from pyspark import SparkConf, SparkContext
 
     SparkContext._ensure_initialized()  # the spark-submit JVM's settings, read below
     if SparkConf().contains(EXECUTOR_JAVA_OPTIONS):
         return None
-    return f'-XX:SharedArchiveFile="{archive}" -Xshare:auto {_QUIET_CDS}'
+    cache = f'-XX:SharedArchiveFile="{archive}" -Xshare:auto {_QUIET_CDS}' if archive else ""
+    return " ".join(filter(None, (cache, options)))
 
 
 class ClassCache:

@@ -27,6 +27,7 @@ decode rate on 1,000,000 records.
 
 Usage: python -m tests.bench.forensics_bench [--events N] [--records N] [--keep DIR]
            [--only journal,cluster,group-log,live,follow] [--group-log-only]
+           [--cluster-runs N]
 """
 
 from __future__ import annotations
@@ -176,6 +177,8 @@ def main() -> int:
                         help="skip the journal report; measure only the group-log decode")
     parser.add_argument("--only", default="journal,cluster,group-log,live,follow",
                         help="the sections to run, comma-separated")
+    parser.add_argument("--cluster-runs", type=int, default=2,
+                        help="cluster section: pairs of runs (local[2], then the cluster)")
     args = parser.parse_args()
     sections = {"group-log"} if args.group_log_only else set(args.only.split(","))
     work = args.keep or Path(tempfile.mkdtemp(prefix="forensics-bench-"))
@@ -203,7 +206,7 @@ def main() -> int:
             results["report_wall_s"] = round(time.perf_counter() - started, 1)
             results["report_cpu_s"] = split
         if "cluster" in sections:
-            results.update(_report_on_cluster(journal_data, work))
+            results.update(_report_on_cluster(journal_data, work, args.cluster_runs))
         if "live" in sections:
             results.update(_live_source(work, args.records))
         if "follow" in sections:
@@ -248,8 +251,10 @@ def _report_on_cluster(journal_data: Path, work: Path, runs: int = 2) -> dict[st
     walls: list[float] = []
     local_walls: list[float] = []
     phases: list[dict[str, float]] = []
+    loads: list[float] = []
     try:
         for run in range(runs):
+            loads.append(round(os.getloadavg()[0], 1))
             started = time.perf_counter()
             subprocess.run([sys.executable, "-m", "forensics", "--data", str(journal_data),
                             "--out", str(work / f"local-out-{run}"), "--timelines", "5"],
@@ -274,7 +279,7 @@ def _report_on_cluster(journal_data: Path, work: Path, runs: int = 2) -> dict[st
             "cluster_local_wall_s": local_walls,
             "cluster_over_local": [round(c / n, 2) for c, n in zip(walls, local_walls,
                                                                    strict=True)],
-            "cluster_phases_s": phases}
+            "cluster_phases_s": phases, "cluster_load_before_pair": loads}
 
 
 def _phases(events: Path, submitted_ms: float) -> dict[str, float]:

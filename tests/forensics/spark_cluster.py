@@ -87,13 +87,17 @@ class StandaloneCluster:
 
     def submit(self, job_args: list[str], zip_path: Path, timeout: float = 900.0,
                conf: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        """`spark-submit --master spark://... --py-files forensics.zip forensics/submit_main.py
-        ARGS`, from the source tree, as README shows it (with `conf` as `--conf`s, if any)."""
+        """`spark-submit --master spark://... --py-files forensics.zip --driver-java-options
+        "$(python -m forensics.package --java-options)" forensics/submit_main.py ARGS`, from
+        the source tree, as README shows it (with `conf` as `--conf`s, if any)."""
+        from forensics.session import driver_java_options
+
         spark_submit = shutil.which("spark-submit") or str(spark_home() / "bin" / "spark-submit")
         confs = [arg for key, value in (conf or {}).items()
                  for arg in ("--conf", f"{key}={value}")]
         return subprocess.run(
             [spark_submit, "--master", self.master_url, *confs, "--py-files", str(zip_path),
+             "--driver-java-options", driver_java_options(),
              "forensics/submit_main.py", *job_args],
             cwd=ROOT, env=cluster_env(), capture_output=True, text=True, timeout=timeout)
 
