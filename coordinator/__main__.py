@@ -49,32 +49,6 @@ def configure_logging(level: int = logging.INFO, log_format: str = "auto") -> No
     )
 
 
-# How often freed heap memory is handed back to the system (see `_trim_heap_periodically`).
-_HEAP_TRIM_SECONDS = 60.0
-
-
-async def _trim_heap_periodically() -> None:
-    """Give the C heap's free pages back to the system now and then (glibc's `malloc_trim`).
-
-    A join storm or a burst of requests leaves the heap full of freed blocks between the
-    long-lived ones (groups, members, connections), and glibc returns only the free space at
-    the very top of the heap by itself: with 10,000 one-member groups formed, a trim takes
-    RSS down by about 9 MB (8 %). It walks the free lists, a few milliseconds on such a
-    heap, so it runs once a minute, not after every burst. Without glibc it does nothing.
-    """
-    await asyncio.sleep(_HEAP_TRIM_SECONDS)  # ctypes is loaded then, not during startup
-    try:
-        import ctypes
-
-        trim = ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):
-        return
-    trim.argtypes = [ctypes.c_size_t]
-    while True:
-        trim(0)
-        await asyncio.sleep(_HEAP_TRIM_SECONDS)
-
-
 async def _flush_logs_periodically() -> None:
     while True:
         await asyncio.sleep(_LOG_FLUSH_SECONDS)
@@ -145,7 +119,6 @@ async def serve(broker: Broker, server_factory: type[KafkaServer] | None = None,
     started = time.monotonic()
     open_files = raise_open_files_limit()
     flusher = asyncio.get_running_loop().create_task(_flush_logs_periodically())
-    trimmer = asyncio.get_running_loop().create_task(_trim_heap_periodically())
     settings = broker.settings
     if security is None:
         security = listener_security(settings)
@@ -193,7 +166,6 @@ async def serve(broker: Broker, server_factory: type[KafkaServer] | None = None,
     loop_lag.stop()
     log.info("broker stopped")
     flusher.cancel()
-    trimmer.cancel()
     if broker.failure is not None:
         raise broker.failure
 
