@@ -9,6 +9,8 @@ three questions; the groups themselves stay in `ClassicGroups`.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 __all__ = ["ConnectionIndex"]
 
 
@@ -18,16 +20,26 @@ class ConnectionIndex:
         # id itself while there is one (nearly always: a consumer's coordinator connection
         # serves one group), a set beyond that. Entries live until the connection closes.
         self._parked_by_connection: dict[int, str | set[str]] = {}
-        # connection id -> (group id, member id) of dynamic members whose requests came on it;
-        # an entry is stale once the member moved to another connection (checked on close).
-        self.members_by_connection: dict[int, set[tuple[str, str]]] = {}
+        # connection id -> (group id, member id) of dynamic members whose requests came on it:
+        # the pair itself while there is one (nearly always: a set costs 216 bytes, per
+        # connection of every idle member), a set beyond that. An entry is stale once the
+        # member moved to another connection (checked on close).
+        self.members_by_connection: dict[int, tuple[str, str] | set[tuple[str, str]]] = {}
         # Connections that have carried a JoinGroup or SyncGroup: a later one on the same
         # connection makes it the member's own (a client that keeps it); the first does not
         # (kafka-go opens a connection per JoinGroup and SyncGroup and closes it once answered).
         self.group_request_connections: set[int] = set()
 
     def add_member(self, connection_id: int, group_id: str, member_id: str) -> None:
-        self.members_by_connection.setdefault(connection_id, set()).add((group_id, member_id))
+        index = self.members_by_connection
+        members = index.get(connection_id)
+        if members is None:
+            index[connection_id] = (group_id, member_id)
+        elif isinstance(members, tuple):
+            if members != (group_id, member_id):
+                index[connection_id] = {members, (group_id, member_id)}
+        else:
+            members.add((group_id, member_id))
 
     def parked(self, connection_id: int, group_id: str) -> None:
         """A JoinGroup or SyncGroup of `group_id` is parked on the connection."""
@@ -42,10 +54,11 @@ class ConnectionIndex:
             groups.add(group_id)
 
     def closed(self, connection_id: int) -> tuple[tuple[str, ...] | set[str],
-                                                  set[tuple[str, str]] | None]:
+                                                  Collection[tuple[str, str]]]:
         """Forget the connection: (the groups where it may have parked a request, the
         members that counted it as theirs)."""
         self.group_request_connections.discard(connection_id)
         parked = self._parked_by_connection.pop(connection_id, ())
+        members = self.members_by_connection.pop(connection_id, ())
         return ((parked,) if isinstance(parked, str) else parked,
-                self.members_by_connection.pop(connection_id, None))
+                (members,) if isinstance(members, tuple) and members else members)

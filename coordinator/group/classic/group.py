@@ -68,8 +68,10 @@ class ClassicGroup:
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
     # KIP-394: member ids handed out with MEMBER_ID_REQUIRED, with their expiry deadline.
     pending_members: dict[str, int] = field(default_factory=dict)
-    # Members that got the JoinGroup answer of this generation but have not synced yet.
-    pending_sync_members: set[str] = field(default_factory=set)
+    # Members that got the JoinGroup answer of this generation but have not synced yet. Keys
+    # of a dict, not a set: a set keeps its 216 bytes when emptied, in every group, while an
+    # emptied dict's `clear` gives its table back (64 bytes).
+    pending_sync_members: dict[str, None] = field(default_factory=dict)
     new_member_added: bool = False
     initial_join: InitialJoin | None = None
     join_deadline_ms: int | None = None
@@ -203,7 +205,7 @@ class ClassicGroup:
         if self.leader_id == member_id:
             self.leader_id = next(iter(self.members), None)
         self.pending_members.pop(member_id, None)
-        self.pending_sync_members.discard(member_id)
+        self.pending_sync_members.pop(member_id, None)
         return member
 
     def replace_member(self, old_member_id: str, new: ClassicGroupMember) -> ClassicGroupMember:
@@ -222,8 +224,8 @@ class ClassicGroup:
         if self.leader_id == old_member_id:
             self.leader_id = new.member_id
         if old_member_id in self.pending_sync_members:
-            self.pending_sync_members.discard(old_member_id)
-            self.pending_sync_members.add(new.member_id)
+            del self.pending_sync_members[old_member_id]
+            self.pending_sync_members[new.member_id] = None
         self.static_members[new.group_instance_id] = new.member_id
         return old
 

@@ -452,7 +452,7 @@ def complete_join(env: Env, group: ClassicGroup) -> None:
         )
         schedule_heartbeat(env, group, member)
         member.is_new = False
-        group.pending_sync_members.add(member.member_id)
+        group.pending_sync_members[member.member_id] = None
     group.sync_deadline_ms = env.now_ms + group.rebalance_timeout_ms()
     env.result.schedule(sync_key(group.group_id), group.sync_deadline_ms)
 
@@ -482,8 +482,10 @@ def remove_sync_expiration(env: Env, group: ClassicGroup) -> None:
 
 
 def remove_pending_sync_member(env: Env, group: ClassicGroup, member_id: str) -> None:
-    group.pending_sync_members.discard(member_id)
-    if not group.pending_sync_members:
+    pending = group.pending_sync_members
+    pending.pop(member_id, None)
+    if not pending:
+        pending.clear()  # an emptied dict keeps its grown table until cleared
         remove_sync_expiration(env, group)
 
 
