@@ -6,16 +6,14 @@ append. `append` writes and fsyncs before it returns, so a state change is durab
 request it answers is answered. The one record no request waits for, a transaction's completion
 after its markers, is written without its own fsync: a crash that loses it leaves the
 transaction prepared, and the restart writes its markers again, which end nothing twice.
-`append_then` is the requests' path: it writes at once and calls back once an fsync covers the
-write; the fsync runs off the loop, and the writes of one turn (and those made while an fsync
-runs) share the next one, as the group log's commits do. `load` replays every record into a
+Transactions are rare next to heartbeats and commits, so this log does not share the group
+log's group commit. `load` replays every record into a
 `TransactionCoordinator` at start-up; the last record of each transactional id wins.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
@@ -32,14 +30,9 @@ class Replayer(Protocol):
     def replay(self, key: bytes, value: bytes | None) -> None: ...
 
 
-Written = Callable[[BaseException | None], None]
-
-
 class TransactionLog:
     def __init__(self, log: PartitionLog) -> None:
         self._log = log
-        self._waiting: list[Written] = []  # appends since the running fsync started
-        self._flushing = False
 
     @classmethod
     def open(cls, data_dir: Path, config: LogConfig, fs: FileSystem = REAL_FS, *,
@@ -75,35 +68,6 @@ class TransactionLog:
         self._log.append_records(records, now_ms)
         if sync:
             self._log.flush()
-
-    def append_then(self, records: Sequence[tuple[bytes, bytes | None]], now_ms: int,
-                    written: Written) -> None:
-        """Write `records` as one batch now; call `written` (on the loop) once an fsync covers
-        it, with None, or with the error that leaves it not durable."""
-        try:
-            self._log.append_records(records, now_ms)
-        except OSError as exc:
-            written(exc)
-            return
-        self._waiting.append(written)
-        if not self._flushing:
-            self._flushing = True
-            # At the end of this turn, so that its other appends share the fsync.
-            asyncio.get_running_loop().call_soon(self._start_flush)
-
-    def _start_flush(self) -> None:
-        waiting, self._waiting = self._waiting, []
-        if not waiting:
-            self._flushing = False
-            return
-        job = asyncio.get_running_loop().run_in_executor(None, self._log.flush)
-        job.add_done_callback(lambda done: self._flushed(done, waiting))
-
-    def _flushed(self, done: asyncio.Future[None], waiting: list[Written]) -> None:
-        error = done.exception()
-        for written in waiting:
-            written(error)
-        self._start_flush()
 
     @property
     def log_end_offset(self) -> int:

@@ -17,7 +17,6 @@ the transaction's offsets (TxnOffsetCommit) committed or drops them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -81,8 +80,6 @@ class TransactionService:
         self._log: TransactionLog | None = None
         self.partitions: dict[tuple[str, int], PartitionTransactions] = {}
         self._expiry_armed = False
-        # Transactional ids whose EndTxn waits for its prepare record's fsync.
-        self._ending: set[str] = set()
 
     # -- life ----------------------------------------------------------------------------
 
@@ -93,8 +90,7 @@ class TransactionService:
         self._rebuild_indexes()
         now = self._host.wall_ms()
         for result in self.coordinator.resume_after_load():
-            if result.completing not in self._ending:  # its EndTxn finishes it once durable
-                self._finish(result, now)
+            self._finish(result, now)
         self._arm_expiry()
 
     def close(self) -> None:
@@ -196,14 +192,8 @@ class TransactionService:
             result = self.coordinator.add_partitions(
                 request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
                 request.v3_and_below_producer_epoch, wanted, now)
-            self._durable_then(result, now, lambda code: self._answer_add_partitions(
-                ctx, dict.fromkeys(wanted, self._fenced_code(code, ctx.version, 3))))
-            return
-        self._answer_add_partitions(ctx, by_partition)
-
-    @staticmethod
-    def _answer_add_partitions(ctx: ClientRequest,
-                               by_partition: dict[tuple[str, int], ErrorCode]) -> None:
+            code = self._fenced_code(self._durable(result, now), ctx.version, 3)
+            by_partition = dict.fromkeys(wanted, code)
         topics: dict[str, list[dict[str, Any]]] = {}
         for (name, p), error in by_partition.items():
             topics.setdefault(name, []).append({"partition_index": p,
@@ -218,25 +208,19 @@ class TransactionService:
         result = self.coordinator.add_offsets(
             request.transactional_id, request.producer_id, request.producer_epoch,
             partition_for(request.group_id, self._offsets_partitions), now)
-        self._durable_then(result, now, lambda code: ctx.respond(build(
-            response_type(ADD_OFFSETS_TO_TXN, ctx.version), throttle_time=0,
-            error_code=self._fenced_code(code, ctx.version, 2))))
+        code = self._fenced_code(self._durable(result, now), ctx.version, 2)
+        ctx.respond(build(response_type(ADD_OFFSETS_TO_TXN, ctx.version), throttle_time=0,
+                          error_code=code))
 
     def end_txn(self, ctx: ClientRequest, request: Any) -> None:
         now = self._host.wall_ms()
         result = self.coordinator.end_txn(request.transactional_id, request.producer_id,
                                           request.producer_epoch, request.committed, now)
-
-        def answer(code: ErrorCode) -> None:
-            self._ending.discard(request.transactional_id)
-            ctx.respond(build(response_type(END_TXN, ctx.version), throttle_time=0,
-                              error_code=self._fenced_code(code, ctx.version, 2)))
-            if code == ErrorCode.none:
-                self._finish(result, self._host.wall_ms())
-
-        if result.completing is not None:
-            self._ending.add(request.transactional_id)
-        self._durable_then(result, now, answer)
+        code = self._fenced_code(self._durable(result, now), ctx.version, 2)
+        ctx.respond(build(response_type(END_TXN, ctx.version), throttle_time=0,
+                          error_code=code))
+        if code == ErrorCode.none:
+            self._finish(result, now)
 
     def expire(self) -> None:
         """The timer: abort the transactions past their timeout, forget idle ids, and write
@@ -245,8 +229,7 @@ class TransactionService:
         self._expiry_armed = False
         now = self._host.wall_ms()
         for result in self.coordinator.resume_after_load():
-            if result.completing not in self._ending:  # its EndTxn finishes it once durable
-                self._finish(result, now)
+            self._finish(result, now)
         for result in self.coordinator.expire(now):
             if self._durable(result, now) == ErrorCode.none:
                 self._finish(result, now)
@@ -266,28 +249,6 @@ class TransactionService:
             return ErrorCode.invalid_producer_epoch
         return code
 
-    def _durable_then(self, result: TxnResult, now: int,
-                      answer: Callable[[ErrorCode], None]) -> None:
-        """`_durable` for a request: its answer waits for the fsync, which the writes of
-        concurrent transactions share, instead of holding up the loop. The state in memory is
-        ahead of the log meanwhile, as between any write and its fsync."""
-        if not result.records or self._log is None:
-            answer(self._durable(result, now))
-            return
-
-        def written(exc: BaseException | None) -> None:
-            if exc is not None:
-                answer(self._write_failed(exc))
-                return
-            answer(self._written(result))
-
-        self._log.append_then(result.records, now, written)
-
-    def _write_failed(self, exc: BaseException) -> ErrorCode:
-        log.error("transaction log write failed", error=str(exc))
-        self._host.fail(exc)
-        return ErrorCode.coordinator_not_available
-
     def _durable(self, result: TxnResult, now: int, *, sync: bool = True) -> ErrorCode:
         """Write the result's records before its answer. A disk error leaves the state in
         memory ahead of the log, which is never carried on from (as the group log): the
@@ -297,10 +258,9 @@ class TransactionService:
             try:
                 self._log.append(result.records, now, sync=sync)
             except OSError as exc:
-                return self._write_failed(exc)
-        return self._written(result)
-
-    def _written(self, result: TxnResult) -> ErrorCode:
+                log.error("transaction log write failed", error=str(exc))
+                self._host.fail(exc)
+                return ErrorCode.coordinator_not_available
         if result.markers:
             self._arm_expiry()
         if result.ended is not None:

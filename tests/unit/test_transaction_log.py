@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-from collections.abc import Callable
 from pathlib import Path
 
 from coordinator.dataplane.transaction_log import TransactionLog
@@ -96,27 +94,3 @@ def _records_before_last(data_dir: Path) -> list[tuple[bytes, bytes | None]]:
     log.load(Collect())
     log.close()
     return loaded[:-1]
-
-
-async def test_appends_of_one_turn_share_one_fsync_off_the_loop_and_are_answered_after_it(
-        tmp_path: Path) -> None:
-    fs = FaultyFileSystem()
-    log = TransactionLog.open(tmp_path, LogConfig(), fs)
-    txc = new_coordinator()
-    answered: list[tuple[str, BaseException | None, int]] = []
-    def answer(tid: str) -> Callable[[BaseException | None], None]:
-        return lambda exc: answered.append((tid, exc, fs.ops.get("fsync", 0)))
-
-    for tid in ("a", "b", "c"):
-        log.append_then(txc.init_producer_id(tid, 60_000, -1, -1, 0).records, 0, answer(tid))
-    assert answered == []  # nothing is answered before its fsync
-    while len(answered) < 3:
-        await asyncio.sleep(0.01)
-    assert answered == [("a", None, 1), ("b", None, 1), ("c", None, 1)]
-    fs.fail_next_fsync()
-    failed: list[BaseException | None] = []
-    log.append_then(txc.init_producer_id("d", 60_000, -1, -1, 0).records, 0, failed.append)
-    while not failed:
-        await asyncio.sleep(0.01)
-    assert isinstance(failed[0], OSError)
-    log.close()
