@@ -3,8 +3,11 @@
 `<data>/__transaction_state-0/` holds the transaction coordinator's records in Kafka's
 TransactionLogKey/Value format (`coordinator/txn/records.py`), one uncompressed batch per
 append. `append` writes and fsyncs before it returns, so a state change is durable before the
-request it answers is answered. Transactions are rare next to heartbeats and commits, so this
-log does not share the group log's group commit. `load` replays every record into a
+request it answers is answered. The one record no request waits for, a transaction's completion
+after its markers, is written without its own fsync: a crash that loses it leaves the
+transaction prepared, and the restart writes its markers again, which end nothing twice.
+Transactions are rare next to heartbeats and commits, so this log does not share the group
+log's group commit. `load` replays every record into a
 `TransactionCoordinator` at start-up; the last record of each transactional id wins.
 """
 
@@ -56,12 +59,15 @@ class TransactionLog:
             offset = max(offset, _next_batch_offset(data))
         return count
 
-    def append(self, records: Sequence[tuple[bytes, bytes | None]], now_ms: int) -> None:
-        """Write `records` as one batch and fsync. Raises `OSError` (nothing acknowledged)."""
+    def append(self, records: Sequence[tuple[bytes, bytes | None]], now_ms: int, *,
+               sync: bool = True) -> None:
+        """Write `records` as one batch and fsync (`sync=False`: written, and made durable
+        by the next fsync of this log). Raises `OSError` (nothing acknowledged)."""
         if not records:
             return
         self._log.append_records(records, now_ms)
-        self._log.flush()
+        if sync:
+            self._log.flush()
 
     @property
     def log_end_offset(self) -> int:

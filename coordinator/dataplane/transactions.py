@@ -310,14 +310,14 @@ class TransactionService:
             return ErrorCode.invalid_producer_epoch
         return code
 
-    def _durable(self, result: TxnResult, now: int) -> ErrorCode:
+    def _durable(self, result: TxnResult, now: int, *, sync: bool = True) -> ErrorCode:
         """Write the result's records before its answer. A disk error leaves the state in
         memory ahead of the log, which is never carried on from (as the group log): the
         request is answered with a retriable error and the broker stops; the restart loads
         the durable prefix and the client retries there."""
         if result.records and self._log is not None:
             try:
-                self._log.append(result.records, now)
+                self._log.append(result.records, now, sync=sync)
             except OSError as exc:
                 log.error("transaction log write failed", error=str(exc))
                 self._host.fail(exc)
@@ -355,7 +355,10 @@ class TransactionService:
             self._producers.fence(marker.topic, marker.partition, marker.producer_id,
                                   marker.producer_epoch)
             self._host.partition_appended(marker.topic, marker.partition)
-        self._durable(self.coordinator.markers_written(result.completing, now), now)
+        # No fsync of its own (as Kafka does not wait for it either): until a later write's
+        # fsync covers it, a crash reloads the transaction as prepared and writes its markers
+        # again, which is harmless.
+        self._durable(self.coordinator.markers_written(result.completing, now), now, sync=False)
 
     def _arm_expiry(self) -> None:
         if not self._expiry_armed and self.coordinator.transactions:
