@@ -17,10 +17,10 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from coordinator.cli.admin import AdminError, GroupAdmin, GroupDescription, Member
+from coordinator.cli.arguments import OneLineParser, connection_arguments
 from coordinator.cli.reset import (
     PartitionRange,
     ResetSpec,
@@ -35,32 +35,17 @@ from coordinator.cli.reset import (
 from coordinator.cli.security import CommandError, client_config
 
 PROG = "rebalanced groups"
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 # Kafka's tool refuses to reset or delete offsets of a group that still has members.
 INACTIVE_STATES = ("Empty", "Dead")
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        # One line and exit 2, as for every other mistake (argparse would print the usage too).
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
 def argument_parser() -> argparse.ArgumentParser:
-    common = _Parser(add_help=False)
-    common.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
-                        help=f"the broker to talk to (default: {DEFAULT_BOOTSTRAP})")
-    common.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
-                        help="give up on the broker after this long (default: 5)")
-    common.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    common.add_argument("--command-config", type=Path, metavar="FILE",
-                        help="client properties for a secured listener (security.protocol, "
-                             "sasl.*, ssl.*)")
+    common = connection_arguments(timeout_s=5.0)
 
-    parser = _Parser(prog=PROG, allow_abbrev=False,
+    parser = OneLineParser(prog=PROG, allow_abbrev=False,
                      description="Inspect and manage consumer groups, like Kafka's "
                                  "kafka-consumer-groups.sh, over the Kafka protocol.")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     commands.required = True
 
     commands.add_parser("list", parents=[common], allow_abbrev=False, help="list groups")

@@ -26,9 +26,10 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+from coordinator.cli.arguments import OneLineParser, connection_arguments
+
 _JAAS_USER = re.compile(r'username\s*=\s*"((?:\\.|[^"\\])*)"')
 _JAAS_PASSWORD = re.compile(r'password\s*=\s*"((?:\\.|[^"\\])*)"')
 # Java client properties -> librdkafka's; the others are passed as they are.
@@ -40,10 +41,6 @@ _JAVA_ONLY = {"ssl.truststore.type", "ssl.keystore.type", "sasl.login.callback.h
 class CommandError(Exception):
     pass
 
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
 def client_config(path: Path | None) -> dict[str, str]:
@@ -243,20 +240,15 @@ def cmd_acls(args: argparse.Namespace) -> int:
 
 
 def argument_parser(command: str) -> argparse.ArgumentParser:
-    common = _Parser(add_help=False)
-    common.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT")
-    common.add_argument("--command-config", type=Path, metavar="FILE",
-                        help="client properties: security.protocol, sasl.*, ssl.*")
-    common.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS")
-    common.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser = _Parser(prog=f"rebalanced {command}", allow_abbrev=False, description=(
+    common = connection_arguments(timeout_s=10.0)
+    parser = OneLineParser(prog=f"rebalanced {command}", allow_abbrev=False, description=(
         "SCRAM users of a Kafka-compatible broker (AlterUserScramCredentials)"
         if command == "users" else "ACLs of a Kafka-compatible broker (CreateAcls ...)"))
     if command == "users":
-        kinds = parser.add_subparsers(dest="kind", metavar="scram", parser_class=_Parser)
+        kinds = parser.add_subparsers(dest="kind", metavar="scram", parser_class=OneLineParser)
         kinds.required = True
         scram = kinds.add_parser("scram", help="SCRAM-SHA-256/512 credentials")
-        actions = scram.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
+        actions = scram.add_subparsers(dest="action", metavar="ACTION", parser_class=OneLineParser)
         actions.required = True
         listing = actions.add_parser("list", parents=[common], help="users and mechanisms")
         listing.add_argument("--user", action="append", metavar="NAME")
@@ -270,7 +262,7 @@ def argument_parser(command: str) -> argparse.ArgumentParser:
         add.add_argument("--password-file", metavar="FILE",
                          help="first line is the password (default: read from stdin)")
         return parser
-    actions = parser.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", parser_class=OneLineParser)
     actions.required = True
     for action in ("list", "add", "remove"):
         sub = actions.add_parser(action, parents=[common])

@@ -19,8 +19,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from coordinator.cli.admin import (
     AdminError,
@@ -28,10 +27,10 @@ from coordinator.cli.admin import (
     kafka_python_error_text,
     split_bootstrap,
 )
+from coordinator.cli.arguments import OneLineParser, connection_arguments
 from coordinator.cli.security import CommandError, client_config
 
 PROG = "rebalanced transactions"
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 # The broker's Docker image leaves the admin clients out: the broker never imports them.
 _MISSING_CLIENT = ("kafka-python is not installed (the broker's Docker image leaves it out): run "
                    "this command where `pip install .` installed it, against the broker's "
@@ -40,25 +39,12 @@ STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit",
           "CompleteAbort", "PrepareEpochFence")
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
 def argument_parser() -> argparse.ArgumentParser:
-    common = _Parser(add_help=False)
-    common.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
-                        help=f"the broker to talk to (default: {DEFAULT_BOOTSTRAP})")
-    common.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
-                        help="give up on the broker after this long (default: 5)")
-    common.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    common.add_argument("--command-config", type=Path, metavar="FILE",
-                        help="client properties for a secured listener (security.protocol, "
-                             "sasl.*, ssl.*)")
-    parser = _Parser(prog=PROG, allow_abbrev=False,
+    common = connection_arguments(timeout_s=5.0)
+    parser = OneLineParser(prog=PROG, allow_abbrev=False,
                      description="List and describe transactions, like Kafka's "
                                  "kafka-transactions.sh, over the Kafka protocol.")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     commands.required = True
     listing = commands.add_parser("list", parents=[common], allow_abbrev=False,
                                   help="list transactional ids and their states")

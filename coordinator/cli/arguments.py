@@ -1,0 +1,31 @@
+"""What the operators' commands (`rebalanced groups`, `transactions`, `acls`, `users`) share on
+their command lines: one-line usage errors and the options that say how to reach a broker."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import NoReturn
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line and exit 2, as for every other mistake (argparse would print the usage too).
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def connection_arguments(timeout_s: float) -> OneLineParser:
+    """A parent parser: the broker, the client properties of a secured listener, the timeout
+    and the output format."""
+    common = OneLineParser(add_help=False)
+    common.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
+                        help=f"the broker to talk to (default: {DEFAULT_BOOTSTRAP})")
+    common.add_argument("--timeout", type=float, default=timeout_s, metavar="SECONDS",
+                        help=f"give up on the broker after this long (default: {timeout_s:g})")
+    common.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    common.add_argument("--command-config", type=Path, metavar="FILE",
+                        help="client properties for a secured listener (security.protocol, "
+                             "sasl.*, ssl.*)")
+    return common
