@@ -196,19 +196,27 @@ def _multi(gate: GroupGate, api_key: int, operation: Operation, handler: Handler
     return checked
 
 
+def _describable_only(gate: GroupGate, ctx: ClientRequest, handler: Handler, request: Any,
+                      field: str, resource_type: ResourceType,
+                      name_of: Callable[[Any], str]) -> None:
+    """Run a listing, then keep in the answer's `field` only the entries whose resource the
+    principal may describe (left out silently, as Kafka's listings do)."""
+
+    def keep(response: Any) -> Any:
+        return dataclasses.replace(response, **{field: tuple(
+            entry for entry in getattr(response, field)
+            if gate.decide(ctx, Operation.DESCRIBE, resource_type, name_of(entry)).allowed)})
+
+    handler(_Merged(ctx, keep), request)  # type: ignore[arg-type]
+
+
 def _list_groups(gate: GroupGate, handler: Handler) -> Handler:
     def checked(ctx: ClientRequest, request: Any) -> None:
         if gate.decide(ctx, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME).allowed:
             handler(ctx, request)
             return
-
-        def keep(response: Any) -> Any:
-            return dataclasses.replace(response, groups=tuple(
-                g for g in response.groups
-                if gate.decide(ctx, Operation.DESCRIBE, ResourceType.GROUP,
-                               g.group_id).allowed))
-
-        handler(_Merged(ctx, keep), request)  # type: ignore[arg-type]
+        _describable_only(gate, ctx, handler, request, "groups", ResourceType.GROUP,
+                          lambda group: group.group_id)
 
     return checked
 
@@ -668,13 +676,8 @@ def _list_transactions(gate: GroupGate, handler: Handler) -> Handler:
     """Only the transactional ids the principal may describe."""
 
     def checked(ctx: ClientRequest, request: Any) -> None:
-        def keep(response: Any) -> Any:
-            return dataclasses.replace(response, transaction_states=tuple(
-                t for t in response.transaction_states
-                if gate.decide(ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
-                               t.transactional_id).allowed))
-
-        handler(_Merged(ctx, keep), request)  # type: ignore[arg-type]
+        _describable_only(gate, ctx, handler, request, "transaction_states",
+                          ResourceType.TRANSACTIONAL_ID, lambda state: state.transactional_id)
 
     return checked
 
