@@ -16,6 +16,14 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
+def required_subcommands(parser: argparse.ArgumentParser, dest: str,
+                         metavar: str) -> argparse._SubParsersAction[OneLineParser]:
+    """The parser's subcommands, one of which must be given (a usage error in one line)."""
+    subcommands = parser.add_subparsers(dest=dest, metavar=metavar, parser_class=OneLineParser)
+    subcommands.required = True
+    return subcommands
+
+
 def connection_arguments(timeout_s: float) -> OneLineParser:
     """A parent parser: the broker, the client properties of a secured listener, the timeout
     and the output format."""

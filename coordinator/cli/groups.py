@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from coordinator.cli.admin import AdminError, GroupAdmin, GroupDescription, Member
-from coordinator.cli.arguments import OneLineParser, connection_arguments
+from coordinator.cli.arguments import OneLineParser, connection_arguments, required_subcommands
 from coordinator.cli.reset import (
     PartitionRange,
     ResetSpec,
@@ -43,10 +43,9 @@ def argument_parser() -> argparse.ArgumentParser:
     common = connection_arguments(timeout_s=5.0)
 
     parser = OneLineParser(prog=PROG, allow_abbrev=False,
-                     description="Inspect and manage consumer groups, like Kafka's "
-                                 "kafka-consumer-groups.sh, over the Kafka protocol.")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
-    commands.required = True
+                           description="Inspect and manage consumer groups, like Kafka's "
+                                       "kafka-consumer-groups.sh, over the Kafka protocol.")
+    commands = required_subcommands(parser, "command", "COMMAND")
 
     commands.add_parser("list", parents=[common], allow_abbrev=False, help="list groups")
 

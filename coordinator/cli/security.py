@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from coordinator.cli.arguments import OneLineParser, connection_arguments
+from coordinator.cli.arguments import OneLineParser, connection_arguments, required_subcommands
 
 _JAAS_USER = re.compile(r'username\s*=\s*"((?:\\.|[^"\\])*)"')
 _JAAS_PASSWORD = re.compile(r'password\s*=\s*"((?:\\.|[^"\\])*)"')
@@ -245,11 +245,9 @@ def argument_parser(command: str) -> argparse.ArgumentParser:
         "SCRAM users of a Kafka-compatible broker (AlterUserScramCredentials)"
         if command == "users" else "ACLs of a Kafka-compatible broker (CreateAcls ...)"))
     if command == "users":
-        kinds = parser.add_subparsers(dest="kind", metavar="scram", parser_class=OneLineParser)
-        kinds.required = True
+        kinds = required_subcommands(parser, "kind", "scram")
         scram = kinds.add_parser("scram", help="SCRAM-SHA-256/512 credentials")
-        actions = scram.add_subparsers(dest="action", metavar="ACTION", parser_class=OneLineParser)
-        actions.required = True
+        actions = required_subcommands(scram, "action", "ACTION")
         listing = actions.add_parser("list", parents=[common], help="users and mechanisms")
         listing.add_argument("--user", action="append", metavar="NAME")
         add = actions.add_parser("add", parents=[common], help="add or replace a credential")
@@ -262,8 +260,7 @@ def argument_parser(command: str) -> argparse.ArgumentParser:
         add.add_argument("--password-file", metavar="FILE",
                          help="first line is the password (default: read from stdin)")
         return parser
-    actions = parser.add_subparsers(dest="action", metavar="ACTION", parser_class=OneLineParser)
-    actions.required = True
+    actions = required_subcommands(parser, "action", "ACTION")
     for action in ("list", "add", "remove"):
         sub = actions.add_parser(action, parents=[common])
         sub.add_argument("--group", metavar="NAME")

@@ -27,7 +27,7 @@ from coordinator.cli.admin import (
     kafka_python_error_text,
     split_bootstrap,
 )
-from coordinator.cli.arguments import OneLineParser, connection_arguments
+from coordinator.cli.arguments import OneLineParser, connection_arguments, required_subcommands
 from coordinator.cli.security import CommandError, client_config
 
 PROG = "rebalanced transactions"
@@ -42,10 +42,9 @@ STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit",
 def argument_parser() -> argparse.ArgumentParser:
     common = connection_arguments(timeout_s=5.0)
     parser = OneLineParser(prog=PROG, allow_abbrev=False,
-                     description="List and describe transactions, like Kafka's "
-                                 "kafka-transactions.sh, over the Kafka protocol.")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
-    commands.required = True
+                           description="List and describe transactions, like Kafka's "
+                                       "kafka-transactions.sh, over the Kafka protocol.")
+    commands = required_subcommands(parser, "command", "COMMAND")
     listing = commands.add_parser("list", parents=[common], allow_abbrev=False,
                                   help="list transactional ids and their states")
     listing.add_argument("--state", action="append", choices=STATES, metavar="STATE",
