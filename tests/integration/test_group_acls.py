@@ -38,30 +38,20 @@ from confluent_kafka.admin import (
 
 from tests.bench import wire
 from tests.broker_process import BrokerProcess, free_port
+from tests.sasl_acl_broker import client_config, login, start_acl_broker
 
 pytestmark = pytest.mark.integration
 PROJECT = Path(__file__).resolve().parents[2]
 
-JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
-        'user_admin="admin-secret" user_alice="alice-secret" user_bob="bob-secret";')
 
 
 @pytest.fixture(scope="module")
 def acl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     root = tmp_path_factory.mktemp("acls")
-    plain, sasl, metrics = free_port(), free_port(), free_port()
-    broker = BrokerProcess(root / "data", port=plain, settings={
-        "metrics.listener": f"127.0.0.1:{metrics}",
-        "listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl}",
-        "sasl.enabled.mechanisms": "PLAIN",
-        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
-        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        "super.users": "User:admin",
-    })
-    broker.env["SASL_PORT"] = str(sasl)
+    metrics = free_port()
+    broker = start_acl_broker(root / "data", {"metrics.listener": f"127.0.0.1:{metrics}"})
     broker.env["METRICS_PORT"] = str(metrics)
-    broker.start()
-    admin = AdminClient(_config(broker, "admin"))
+    admin = AdminClient(client_config(broker, "admin"))
     futures = admin.create_acls([
         AclBinding(ResourceType.GROUP, "billing-", ResourcePatternType.PREFIXED, "User:alice",
                    "*", AclOperation.READ, AclPermissionType.ALLOW),
@@ -83,15 +73,9 @@ def acl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProce
     assert "Traceback" not in broker.log_path.read_text(errors="replace")
 
 
-def _config(broker: BrokerProcess, user: str) -> dict[str, Any]:
-    return {"bootstrap.servers": f"127.0.0.1:{broker.env['SASL_PORT']}",
-            "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
-            "sasl.username": user, "sasl.password": f"{user}-secret"}
-
-
 def _consume(broker: BrokerProcess, user: str, group: str, topic: str) -> KafkaError | int:
     """The committed offset after reading one message, or the error the group got."""
-    consumer = Consumer({**_config(broker, user), "group.id": group,
+    consumer = Consumer({**client_config(broker, user), "group.id": group,
                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
     consumer.subscribe([topic])
     deadline = time.monotonic() + 20
@@ -116,7 +100,7 @@ def _consume(broker: BrokerProcess, user: str, group: str, topic: str) -> KafkaE
 def test_a_group_works_only_for_the_principal_allowed_to_read_it(
         acl_broker: BrokerProcess) -> None:
     topic = f"t-{uuid.uuid4().hex[:8]}"
-    producer = Producer(_config(acl_broker, "admin"))
+    producer = Producer(client_config(acl_broker, "admin"))
     producer.produce(topic, value=b"x")
     assert producer.flush(15) == 0
     assert _consume(acl_broker, "alice", "billing-1", topic) == 1
@@ -143,7 +127,7 @@ def _journal_events(broker: BrokerProcess, event_type: str) -> list[dict[str, An
 def test_a_denial_is_a_journal_event_and_a_metric(acl_broker: BrokerProcess) -> None:
     topic = f"t-{uuid.uuid4().hex[:8]}"
     group = f"denied-{uuid.uuid4().hex[:8]}"
-    producer = Producer(_config(acl_broker, "admin"))
+    producer = Producer(client_config(acl_broker, "admin"))
     producer.produce(topic, value=b"x")
     assert producer.flush(15) == 0
     outcome = _consume(acl_broker, "bob", group, topic)
@@ -181,17 +165,17 @@ def test_topics_need_write_to_produce_and_describe_to_be_seen(
         if error is not None:
             errors.append(error)
 
-    producer = Producer(_config(acl_broker, "alice"))
+    producer = Producer(client_config(acl_broker, "alice"))
     producer.produce(f"t-{uuid.uuid4().hex[:8]}", value=b"x", on_delivery=delivered)
     producer.flush(15)
     assert [e.code() for e in errors] == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
     # A topic alice may not describe is not auto-created for her, and not listed.
-    admin = AdminClient(_config(acl_broker, "alice"))
+    admin = AdminClient(client_config(acl_broker, "alice"))
     hidden = f"hidden-{uuid.uuid4().hex[:8]}"
     metadata = admin.list_topics(hidden, timeout=10)
     error = metadata.topics[hidden].error
     assert error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
-    super_admin = AdminClient(_config(acl_broker, "admin"))
+    super_admin = AdminClient(client_config(acl_broker, "admin"))
     assert hidden not in super_admin.list_topics(timeout=10).topics
     assert all(name.startswith("t-") or name == "__consumer_offsets"
                for name in admin.list_topics(timeout=10).topics)
@@ -208,10 +192,10 @@ def test_topics_need_write_to_produce_and_describe_to_be_seen(
 
 def test_fetching_needs_read_on_the_topic(acl_broker: BrokerProcess) -> None:
     topic = f"w-{uuid.uuid4().hex[:8]}"
-    producer = Producer(_config(acl_broker, "admin"))
+    producer = Producer(client_config(acl_broker, "admin"))
     producer.produce(topic, value=b"x")
     assert producer.flush(15) == 0
-    consumer = Consumer({**_config(acl_broker, "alice"), "group.id": "billing-w",
+    consumer = Consumer({**client_config(acl_broker, "alice"), "group.id": "billing-w",
                          "auto.offset.reset": "earliest"})
     consumer.assign([TopicPartition(topic, 0)])
     deadline = time.monotonic() + 20
@@ -230,7 +214,7 @@ def test_fetching_needs_read_on_the_topic(acl_broker: BrokerProcess) -> None:
 
 
 def test_describe_groups_answers_each_group_on_its_own(acl_broker: BrokerProcess) -> None:
-    admin = AdminClient(_config(acl_broker, "alice"))
+    admin = AdminClient(client_config(acl_broker, "alice"))
     futures = admin.describe_consumer_groups(["billing-1", "other"],
                                              include_authorized_operations=True)
     described = futures["billing-1"].result(timeout=15)
@@ -246,7 +230,7 @@ def test_acls_are_read_by_a_super_user_and_refused_to_others(acl_broker: BrokerP
     anything: Any = None
     everything = AclBindingFilter(ResourceType.ANY, anything, ResourcePatternType.ANY,
                                   anything, anything, AclOperation.ANY, AclPermissionType.ANY)
-    admin = AdminClient(_config(acl_broker, "admin"))
+    admin = AdminClient(client_config(acl_broker, "admin"))
     found = admin.describe_acls(everything).result(timeout=15)
     assert {(b.name, b.permission_type) for b in found} == {
         ("billing-", AclPermissionType.ALLOW), ("billing-secret", AclPermissionType.DENY),
@@ -256,11 +240,8 @@ def test_acls_are_read_by_a_super_user_and_refused_to_others(acl_broker: BrokerP
 
 
 async def _describe_acls_as_bob(broker: BrokerProcess) -> int:
-    conn = await wire.Connection.open("127.0.0.1", int(broker.env["SASL_PORT"]))
+    conn = await login(broker, "bob")
     try:
-        assert (await conn.call(17, 1, {"mechanism": "PLAIN"})).error_code.value == 0
-        reply = await conn.call(36, 2, {"auth_bytes": b"\0bob\0bob-secret"})
-        assert reply.error_code.value == 0
         described = await conn.call(29, 3, {
             "resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1,
             "principal_filter": None, "host_filter": None, "operation": 1,
@@ -303,14 +284,14 @@ def test_the_acls_and_users_commands_over_a_secured_listener(acl_broker: BrokerP
     assert {"user": "erin", "mechanism": "SCRAM-SHA-256", "iterations": 4096} in users
 
 
-def test_the_groups_commands_take_a_command_config(acl_broker: BrokerProcess,
+def test_the_groups_commands_take_a_commandclient_config(acl_broker: BrokerProcess,
                                                    tmp_path: Path) -> None:
     config = tmp_path / "admin.properties"
     config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
                       "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule"
                       ' required username="admin" password="admin-secret";\n')
     topic = f"t-{uuid.uuid4().hex[:8]}"
-    producer = Producer(_config(acl_broker, "admin"))
+    producer = Producer(client_config(acl_broker, "admin"))
     producer.produce(topic, value=b"x")
     assert producer.flush(15) == 0
     assert _consume(acl_broker, "admin", "cli-group", topic) == 1
@@ -321,11 +302,8 @@ def test_the_groups_commands_take_a_command_config(acl_broker: BrokerProcess,
 
 async def _commit_as_alice(broker: BrokerProcess, group: str, topics: list[str],
                            version: int) -> dict[str, int]:
-    conn = await wire.Connection.open("127.0.0.1", int(broker.env["SASL_PORT"]))
+    conn = await login(broker, "alice")
     try:
-        assert (await conn.call(17, 1, {"mechanism": "PLAIN"})).error_code.value == 0
-        reply = await conn.call(36, 2, {"auth_bytes": b"\0alice\0alice-secret"})
-        assert reply.error_code.value == 0
         committed = await conn.call(8, version, {
             "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
             "group_instance_id": None, "retention_time": -1, "topics": [
@@ -341,7 +319,7 @@ async def _commit_as_alice(broker: BrokerProcess, group: str, topics: list[str],
 @pytest.mark.parametrize("version", [7, 9])  # v9: the hand-read, hand-answered fast path
 def test_a_commit_needs_read_on_each_topic(acl_broker: BrokerProcess, version: int) -> None:
     readable, described = f"t-{uuid.uuid4().hex[:8]}", f"w-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient(_config(acl_broker, "admin"))
+    admin = AdminClient(client_config(acl_broker, "admin"))
     for future in admin.create_topics([NewTopic(readable, 1), NewTopic(described, 1)]).values():
         future.result(timeout=15)
     errors = asyncio.run(_commit_as_alice(acl_broker, "billing-c", [readable, described],
@@ -370,7 +348,7 @@ async def _delete_offsets_as(broker: BrokerProcess, user: str, group: str,
 def test_offset_delete_needs_delete_on_the_group_and_read_on_each_topic(
         acl_broker: BrokerProcess) -> None:
     readable, described = f"t-{uuid.uuid4().hex[:8]}", f"w-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient(_config(acl_broker, "admin"))
+    admin = AdminClient(client_config(acl_broker, "admin"))
     futures = admin.create_acls([AclBinding(
         ResourceType.GROUP, "cleanup", ResourcePatternType.LITERAL, "User:bob", "*",
         AclOperation.DELETE, AclPermissionType.ALLOW)])
@@ -398,11 +376,11 @@ def test_offset_fetch_shows_only_the_topics_the_principal_may_describe(
         acl_broker: BrokerProcess) -> None:
     readable, hidden = f"t-{uuid.uuid4().hex[:8]}", f"x-{uuid.uuid4().hex[:8]}"
     group = f"billing-{uuid.uuid4().hex[:8]}"
-    producer = Producer(_config(acl_broker, "admin"))
+    producer = Producer(client_config(acl_broker, "admin"))
     for topic in (readable, hidden):
         producer.produce(topic, value=b"x")
     assert producer.flush(15) == 0
-    committer = Consumer({**_config(acl_broker, "admin"), "group.id": group,
+    committer = Consumer({**client_config(acl_broker, "admin"), "group.id": group,
                           "enable.auto.commit": False})
     try:
         committer.commit(offsets=[TopicPartition(readable, 0, 1), TopicPartition(hidden, 0, 1)],
@@ -410,7 +388,7 @@ def test_offset_fetch_shows_only_the_topics_the_principal_may_describe(
     finally:
         committer.close()
 
-    reader = Consumer({**_config(acl_broker, "alice"), "group.id": group,
+    reader = Consumer({**client_config(acl_broker, "alice"), "group.id": group,
                        "enable.auto.commit": False})
     try:
         answered = reader.committed([TopicPartition(readable, 0), TopicPartition(hidden, 0)],
@@ -424,11 +402,11 @@ def test_offset_fetch_shows_only_the_topics_the_principal_may_describe(
     assert hidden_error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
     # All the group's offsets: the hidden topic is left out, as Kafka filters it.
-    admin = AdminClient(_config(acl_broker, "alice"))
+    admin = AdminClient(client_config(acl_broker, "alice"))
     listed = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
     offsets = listed[group].result(timeout=15)
     assert {tp.topic for tp in offsets.topic_partitions} == {readable}
-    super_admin = AdminClient(_config(acl_broker, "admin"))
+    super_admin = AdminClient(client_config(acl_broker, "admin"))
     everything = super_admin.list_consumer_group_offsets(
         [ConsumerGroupTopicPartitions(group)])[group].result(timeout=15)
     assert {tp.topic for tp in everything.topic_partitions} == {readable, hidden}
@@ -436,11 +414,8 @@ def test_offset_fetch_shows_only_the_topics_the_principal_may_describe(
 
 async def _fetch_as_alice(broker: BrokerProcess, group: str, topics: list[str] | None,
                           version: int) -> dict[str, int]:
-    conn = await wire.Connection.open("127.0.0.1", int(broker.env["SASL_PORT"]))
+    conn = await login(broker, "alice")
     try:
-        assert (await conn.call(17, 1, {"mechanism": "PLAIN"})).error_code.value == 0
-        reply = await conn.call(36, 2, {"auth_bytes": b"\0alice\0alice-secret"})
-        assert reply.error_code.value == 0
         fetched = await conn.call(9, version, {
             "group_id": group, "require_stable": False,
             "topics": None if topics is None else [
@@ -455,11 +430,11 @@ def test_offset_fetch_of_one_group_checks_each_topic(acl_broker: BrokerProcess,
                                                      version: int) -> None:
     readable, hidden = f"t-{uuid.uuid4().hex[:8]}", f"x-{uuid.uuid4().hex[:8]}"
     group = f"billing-{uuid.uuid4().hex[:8]}"
-    producer = Producer(_config(acl_broker, "admin"))
+    producer = Producer(client_config(acl_broker, "admin"))
     for topic in (readable, hidden):
         producer.produce(topic, value=b"x")
     assert producer.flush(15) == 0
-    committer = Consumer({**_config(acl_broker, "admin"), "group.id": group,
+    committer = Consumer({**client_config(acl_broker, "admin"), "group.id": group,
                           "enable.auto.commit": False})
     try:
         committer.commit(offsets=[TopicPartition(readable, 0, 1), TopicPartition(hidden, 0, 1)],
@@ -473,11 +448,8 @@ def test_offset_fetch_of_one_group_checks_each_topic(acl_broker: BrokerProcess,
 
 
 async def _metadata_as_alice(broker: BrokerProcess, topics: list[str]) -> Any:
-    conn = await wire.Connection.open("127.0.0.1", int(broker.env["SASL_PORT"]))
+    conn = await login(broker, "alice")
     try:
-        assert (await conn.call(17, 1, {"mechanism": "PLAIN"})).error_code.value == 0
-        reply = await conn.call(36, 2, {"auth_bytes": b"\0alice\0alice-secret"})
-        assert reply.error_code.value == 0
         return await conn.call(3, 10, {
             "topics": [{"name": topic, "topic_id": None} for topic in topics],
             "allow_auto_topic_creation": False, "include_cluster_authorized_operations": True,
@@ -489,7 +461,7 @@ async def _metadata_as_alice(broker: BrokerProcess, topics: list[str]) -> Any:
 def test_metadata_reports_the_authorized_operations(acl_broker: BrokerProcess) -> None:
     readable, described = f"t-{uuid.uuid4().hex[:8]}", f"w-{uuid.uuid4().hex[:8]}"
     hidden = f"x-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient(_config(acl_broker, "admin"))
+    admin = AdminClient(client_config(acl_broker, "admin"))
     for future in admin.create_topics([NewTopic(name, 1) for name in (
             readable, described, hidden)]).values():
         future.result(timeout=15)
@@ -524,7 +496,7 @@ def test_init_producer_id_needs_write_on_a_topic_or_the_transactional_id(
         KafkaError.CLUSTER_AUTHORIZATION_FAILED)
     assert asyncio.run(_init_producer_id(acl_broker, "alice", "tx-alice")) == int(
         KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    admin = AdminClient(_config(acl_broker, "admin"))
+    admin = AdminClient(client_config(acl_broker, "admin"))
     for future in admin.create_acls([AclBinding(
             ResourceType.TOPIC, "bobs-", ResourcePatternType.PREFIXED, "User:bob", "*",
             AclOperation.WRITE, AclPermissionType.ALLOW)]).values():

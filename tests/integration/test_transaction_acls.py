@@ -25,13 +25,12 @@ from confluent_kafka.admin import (
 )
 
 from tests.bench import wire
-from tests.broker_process import BrokerProcess, free_port
+from tests.broker_process import BrokerProcess
+from tests.sasl_acl_broker import client_config, login, start_acl_broker
 
 pytestmark = pytest.mark.integration
 PROJECT = Path(__file__).resolve().parents[2]
 
-JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
-        'user_admin="admin-secret" user_alice="alice-secret" user_bob="bob-secret";')
 TID = "alice-app"
 NONE = 0
 TOPIC_DENIED = 29
@@ -42,19 +41,8 @@ NOT_ATTEMPTED = 55
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    plain, sasl = free_port(), free_port()
-    process = BrokerProcess(tmp_path_factory.mktemp("txnacls") / "data", port=plain, settings={
-        "listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl}",
-        "sasl.enabled.mechanisms": "PLAIN",
-        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
-        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        "super.users": "User:admin",
-    })
-    process.env["SASL_PORT"] = str(sasl)
-    process.start()
-    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{sasl}",
-                         "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
-                         "sasl.username": "admin", "sasl.password": "admin-secret"})
+    process = start_acl_broker(tmp_path_factory.mktemp("txnacls") / "data")
+    admin = AdminClient(client_config(process, "admin"))
     for future in admin.create_topics([NewTopic(name, num_partitions=1, replication_factor=1)
                                        for name in ("t-data", "w-data")]).values():
         future.result(15)
@@ -82,14 +70,6 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     finally:
         process.stop()
     assert "Traceback" not in process.log_path.read_text(errors="replace")
-
-
-async def login(broker: BrokerProcess, user: str) -> wire.Connection:
-    conn = await wire.Connection.open("127.0.0.1", int(broker.env["SASL_PORT"]))
-    assert (await conn.call(17, 1, {"mechanism": "PLAIN"})).error_code.value == 0
-    secret = f"\0{user}\0{user}-secret".encode()
-    assert (await conn.call(36, 2, {"auth_bytes": secret})).error_code.value == 0
-    return conn
 
 
 @pytest.fixture
