@@ -11,7 +11,8 @@ import asyncio
 import datetime
 import itertools
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,10 @@ from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
 from coordinator.runtime.broker import Broker
+from coordinator.security.listeners import listener_security
 from coordinator.settings import defaults
 from protocol.build import build
+from protocol.server import KafkaServer
 from storage.fs import FileSystem
 from tests.fakes import FakeConnection, FakeContext, FakeHeader
 
@@ -53,6 +56,24 @@ async def started_broker(data_dir: Path, overrides: Mapping[str, str] | None = N
         broker.create_topic(TOPIC, partitions, {}, reason="test")
     await until(lambda: not broker.groups.loading, "load")
     return broker
+
+
+@asynccontextmanager
+async def ssl_server(data_dir: Path, settings: Mapping[str, str],
+                     **server_options: Any) -> AsyncIterator[KafkaServer]:
+    """A started broker without topics behind one SSL listener on a free loopback port
+    (`settings` give its TLS material), served by a KafkaServer with `server_options`."""
+    broker = await started_broker(data_dir, {"listeners": "SSL://127.0.0.1:0", **settings},
+                                  partitions=None)
+    server = KafkaServer(broker, listeners=[("SSL", "127.0.0.1", 0)],
+                         security=listener_security(broker.settings), max_frame_bytes=1 << 20,
+                         **server_options)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+        await broker.stop()
 
 
 def send(broker: Broker, api_key: int, version: int, body: dict[str, Any],

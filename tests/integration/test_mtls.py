@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.security.listeners import listener_security
 from protocol.server import KafkaServer
 from tests.bench import wire
-from tests.integration.in_process import started_broker, until
+from tests.integration.in_process import ssl_server, until
 from tests.tls_material import Pki
 
 pytestmark = pytest.mark.integration
@@ -25,21 +24,13 @@ pytestmark = pytest.mark.integration
 async def mtls(tmp_path: Path) -> AsyncIterator[tuple[KafkaServer, Pki]]:
     pki = Pki.create(tmp_path / "pki")
     server_pem = pki.issue("server", server=True, CN="localhost")
-    broker = await started_broker(tmp_path / "data", {
-        "listeners": "SSL://127.0.0.1:0",
+    async with ssl_server(tmp_path / "data", {
         "listener.name.ssl.ssl.keystore.location": str(server_pem),
         "listener.name.ssl.ssl.truststore.location": str(pki.ca_path),
         "listener.name.ssl.ssl.client.auth": "required",
         "ssl.principal.mapping.rules": "RULE:^CN=([^,]*),OU=ops,.*$/$1-ops/L,DEFAULT",
-    }, partitions=None)
-    server = KafkaServer(broker, listeners=[("SSL", "127.0.0.1", 0)],
-                         security=listener_security(broker.settings), max_frame_bytes=1 << 20)
-    await server.start()
-    try:
+    }) as server:
         yield server, pki
-    finally:
-        await server.stop()
-        await broker.stop()
 
 
 def _client_context(pki: Pki, certificate: Path | None) -> ssl.SSLContext:
@@ -90,17 +81,12 @@ async def test_a_client_without_a_trusted_certificate_is_refused(mtls, tmp_path:
 
 async def test_a_certificate_no_rule_maps_is_refused(tmp_path: Path) -> None:
     pki = Pki.create(tmp_path / "pki")
-    broker = await started_broker(tmp_path / "data", {
-        "listeners": "SSL://127.0.0.1:0",
+    async with ssl_server(tmp_path / "data", {
         "ssl.keystore.location": str(pki.issue("server", server=True, CN="localhost")),
         "ssl.truststore.location": str(pki.ca_path),
         "ssl.client.auth": "required",
         "ssl.principal.mapping.rules": "RULE:^CN=([^,]*),OU=ops,.*$/$1/",
-    }, partitions=None)
-    server = KafkaServer(broker, listeners=[("SSL", "127.0.0.1", 0)],
-                         security=listener_security(broker.settings), max_frame_bytes=1 << 20)
-    await server.start()
-    try:
+    }) as server:
         stranger = pki.issue("stranger", CN="stranger", OU="dev", O="Acme")
         with pytest.raises((wire.WireError, ConnectionError, OSError)):
             conn = await wire.Connection.open("127.0.0.1", server.port,
@@ -110,22 +96,13 @@ async def test_a_certificate_no_rule_maps_is_refused(tmp_path: Path) -> None:
             finally:
                 await conn.close()
         assert not server.connections
-    finally:
-        await server.stop()
-        await broker.stop()
 
 
 async def test_tls_handshakes_under_way_count_against_max_connections(tmp_path: Path) -> None:
     pki = Pki.create(tmp_path / "pki")
-    broker = await started_broker(tmp_path / "data", {
-        "listeners": "SSL://127.0.0.1:0",
+    async with ssl_server(tmp_path / "data", {
         "ssl.keystore.location": str(pki.issue("server", server=True, CN="localhost")),
-    }, partitions=None)
-    server = KafkaServer(broker, listeners=[("SSL", "127.0.0.1", 0)],
-                         security=listener_security(broker.settings), max_frame_bytes=1 << 20,
-                         max_connections=2)
-    await server.start()
-    try:
+    }, max_connections=2) as server:
         # Two sockets that never finish their handshake hold both places ...
         stalled = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(2)]
         await until(lambda: server.handshaking == 2, "handshakes counted")
@@ -141,6 +118,3 @@ async def test_tls_handshakes_under_way_count_against_max_connections(tmp_path: 
                                           tls=_client_context(pki, None))
         assert 18 in await wire.api_versions(conn)
         await conn.close()
-    finally:
-        await server.stop()
-        await broker.stop()

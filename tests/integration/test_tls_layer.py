@@ -15,10 +15,9 @@ import pytest
 import structlog
 
 import protocol.server
-from coordinator.security.listeners import listener_security
 from protocol.server import KafkaServer
 from tests.bench import wire
-from tests.integration.in_process import started_broker, until
+from tests.integration.in_process import ssl_server, until
 from tests.tls_material import Pki
 
 pytestmark = pytest.mark.integration
@@ -29,19 +28,10 @@ _SIZE = struct.Struct(">i")
 @pytest.fixture
 async def tls_server(tmp_path: Path) -> AsyncIterator[tuple[KafkaServer, Pki]]:
     pki = Pki.create(tmp_path / "pki")
-    broker = await started_broker(tmp_path / "data", {
-        "listeners": "SSL://127.0.0.1:0",
+    async with ssl_server(tmp_path / "data", {
         "ssl.keystore.location": str(pki.issue("server", server=True, CN="localhost")),
-    }, partitions=None)
-    server = KafkaServer(broker, listeners=[("SSL", "127.0.0.1", 0)],
-                         security=listener_security(broker.settings), max_frame_bytes=1 << 20,
-                         max_in_flight=4)
-    await server.start()
-    try:
+    }, max_in_flight=4) as server:
         yield server, pki
-    finally:
-        await server.stop()
-        await broker.stop()
 
 
 async def _open(server: KafkaServer, pki: Pki) -> tuple[asyncio.StreamReader,
