@@ -151,8 +151,11 @@ def test_commits_and_the_group_survive_a_broker_restart(
                    "the new records consumed after the restart", workers, broker)
         assert [w.assignment for w in workers] == shares
         assert not any(w.of("lost") for w in workers)
+        # Every member commits before any leaves: a leave bumps the others' epochs, and a commit
+        # sent with the epoch from before that heartbeat is STALE_MEMBER_EPOCH, as on Kafka.
         for w in workers:
             w.commit()
+        for w in workers:
             w.close()
         # A fresh member resumes from the commits: it sees nothing already consumed.
         fresh = spawn_modern(spawn, "fresh")
