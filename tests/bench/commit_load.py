@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.bench.brokers import Rebalanced, self_cpu_seconds
+from tests.bench.brokers import Broker, Rebalanced, self_cpu_seconds
 from tests.bench.coordinator_bench import _form_groups, _members
 from tests.bench.dataplane import ensure_topic
 from tests.bench.members import Member, close_all, gather_bounded
@@ -163,7 +163,7 @@ def _start_profiler(pid: int, out: Path, seconds: float) -> subprocess.Popen[byt
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-async def commit_run(broker: Rebalanced, p: CommitParams,
+async def commit_run(broker: Broker, p: CommitParams,
                      profile: Path | None = None) -> dict[str, Any]:
     topic = "commit-load"
     await asyncio.to_thread(ensure_topic, broker, topic, p.partitions)
