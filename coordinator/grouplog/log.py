@@ -29,7 +29,10 @@ runs one pass on the caller's thread and `close` waits for a running one to stop
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import queue
 import struct
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -104,17 +107,42 @@ class GroupLogLoadError(Exception):
         self.reason = reason
 
 
-def _errors_of(jobs: Sequence[asyncio.Future[None]]) -> list[BaseException]:
-    """The failures of finished fsync jobs (a cancelled job counts as failed)."""
-    errors: list[BaseException] = []
-    for job in jobs:
-        if job.cancelled():
-            errors.append(asyncio.CancelledError())
-        else:
-            exc = job.exception()
-            if exc is not None:
-                errors.append(exc)
-    return errors
+class _FsyncThread:
+    """One long-lived thread for the fsync of a single dirty partition (the usual case): the
+    job is handed over through a `SimpleQueue` and its outcome comes back with one
+    `call_soon_threadsafe`, where an executor job costs a queue with a condition, a
+    concurrent future, an asyncio future and a done callback, each with its own wake-up."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[
+            tuple[asyncio.AbstractEventLoop, Callable[[], None],
+                  Callable[[BaseException | None], None]] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, loop: asyncio.AbstractEventLoop, flush: Callable[[], None],
+               done: Callable[[BaseException | None], None]) -> None:
+        """Run `flush` on the thread, then `done(error or None)` on `loop`."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="group-log-fsync",
+                                            daemon=True)
+            self._thread.start()
+        self._jobs.put((loop, flush, done))
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            loop, flush, done = job
+            error: BaseException | None = None
+            try:
+                flush()
+            except BaseException as exc:  # every failure fails the appends it covers
+                error = exc
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+                loop.call_soon_threadsafe(done, error)
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._jobs.put(None)
+            self._thread = None
 
 
 class GroupLog:
@@ -133,6 +161,7 @@ class GroupLog:
         self._offset_waiters: dict[int, deque[tuple[int, asyncio.Future[None]]]] = {}
         self._waiting: list[asyncio.Future[None]] = []
         self._flushing = False
+        self._fsync_thread = _FsyncThread()
         self._interval_task: asyncio.Task[None] | None = None
         self.appends = 0
         self.fsyncs = 0
@@ -435,11 +464,12 @@ class GroupLog:
         loop = asyncio.get_running_loop()
         ends = {p: self.logs[p].log_end_offset for p in dirty}
         if len(dirty) == 1:
-            # The usual case (the appends of a turn went to one partition): the fsync's own
-            # future, without a gathering future around it.
+            # The usual case (the appends of a turn went to one partition): the fsync thread,
+            # answered with one callback.
             (partition,) = dirty
-            job = loop.run_in_executor(None, self.logs[partition].flush)
-            job.add_done_callback(lambda done: self._flushed(_errors_of((done,)), waiting, ends))
+            self._fsync_thread.submit(
+                loop, self.logs[partition].flush,
+                lambda error: self._flushed([] if error is None else [error], waiting, ends))
             return
         # One fsync per dirty partition, in parallel: they are independent files.
         jobs = [loop.run_in_executor(None, self.logs[p].flush) for p in dirty]
@@ -564,6 +594,7 @@ class GroupLog:
 
     def close(self) -> None:
         self.cleaner.stop()
+        self._fsync_thread.stop()
         if self._interval_task is not None:
             self._interval_task.cancel()
         self.flush()
