@@ -42,14 +42,24 @@ Buffer = bytes | bytearray | memoryview
 class ReadHandle:
     """A file opened for positional reads."""
 
-    __slots__ = ("_fd", "path")
+    __slots__ = ("_fd", "_identity", "path")
 
     def __init__(self, path: Path, fd: int) -> None:
         self.path = path
         self._fd = fd
+        self._identity: tuple[int, int] | None = None
 
     def fileno(self) -> int:
         return self._fd
+
+    def identity(self) -> tuple[int, int]:
+        """(device, inode) of the open file: fixed for the descriptor's life, so asked of the
+        kernel once (a durable append checks it after every fsync)."""
+        identity = self._identity
+        if identity is None:
+            opened = os.fstat(self._fd)
+            identity = self._identity = (opened.st_dev, opened.st_ino)
+        return identity
 
     def pread(self, size: int, position: int) -> bytes:
         """Up to `size` bytes at `position` (fewer only at end of file)."""
@@ -169,8 +179,7 @@ class FileSystem:
             named = os.stat(path)
         except FileNotFoundError:
             return False
-        opened = os.fstat(handle.fileno())
-        return (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino)
+        return (named.st_dev, named.st_ino) == handle.identity()
 
     def mtime_ms(self, path: Path) -> int:
         return os.stat(path).st_mtime_ns // 1_000_000
