@@ -41,7 +41,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.bench.brokers import PEERS, Broker, BrokerStartError, Rebalanced
+from coordinator.runtime.broker import connection_limit
+from coordinator.settings import SETTINGS
+from tests.bench.brokers import PEERS, REPO, Broker, BrokerStartError, Rebalanced
 from tests.bench.commit_load import CommitFrame, _run
 from tests.bench.coordinator_bench import _form_groups, _members
 from tests.bench.dataplane import ensure_topic
@@ -49,6 +51,7 @@ from tests.bench.members import COMMIT_V, Member, close_all
 from tests.bench.wire import decode
 
 SHAPES = ("group", "groups")
+_SPARE_CONNECTIONS = 8  # the topic set-up's admin client and metadata probes
 BROKERS = ("rebalanced", *PEERS)
 
 
@@ -207,14 +210,29 @@ def raise_fd_limit(need: int) -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-def make_broker(name: str, workdir: Path) -> Broker:
+def admitted_members(size: int) -> int:
+    """`size`, or fewer when rebalanced, started from here, would refuse some connections:
+    it takes at most its connections' share of the open-file limit (`connection_limit`). The
+    same count is used for every broker, like for like."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    defaults = {s.key: s.default for s in SETTINGS}
+    share = connection_limit(int(defaults["max.connections"]),
+                             int(defaults["offsets.topic.num.partitions"]), soft)
+    return min(size, share - _SPARE_CONNECTIONS)
+
+
+def make_broker(name: str, workdir: Path, tree: Path = REPO) -> Broker:
     if name == "rebalanced":
-        return Rebalanced(workdir, {"group.initial.rebalance.delay.ms": "3000"})
+        # Kafka's initial delay; and room for a 10,000-member group's assignment record
+        # (1.2 MB, over the default 1 MB, which Kafka refuses the same way).
+        return Rebalanced(workdir, {"group.initial.rebalance.delay.ms": "3000",
+                                    "offsets.topic.max.message.bytes": str(8 << 20)},
+                          repo=tree)
     return PEERS[name](workdir)
 
 
 def run_curve(brokers: Sequence[str], shapes: Sequence[str], p: ScaleParams,
-              workdir: Path) -> dict[str, dict[str, dict[str, Any]]]:
+              workdir: Path, tree: Path = REPO) -> dict[str, dict[str, dict[str, Any]]]:
     """results[broker][shape][size]; a cell is a result or {"na": reason}."""
     results: dict[str, dict[str, dict[str, Any]]] = {}
     for shape in shapes:
@@ -225,13 +243,15 @@ def run_curve(brokers: Sequence[str], shapes: Sequence[str], p: ScaleParams,
                 if skip:
                     out[str(size)] = {"na": skip}
                     continue
-                broker = make_broker(name, workdir)
+                broker = make_broker(name, workdir, tree)
                 try:
                     broker.start()
                     out[str(size)] = _run(asyncio.wait_for(
-                        cell(broker, size, shape, p), p.join_timeout_s + p.connect_s + 120))
+                        cell(broker, admitted_members(size), shape, p),
+                        p.join_timeout_s + p.connect_s + 120))
                 except (BrokerStartError, TimeoutError, RuntimeError, OSError) as exc:
                     skip = f"{size} members did not complete: {type(exc).__name__}: {exc}"[:200]
+                    print(f"{name} log tail:\n{broker.log_tail(10)}", file=sys.stderr)
                     out[str(size)] = {"na": skip}
                 finally:
                     broker.cleanup()
@@ -264,7 +284,7 @@ def render(results: dict[str, dict[str, dict[str, Any]]], p: ScaleParams) -> str
                 lines.append(f"| {name} | {int(size):,} | n/a: {r['na']} | | | | | |")
                 continue
             lines.append(
-                f"| {name} | {int(size):,} | {_fmt(r['join_cpu_ms'], 0)} "
+                f"| {name} | {r['members']:,} | {_fmt(r['join_cpu_ms'], 0)} "
                 f"| {_fmt(r['join_cpu_us_per_member'], 0)} "
                 f"({_fmt(r['join_net_cpu_us_per_member'], 0)}) | {_fmt(r['idle_cpu_pct'], 2)} "
                 f"| {_fmt(r['heartbeat']['us_per_request'])} "
@@ -288,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit-rate", type=float, default=d.commit_rate)
     parser.add_argument("--window-s", type=float, default=d.window_s)
     parser.add_argument("--join-timeout-s", type=float, default=d.join_timeout_s)
+    parser.add_argument("--tree", type=Path, default=REPO,
+                        help="run rebalanced from this checkout (to compare trees)")
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     args = parser.parse_args(argv)
     sizes = tuple(int(s) for s in args.sizes.split(","))
@@ -304,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"open-file limit {limit}", file=sys.stderr, flush=True)
     workdir = Path(tempfile.mkdtemp(prefix="rebalanced-scale-"))
     try:
-        results = run_curve(brokers, shapes, p, workdir)
+        results = run_curve(brokers, shapes, p, workdir, args.tree.resolve())
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     if args.json is not None:
