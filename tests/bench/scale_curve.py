@@ -84,18 +84,21 @@ class Periodic:
 
     def start(self) -> None:
         count = len(self.members)
-        self.tasks = [asyncio.ensure_future(self._loop(i, self.period_s * i / count))
+        began = time.monotonic()
+        self.tasks = [asyncio.ensure_future(self._loop(i, began + self.period_s * i / count))
                       for i in range(count)]
 
-    async def _loop(self, index: int, first_s: float) -> None:
-        wait = first_s
+    async def _loop(self, index: int, next_at: float) -> None:
+        # On a fixed schedule, not a period after each answer: members answered together (by
+        # one fsync, or one busy loop turn) would otherwise drift into bursts, more so the
+        # more periods a window holds, i.e. the fewer the members.
         while True:
             try:
-                await asyncio.wait_for(self.stop.wait(), wait)
+                await asyncio.wait_for(self.stop.wait(), max(next_at - time.monotonic(), 0))
                 return
             except TimeoutError:
                 pass
-            wait = self.period_s
+            next_at += self.period_s
             code = await self.send(index)
             self.answered += 1
             if code:
@@ -137,20 +140,34 @@ class Commits(Periodic):
         return next(c for c in codes if c)
 
 
+def loop_wakeups(pid: int) -> int:
+    """Times the process's main thread (the event loop's) went to sleep and was woken: its
+    voluntary context switches."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("voluntary_ctxt_switches:"):
+                return int(line.split()[1])
+    return 0
+
+
 async def _per_request(broker: Broker, load: Periodic, p: ScaleParams) -> dict[str, Any]:
-    """Broker CPU per answered request over the window, after a warm-up."""
+    """Broker CPU per answered request over the window, after a warm-up; and the event loop's
+    wake-ups per request, to tell whether requests arrive batched (< 1) or one at a time."""
     stats = broker.stats()
     load.start()
     try:
         await asyncio.sleep(p.warmup_s)
         cpu0, answered0, t0 = stats.cpu_seconds(), load.answered, time.monotonic()
+        wakeups0 = loop_wakeups(broker.pid)
         await asyncio.sleep(p.window_s)
         cpu, answered = stats.cpu_seconds() - cpu0, load.answered - answered0
+        wakeups = loop_wakeups(broker.pid) - wakeups0
         elapsed = time.monotonic() - t0
     finally:
         await load.finish()
     return {"per_s": answered / elapsed, "cpu_pct": cpu / elapsed * 100,
             "us_per_request": cpu / answered * 1e6 if answered else None,
+            "wakeups_per_request": wakeups / answered if answered else None,
             "errors": dict(load.errors)}
 
 
