@@ -22,8 +22,9 @@ fresh broker, N connections (one per member), then:
 Broker CPU is utime + stime of the broker process (`ProcStats`), so the load generator, on the
 same cores, is not counted. The peers (Tansu, the librdkafka mock) run the same load where they
 can follow: a cell whose join does not finish within `join_timeout_s` is n/a, and so are the
-larger sizes of that broker and shape. rebalanced is started with the open-file limit raised
-(when this process may raise it) so that its connection share admits every member.
+larger sizes of that broker and shape. The open-file limit is raised (where this process may)
+so that rebalanced's connection share admits every member; where it cannot be, every broker
+gets as many members as rebalanced admits (`admitted_members`).
 """
 
 from __future__ import annotations
