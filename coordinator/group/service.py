@@ -331,6 +331,14 @@ class GroupCoordinatorService:
 
     # -- timers and connections ------------------------------------------------------------
 
+    def early_heartbeat_wakeup(self, key: TimerKey, now_ms: int) -> int | None:
+        """A classic member's session check woken before its deadline: the time to re-arm
+        `key` at, the member noted as armed there; None, nothing changed, when `expire` must
+        take the key. What `expire` would do, without building a Result."""
+        if key[0] != "heartbeat":
+            return None
+        return self.classic.early_heartbeat_wakeup(key, now_ms)
+
     def expire(self, key: TimerKey, now_ms: int) -> Result:
         """The wheel fired `key`; stale or early wake-ups are ignored or re-armed."""
         if key[0] in CONSUMER_TIMER_KINDS:

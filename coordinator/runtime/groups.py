@@ -345,7 +345,14 @@ class GroupRuntime:
         self.applier.apply(tombstones, then=written)
 
     def on_timer(self, key: tuple[Any, ...], now_ms: int) -> None:
-        self.applier.apply(self.service.expire(key, self.clock.now_ms()))
+        now = self.clock.now_ms()
+        # Nearly every session check fires early (heartbeats move the deadline, not the wheel
+        # entry): re-arm it directly, once per member per session timeout.
+        rearm_at = self.service.early_heartbeat_wakeup(key, now)
+        if rearm_at is not None:
+            self.applier.timers.schedule(key, rearm_at)
+            return
+        self.applier.apply(self.service.expire(key, now))
         if key[0] == "heartbeat":
             # A pending member that never came back may leave a group with nothing in it.
             self.service.offsets.forget_if_unused(str(key[1]))

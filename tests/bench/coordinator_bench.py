@@ -246,12 +246,13 @@ async def heartbeat_throughput(broker: Broker, p: CoordinatorParams) -> dict[str
         await close_all(conns)
 
 
-async def _form_groups(members: Sequence[Member], timeout: float) -> None:
+async def _form_groups(members: Sequence[Member], timeout: float,
+                       heartbeat_s: float = 0.5) -> None:
     """Bring every group to a synced generation with all its members, then stop heartbeating."""
     by_group: dict[str, list[Member]] = {}
     for m in members:
         by_group.setdefault(m.group, []).append(m)
-    live = [LiveGroup(ms, heartbeat_s=0.5, deadline=time.monotonic() + timeout)
+    live = [LiveGroup(ms, heartbeat_s=heartbeat_s, deadline=time.monotonic() + timeout)
             for ms in by_group.values()]
     for g in live:
         g.start()

@@ -169,3 +169,39 @@ def test_steady_heartbeat_does_what_the_full_path_does() -> None:
                                 assert (fast.service.classic._groups
                                         == ctx.service.classic._groups), case
     assert taken >= 10  # the steady state was exercised in every scenario that has one
+
+
+# -- the early session wake-up, against the full path ------------------------------------------
+
+
+def test_early_heartbeat_wakeup_does_what_expire_does() -> None:
+    """Wherever the early wake-up applies it leaves the groups and the wheel exactly as
+    `expire` does (a re-arm at the moved deadline, nothing else); wherever it does not, it
+    changes nothing. Checked before, at and after the members' deadlines, in every scenario."""
+    taken = 0
+    for name, base, ids in _scenarios():
+        for advance_ms in (0, 5_000, 9_999, 10_000, 30_000, 300_000):
+            for member in [*ids, "ghost"]:
+                for group in ("g", "other"):
+                    key = ("heartbeat", group, member)
+                    now_ms = base.now_ms + advance_ms
+                    fast, full = copy.deepcopy(base), copy.deepcopy(base)
+                    rearm_at = fast.service.early_heartbeat_wakeup(key, now_ms)
+                    result = full.service.expire(key, now_ms)
+                    case = (name, advance_ms, member, group)
+                    if rearm_at is None:
+                        assert fast.service.classic._groups == base.service.classic._groups, case
+                        continue
+                    taken += 1
+                    assert [(op.key, op.deadline_ms) for op in result.timers] == [
+                        (key, rearm_at)], case
+                    assert not (result.records or result.events or result.replies), case
+                    assert fast.service.classic._groups == full.service.classic._groups, case
+    assert taken >= 5
+
+
+def test_early_heartbeat_wakeup_leaves_other_timer_kinds_to_expire() -> None:
+    ctx = GroupTestContext()
+    ctx.stable_group(1, session_ms=10_000)
+    assert ctx.service.early_heartbeat_wakeup(("join", "g"), ctx.now_ms) is None
+    assert ctx.service.early_heartbeat_wakeup(("sync", "g"), ctx.now_ms) is None

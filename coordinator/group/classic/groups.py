@@ -355,6 +355,14 @@ class ClassicGroups:
         rb.prepare_rebalance(env, group, reason, ev.RebalanceCause.OTHER)
         return env.result
 
+    def early_heartbeat_wakeup(self, key: TimerKey, now_ms: int) -> int | None:
+        """A "heartbeat" `key` fired before the member's session deadline: the deadline to
+        re-arm it at (`rebalance.early_heartbeat_wakeup`); None when `expire` must take it."""
+        group = self._groups.get(str(key[1]))
+        if group is None:
+            return None
+        return rb.early_heartbeat_wakeup(group, str(key[2]), now_ms)
+
     def expire(self, key: TimerKey, now_ms: int) -> Result:
         """The wheel fired a classic `key`; stale or early wake-ups are ignored or re-armed."""
         env = self.env(now_ms)

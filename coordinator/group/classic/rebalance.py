@@ -636,6 +636,25 @@ def on_disconnect_deadline(env: Env, group: ClassicGroup, member_id: str) -> Non
 # -- session expiry --------------------------------------------------------------------------
 
 
+def early_heartbeat_wakeup(group: ClassicGroup, member_id: str, now_ms: int) -> int | None:
+    """The wheel woke a current member's session check before its deadline (its heartbeats
+    moved the deadline without touching the wheel): note the deadline as armed and return it,
+    for the caller to re-arm the wheel there. None, having changed nothing, when
+    `on_heartbeat_deadline` must decide: a pending member, no such member, no session, or the
+    deadline reached. The steady-state case of `on_heartbeat_deadline`, without a Result: at
+    10,000 members it runs hundreds of times a second."""
+    if member_id in group.pending_members:
+        return None
+    member = group.members.get(member_id)
+    if member is None:
+        return None
+    deadline = member.session_deadline_ms
+    if deadline is None or deadline <= now_ms:
+        return None
+    member.heartbeat_armed_ms = deadline
+    return deadline
+
+
 def on_heartbeat_deadline(env: Env, group: ClassicGroup, member_id: str) -> None:
     """Kafka `expireClassicGroupMemberHeartbeat`, plus the early-wake-up re-arm."""
     pending_deadline = group.pending_members.get(member_id)
