@@ -91,8 +91,9 @@ class ResultApplier:
         self.max_record_bytes = max_record_bytes
         self._pending: dict[RequestRef, _Pending] = {}
         # Refs of `_pending` by connection, so that a closed connection finds its own without
-        # scanning everyone's (thousands of connections may close at once). Answered refs are
-        # left in place and pruned when a connection's list grows.
+        # scanning everyone's (thousands of connections may close at once). A connection's
+        # entry goes when its only ref is answered (an idle member's usual case: no index held
+        # per idle connection); other answered refs are pruned when a list grows.
         self._pending_by_connection: dict[int, list[RequestRef]] = {}
         # Groups with a metadata write not yet completed -> how many (see `apply`).
         self.group_writes: dict[str, int] = {}
@@ -110,6 +111,13 @@ class ResultApplier:
             if len(refs) >= 8:
                 refs[:] = [r for r in refs if r in self._pending]
             refs.append(ref)
+
+    def _answered(self, ref: RequestRef) -> _Pending | None:
+        pending = self._pending.pop(ref, None)
+        refs = self._pending_by_connection.get(ref.connection_id)
+        if refs is not None and len(refs) == 1 and refs[0] == ref:
+            del self._pending_by_connection[ref.connection_id]
+        return pending
 
     def forget_connection(self, connection_id: int) -> None:
         for ref in self._pending_by_connection.pop(connection_id, ()):
@@ -238,7 +246,7 @@ class ResultApplier:
     def fail(self, result: Result, error: ErrorCode = APPEND_FAILED) -> None:
         """Answer every reply of `result` with the error of a failed group-log write."""
         for reply in result.replies:
-            pending = self._pending.pop(reply.ref, None)
+            pending = self._answered(reply.ref)
             if pending is not None:
                 pending.ctx.respond(pending.module.to_response(
                     error_outcome(pending.command, error, reply.outcome),
@@ -253,7 +261,7 @@ class ResultApplier:
 
     def _deliver(self, result: Result) -> None:
         for reply in result.replies:
-            pending = self._pending.pop(reply.ref, None)
+            pending = self._answered(reply.ref)
             if pending is None:
                 continue  # its connection closed; the core was told
             ctx = pending.ctx

@@ -100,3 +100,14 @@ def test_random_schedule_matches_a_model() -> None:
             assert sorted(fired) == sorted(k for _, k in expected)
             for k in fired:
                 assert model.pop(k) <= now
+
+
+def test_keys_due_at_the_same_time_fire_in_the_order_they_were_armed() -> None:
+    wheel = TimerWheel(tick_ms=10, wheel_size=8, start_ms=-50)
+    for name in ("c", "a", "b"):
+        wheel.schedule((name,), 35)
+    wheel.schedule(("a",), 35)  # re-armed: now the last
+    wheel.schedule(("early",), -40)  # negative deadlines keep their bucket and order too
+    assert wheel.deadline(("early",)) == -40
+    assert wheel.poll(100) == [("early",), ("c",), ("b",), ("a",)]
+    assert len(wheel) == 0
