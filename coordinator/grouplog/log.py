@@ -22,6 +22,13 @@ returns None when everything written to partition `p` is acknowledged, else a fu
 completes once the acknowledged end of `p` reaches today's log end offset (and fails if the
 write holding that offset fails). A steady stream of later appends does not delay it.
 
+A transaction's commit or abort marker (`append_marker`) is written outside the group commit, and
+the transaction coordinator makes it durable with `flush_markers` on its own thread before it
+records anything after it: its completion record, or the producer's next transaction. A replay
+that found the transaction log past a transaction whose marker it lost would judge the
+marker-less offsets by the wrong transaction. Nothing else waits for a marker (`acknowledged`
+does not), and a marker fsynced inline costs no hand-off to the fsync thread.
+
 Compaction (`storage/compaction.py`) rewrites sealed segments in place, keeping offsets; `compact`
 runs one pass on the caller's thread and `close` waits for a running one to stop.
 """
@@ -130,6 +137,11 @@ class GroupLog:
         # Per partition, the end of what every append future has been completed for, and the
         # futures of `acknowledged` waiting for it to reach an offset (in offset order).
         self._acked_end = list(self._durable_end)
+        # Per partition, the log end after the last append whose writer waits for its fsync
+        # (what `acknowledged` waits for: a marker is not waited for), and the end after the
+        # last marker written without an fsync of its own.
+        self._awaited_end = list(self._durable_end)
+        self._unsynced_markers: dict[int, int] = {}  # partition -> log end after its marker
         self._offset_waiters: dict[int, deque[tuple[int, asyncio.Future[None]]]] = {}
         self._waiting: list[asyncio.Future[None]] = []
         self._flushing = False
@@ -367,6 +379,8 @@ class GroupLog:
                 self._acked_end[partition] = self.logs[partition].log_end_offset
             self._ensure_interval_flusher()
             return future
+        for partition, _ in written:
+            self._awaited_end[partition] = self.logs[partition].log_end_offset
         self._waiting.append(future)
         if not self._flushing:
             self._flushing = True
@@ -384,10 +398,54 @@ class GroupLog:
         return self._append_batch(self.partition_of(group_id), batch, now_ms)
 
     def append_marker(self, partition: int, producer_id: int, producer_epoch: int,
-                      committed: bool, now_ms: int) -> asyncio.Future[None]:
-        """Write the commit or abort marker (a control batch) of the producer's transaction."""
+                      committed: bool, now_ms: int) -> None:
+        """Write the commit or abort marker (a control batch) of the producer's transaction,
+        without waiting for an fsync (see the module docstring): it is made durable by the
+        next group commit or by `flush_markers`, whichever comes first. Raises `OSError` when
+        the write fails (rolled back; a log gone offline stops the broker as any append)."""
+        if self.failure is not None:
+            raise self.failure
         batch = encode_control_batch(producer_id, producer_epoch, committed, now_ms)
-        return self._append_batch(partition, batch, now_ms)
+        partition_log = self.logs[partition]
+        try:
+            partition_log.append(batch, now_ms)
+        except OSError as exc:
+            if isinstance(exc, LogOfflineError):
+                self._fail_stop(exc)
+            raise
+        self._dirty.add(partition)
+        self.appends += 1
+        if partition_log.lost_segments:
+            self._segments_lost(partition)
+        if not self.fsync_always:
+            self._acked_end[partition] = partition_log.log_end_offset
+            self._ensure_interval_flusher()
+            return
+        self._unsynced_markers[partition] = partition_log.log_end_offset
+
+    def flush_markers(self) -> None:
+        """fsync, on the caller's thread, every partition holding a marker no fsync has
+        covered yet. Raises `OSError` after stopping the log as a failed group commit does."""
+        if self.failure is not None:
+            raise self.failure
+        if not self._unsynced_markers:
+            return
+        unsynced, self._unsynced_markers = self._unsynced_markers, {}
+        for partition, end in unsynced.items():
+            if end <= self._durable_end[partition]:
+                continue  # a group commit covered it
+            try:
+                self.logs[partition].flush()
+            except OSError as exc:
+                self._fail_stop(exc)
+                raise
+            self.fsyncs += 1
+            # Appends waiting in this partition are durable now too, but their futures (and
+            # `acknowledged`) are completed by their own group commit, in order.
+            self._durable_end[partition] = max(self._durable_end[partition], end)
+            if self._acked_end[partition] >= self._awaited_end[partition]:
+                # No append waits here: the next group commit need not fsync it again.
+                self._dirty.discard(partition)
 
     def _append_batch(self, partition: int, batch: bytes, now_ms: int) -> asyncio.Future[None]:
         """`append` for one ready-made batch; the same durability and failure rules."""
@@ -415,6 +473,7 @@ class GroupLog:
             self._acked_end[partition] = partition_log.log_end_offset
             self._ensure_interval_flusher()
             return future
+        self._awaited_end[partition] = partition_log.log_end_offset
         self._waiting.append(future)
         if not self._flushing:
             self._flushing = True
@@ -502,8 +561,10 @@ class GroupLog:
 
     def acknowledged(self, partition: int) -> asyncio.Future[None] | None:
         """None if every append to `partition` so far is acknowledged; else a future done
-        when the ones written up to now are (failed with the error of a write that fails)."""
-        end = self.logs[partition].log_end_offset
+        when the ones written up to now are (failed with the error of a write that fails).
+        A transaction marker is acknowledged once written (`append_marker`)."""
+        end = (self._awaited_end[partition] if self.fsync_always
+               else self.logs[partition].log_end_offset)
         if self._acked_end[partition] >= end:
             return None
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
