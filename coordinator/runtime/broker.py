@@ -253,7 +253,7 @@ class Broker:
     def group_markers_durable(self) -> None:
         group_log = self.group_log
         if group_log is not None:
-            group_log.flush_markers()
+            group_log.flush_transactional()
 
     def group_transaction_ended(self, partition: int, producer_id: int, producer_epoch: int,
                                 committed: bool) -> None:

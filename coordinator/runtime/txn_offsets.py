@@ -8,7 +8,7 @@ to `__consumer_offsets`; once durable they are staged in the offset store, pendi
 or fenced transaction) writes a commit or abort marker to the partition and the pending offsets
 become the committed ones, or are dropped, at once: the outcome is durable in the transaction
 log's prepare record already, and the marker is made durable before the transaction log writes
-anything after it (`GroupLog.flush_markers`), so a replay never judges the offsets by a later
+anything after it (`GroupLog.flush_transactional`), so a replay never judges the offsets by a later
 transaction of the producer.
 
 Replaying the log gives the same: a transactional record counts from its commit marker on, an
@@ -20,7 +20,6 @@ its offsets pending until its marker comes.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -112,17 +111,14 @@ class TransactionalOffsets:
         if not records:
             answer(errors)
             return
-        written = self.group_log.append_transactional(group_id, records, producer_id,
-                                                      producer_epoch, now)
-
-        def durable(done: asyncio.Future[None]) -> None:
-            if done.cancelled() or done.exception() is not None:
-                answer_all(APPEND_FAILED)
-                return
-            self.offsets.stage_transactional(producer_id, records)
-            answer(errors)
-
-        written.add_done_callback(durable)
+        try:
+            self.group_log.append_transactional(group_id, records, producer_id, producer_epoch,
+                                                now)
+        except OSError:
+            answer_all(APPEND_FAILED)
+            return
+        self.offsets.stage_transactional(producer_id, records)
+        answer(errors)
 
     # -- markers -------------------------------------------------------------------------
 
@@ -147,7 +143,7 @@ class TransactionalOffsets:
                       partition=partition, producer_id=producer_id, error=str(exc))
             return
         # Settled at once: the outcome is already durable in the transaction log, and the
-        # marker is durable before that log records anything after it (`flush_markers`).
+        # marker is durable before that log records anything after it (`flush_transactional`).
         for group_id in self.offsets.transactional_groups(producer_id):
             if self.group_log.partition_of(group_id) == partition:
                 self.offsets.end_transaction(group_id, producer_id, committed)
