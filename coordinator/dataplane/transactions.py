@@ -93,6 +93,12 @@ class TransactionHost(TopicDirectory, Protocol):
         """A journal event of the transaction coordinator (docs/events.md)."""
         ...
 
+    def group_markers_durable(self) -> None:
+        """fsync the group log's transaction markers not yet durable (before this log records
+        anything after their transaction: a replay must never find this log past a
+        transaction whose marker it lost). Raises `OSError` (the broker stops)."""
+        ...
+
 
 class TransactionService:
     def __init__(self, host: TransactionHost, producers: ProducerTable,
@@ -317,6 +323,8 @@ class TransactionService:
         the durable prefix and the client retries there."""
         if result.records and self._log is not None:
             try:
+                if sync:
+                    self._host.group_markers_durable()
                 self._log.append(result.records, now, sync=sync)
             except OSError as exc:
                 log.error("transaction log write failed", error=str(exc))
@@ -355,6 +363,16 @@ class TransactionService:
             self._producers.fence(marker.topic, marker.partition, marker.producer_id,
                                   marker.producer_epoch)
             self._host.partition_appended(marker.topic, marker.partition)
+        # The group log's markers are durable before the completion is written: a replay
+        # that found this log past the transaction with its group-log marker lost would judge
+        # the transaction's offsets by the producer's next transaction. Inline, as this log's
+        # own fsyncs: no hand-off to the fsync thread, and nothing waits in between.
+        try:
+            self._host.group_markers_durable()
+        except OSError as exc:
+            log.error("transaction marker not made durable in the group log", error=str(exc))
+            self._host.fail(exc)
+            return  # the transaction stays prepared; the restart writes its markers again
         # No fsync of its own (as Kafka does not wait for it either): until a later write's
         # fsync covers it, a crash reloads the transaction as prepared and writes its markers
         # again, which is harmless.

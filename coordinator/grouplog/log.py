@@ -22,6 +22,16 @@ returns None when everything written to partition `p` is acknowledged, else a fu
 completes once the acknowledged end of `p` reaches today's log end offset (and fails if the
 write holding that offset fails). A steady stream of later appends does not delay it.
 
+A transaction's writes bypass the group commit and are fsynced on the caller's thread, as the
+transaction log's own writes are (a transaction already waits for three of those; the hand-off
+to the fsync thread cost more than the fsync): a TxnOffsetCommit's batch before its answer
+(`append_transactional`), a commit or abort marker before the transaction coordinator records
+anything after it, its completion record or the producer's next transaction (`append_marker`,
+then `flush_transactional`). A replay that found the transaction log past a transaction whose
+marker it lost would judge the marker-less offsets by the wrong transaction. `acknowledged`
+waits for neither: the staged offsets are invisible until their marker, and the marker's outcome
+is already durable in the transaction log.
+
 Compaction (`storage/compaction.py`) rewrites sealed segments in place, keeping offsets; `compact`
 runs one pass on the caller's thread and `close` waits for a running one to stop.
 """
@@ -158,6 +168,13 @@ class GroupLog:
         # Per partition, the end of what every append future has been completed for, and the
         # futures of `acknowledged` waiting for it to reach an offset (in offset order).
         self._acked_end = list(self._durable_end)
+        # Per partition, the log end after the last append whose writer waits for its fsync
+        # (what `acknowledged` waits for: a marker is not waited for), and the end after the
+        # last marker written without an fsync of its own.
+        self._awaited_end = list(self._durable_end)
+        # Partition -> log end after its last write outside the group commit (transactional
+        # batches and markers) that no fsync has covered yet.
+        self._unsynced: dict[int, int] = {}
         self._offset_waiters: dict[int, deque[tuple[int, asyncio.Future[None]]]] = {}
         self._waiting: list[asyncio.Future[None]] = []
         self._flushing = False
@@ -396,6 +413,8 @@ class GroupLog:
                 self._acked_end[partition] = self.logs[partition].log_end_offset
             self._ensure_interval_flusher()
             return future
+        for partition, _ in written:
+            self._awaited_end[partition] = self.logs[partition].log_end_offset
         self._waiting.append(future)
         if not self._flushing:
             self._flushing = True
@@ -403,52 +422,72 @@ class GroupLog:
         return future
 
     def append_transactional(self, group_id: str, records: Sequence[CoordinatorRecord],
-                             producer_id: int, producer_epoch: int,
-                             now_ms: int) -> asyncio.Future[None]:
+                             producer_id: int, producer_epoch: int, now_ms: int) -> None:
         """Write a TxnOffsetCommit's records as one transactional batch of the producer (as
         Kafka writes them to `__consumer_offsets`): they count only once a commit marker of
-        that producer follows them in the partition."""
+        that producer follows them in the partition. Durable on return, fsynced on the
+        caller's thread as the transaction log's writes are (see the module docstring).
+        Raises `OSError`: a failed write is rolled back, a failed fsync stops the log."""
         batch = transactional_batch(encode_batch(encode_records(records), now_ms),
                                     producer_id, producer_epoch)
-        return self._append_batch(self.partition_of(group_id), batch, now_ms)
+        self._append_outside_group_commit(self.partition_of(group_id), batch, now_ms)
+        self.flush_transactional()
 
     def append_marker(self, partition: int, producer_id: int, producer_epoch: int,
-                      committed: bool, now_ms: int) -> asyncio.Future[None]:
-        """Write the commit or abort marker (a control batch) of the producer's transaction."""
+                      committed: bool, now_ms: int) -> None:
+        """Write the commit or abort marker (a control batch) of the producer's transaction,
+        not waiting for an fsync: the transaction coordinator makes it durable with
+        `flush_transactional` before it records anything after the transaction (see the
+        module docstring). Raises `OSError` as `append_transactional`."""
         batch = encode_control_batch(producer_id, producer_epoch, committed, now_ms)
-        return self._append_batch(partition, batch, now_ms)
+        self._append_outside_group_commit(partition, batch, now_ms)
 
-    def _append_batch(self, partition: int, batch: bytes, now_ms: int) -> asyncio.Future[None]:
-        """`append` for one ready-made batch; the same durability and failure rules."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
+    def _append_outside_group_commit(self, partition: int, batch: bytes, now_ms: int) -> None:
         if self.failure is not None:
-            future.set_exception(self.failure)
-            return future
+            raise self.failure
         partition_log = self.logs[partition]
         try:
             partition_log.append(batch, now_ms)
         except OSError as exc:
-            future.set_exception(exc)
             if isinstance(exc, LogOfflineError):
                 self._fail_stop(exc)
             else:
                 log.error("group log write failed", error=str(exc))
-            return future
+            raise
         self._dirty.add(partition)
         self.appends += 1
         if partition_log.lost_segments:
             self._segments_lost(partition)
         if not self.fsync_always:
-            future.set_result(None)
             self._acked_end[partition] = partition_log.log_end_offset
             self._ensure_interval_flusher()
-            return future
-        self._waiting.append(future)
-        if not self._flushing:
-            self._flushing = True
-            loop.call_soon(self._start_flush)
-        return future
+            return
+        self._unsynced[partition] = partition_log.log_end_offset
+
+    def flush_transactional(self) -> None:
+        """fsync, on the caller's thread, every partition holding a transactional batch or
+        marker no fsync has covered yet. Raises `OSError` after stopping the log as a failed
+        group commit does."""
+        if self.failure is not None:
+            raise self.failure
+        if not self._unsynced:
+            return
+        unsynced, self._unsynced = self._unsynced, {}
+        for partition, end in unsynced.items():
+            if end <= self._durable_end[partition]:
+                continue  # a group commit covered it
+            try:
+                self.logs[partition].flush()
+            except OSError as exc:
+                self._fail_stop(exc)
+                raise
+            self.fsyncs += 1
+            # Appends waiting in this partition are durable now too, but their futures (and
+            # `acknowledged`) are completed by their own group commit, in order.
+            self._durable_end[partition] = max(self._durable_end[partition], end)
+            if self._acked_end[partition] >= self._awaited_end[partition]:
+                # No append waits here: the next group commit need not fsync it again.
+                self._dirty.discard(partition)
 
     def _segments_lost(self, partition: int) -> None:
         lost = self.logs[partition].take_lost_segments()
@@ -532,8 +571,10 @@ class GroupLog:
 
     def acknowledged(self, partition: int) -> asyncio.Future[None] | None:
         """None if every append to `partition` so far is acknowledged; else a future done
-        when the ones written up to now are (failed with the error of a write that fails)."""
-        end = self.logs[partition].log_end_offset
+        when the ones written up to now are (failed with the error of a write that fails).
+        A transaction marker is acknowledged once written (`append_marker`)."""
+        end = (self._awaited_end[partition] if self.fsync_always
+               else self.logs[partition].log_end_offset)
         if self._acked_end[partition] >= end:
             return None
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()

@@ -239,13 +239,21 @@ class Broker:
                                               str(event["operation"]))
 
     def transaction_event(self, payload: dict[str, object]) -> None:
-        self.groups.journal.event(payload)
+        event_type = payload["event"]
+        # Journal only for the two events of every transaction (as `offsets_committed` for
+        # every commit): a log line each would cost a transaction more than its own work.
+        # An abort, which an operator looks for, is logged too.
+        self.groups.journal.event(payload, quiet=event_type != "transaction_aborted")
         if self.metrics is not None:
-            event_type = payload["event"]
             if event_type == "transaction_committed":
                 self.metrics.transaction_ended("committed", str(payload["reason"]))
             elif event_type == "transaction_aborted":
                 self.metrics.transaction_ended("aborted", str(payload["reason"]))
+
+    def group_markers_durable(self) -> None:
+        group_log = self.group_log
+        if group_log is not None:
+            group_log.flush_transactional()
 
     def group_transaction_ended(self, partition: int, producer_id: int, producer_epoch: int,
                                 committed: bool) -> None:

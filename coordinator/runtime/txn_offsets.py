@@ -5,8 +5,11 @@ of the producer (its producer id and epoch, the transactional attribute), as Kaf
 to `__consumer_offsets`; once durable they are staged in the offset store, pending for the
 (group, producer id), invisible to OffsetFetch (which answers UNSTABLE_OFFSET_COMMIT to a
 `require_stable` fetch of such a partition). EndTxn (or the coordinator's abort of a timed-out
-or fenced transaction) writes a commit or abort marker to the partition; once it is durable the
-pending offsets become the committed ones, or are dropped.
+or fenced transaction) writes a commit or abort marker to the partition and the pending offsets
+become the committed ones, or are dropped, at once: the outcome is durable in the transaction
+log's prepare record already, and the marker is made durable before the transaction log writes
+anything after it (`GroupLog.flush_transactional`), so a replay never judges the offsets by a later
+transaction of the producer.
 
 Replaying the log gives the same: a transactional record counts from its commit marker on, an
 aborted one never, one without a marker is staged again. A marker lost to a crash (the
@@ -17,7 +20,6 @@ its offsets pending until its marker comes.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -109,17 +111,14 @@ class TransactionalOffsets:
         if not records:
             answer(errors)
             return
-        written = self.group_log.append_transactional(group_id, records, producer_id,
-                                                      producer_epoch, now)
-
-        def durable(done: asyncio.Future[None]) -> None:
-            if done.cancelled() or done.exception() is not None:
-                answer_all(APPEND_FAILED)
-                return
-            self.offsets.stage_transactional(producer_id, records)
-            answer(errors)
-
-        written.add_done_callback(durable)
+        try:
+            self.group_log.append_transactional(group_id, records, producer_id, producer_epoch,
+                                                now)
+        except OSError:
+            answer_all(APPEND_FAILED)
+            return
+        self.offsets.stage_transactional(producer_id, records)
+        answer(errors)
 
     # -- markers -------------------------------------------------------------------------
 
@@ -134,21 +133,20 @@ class TransactionalOffsets:
 
     def _write_marker(self, partition: int, producer_id: int, producer_epoch: int,
                       committed: bool) -> None:
-        written = self.group_log.append_marker(partition, producer_id, producer_epoch,
-                                               committed, self.clock.now_ms())
-
-        def durable(done: asyncio.Future[None]) -> None:
-            if done.cancelled() or done.exception() is not None:
-                # The broker stops on a failed group-log write it cannot take back; else
-                # the offsets stay pending and the restart settles them from the outcome.
-                log.error("transaction marker not written to the group log",
-                          partition=partition, producer_id=producer_id)
-                return
-            for group_id in self.offsets.transactional_groups(producer_id):
-                if self.group_log.partition_of(group_id) == partition:
-                    self.offsets.end_transaction(group_id, producer_id, committed)
-
-        written.add_done_callback(durable)
+        try:
+            self.group_log.append_marker(partition, producer_id, producer_epoch, committed,
+                                         self.clock.now_ms())
+        except OSError as exc:
+            # Rolled back (or the broker stops): the offsets stay pending, and the restart
+            # settles them from the transaction's recorded outcome.
+            log.error("transaction marker not written to the group log",
+                      partition=partition, producer_id=producer_id, error=str(exc))
+            return
+        # Settled at once: the outcome is already durable in the transaction log, and the
+        # marker is durable before that log records anything after it (`flush_transactional`).
+        for group_id in self.offsets.transactional_groups(producer_id):
+            if self.group_log.partition_of(group_id) == partition:
+                self.offsets.end_transaction(group_id, producer_id, committed)
 
     def loaded(self, partition: int, open_transactions: dict[int, list[CoordinatorRecord]]
                ) -> None:

@@ -198,3 +198,38 @@ def test_offsets_of_a_transaction_open_at_a_kill_stay_pending_then_are_aborted(
         assert committed_offset(restarted.bootstrap) == 2
     finally:
         restarted.stop()
+
+
+def test_a_kill_right_after_the_commit_is_answered_keeps_its_offsets_and_records(
+        tmp_path: Path) -> None:
+    """EndTxn is answered once the prepare record is durable; the markers and the completion
+    come after it. A broker killed at once still has the transaction committed after restart:
+    its offsets are the group's, and a read_committed consumer sees its records."""
+    process = BrokerProcess(tmp_path / "data").start()
+    try:
+        prepare(process.bootstrap, 4)
+        consumer = app_consumer(process.bootstrap)
+        producer = app_producer(process.bootstrap)
+        transform(consumer, producer, 3, commit=True)
+    finally:
+        process.kill()
+    consumer.close()
+    restarted = BrokerProcess(tmp_path / "data", port=process.port).start()
+    try:
+        assert committed_offset(restarted.bootstrap) == 3
+        reader = Consumer({"bootstrap.servers": restarted.bootstrap, "group.id": "reader",
+                           "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                           "isolation.level": "read_committed"})
+        reader.assign([TopicPartition(OUTPUT, 0)])
+        values: list[bytes | None] = []
+        deadline = time.monotonic() + 15
+        try:
+            while len(values) < 3 and time.monotonic() < deadline:
+                message = reader.poll(0.5)
+                if message is not None and message.error() is None:
+                    values.append(message.value())
+        finally:
+            reader.close()
+        assert values == [b"r0", b"r1", b"r2"]
+    finally:
+        restarted.stop()

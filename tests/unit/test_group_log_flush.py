@@ -67,3 +67,60 @@ async def test_a_failed_fsync_fails_every_commit_of_the_batch(tmp_path: Path,
     with pytest.raises(OSError):
         await later
     log.close()
+
+
+async def test_a_marker_is_not_waited_for_and_is_durable_before_the_transaction_log_moves_on(
+        tmp_path: Path) -> None:
+    log = open_log(tmp_path, FaultyFileSystem())
+    [group] = groups_on_distinct_partitions(log, 1)
+    partition = log.partition_of(group)
+    await log.append(commit_records(group), 1, group_id=group)
+    assert log.fsyncs == 1
+    log.append_marker(partition, 7, 0, True, 2)
+    # Nothing waits for the marker: a read behind the partition's writes is answered at once.
+    assert log.acknowledged(partition) is None
+    assert log.fsyncs == 1
+    log.flush_transactional()  # what the transaction log calls before its own fsync
+    assert log.fsyncs == 2
+    log.flush_transactional()  # nothing left to make durable
+    assert log.fsyncs == 2
+    # A marker the next group commit covers needs no fsync of its own either.
+    log.append_marker(partition, 7, 0, True, 3)
+    await log.append(commit_records(group), 4, group_id=group)
+    fsyncs = log.fsyncs
+    log.flush_transactional()
+    assert log.fsyncs == fsyncs
+    log.close()
+
+
+async def test_a_transactional_batch_is_durable_on_return_and_not_waited_for(
+        tmp_path: Path) -> None:
+    log = open_log(tmp_path, FaultyFileSystem())
+    [group] = groups_on_distinct_partitions(log, 1)
+    partition = log.partition_of(group)
+    log.append_transactional(group, commit_records(group), 7, 0, 1)
+    assert log.fsyncs == 1
+    assert log.acknowledged(partition) is None
+    log.flush_transactional()
+    assert log.fsyncs == 1
+    log.close()
+
+
+async def test_a_failed_marker_fsync_stops_the_log(tmp_path: Path) -> None:
+    fs = FaultyFileSystem()
+    log = open_log(tmp_path, fs)
+    stopped: list[BaseException] = []
+    log.on_failure = stopped.append
+    [group] = groups_on_distinct_partitions(log, 1)
+    partition = log.partition_of(group)
+    await log.append(commit_records(group), 1, group_id=group)
+    log.append_marker(partition, 7, 0, True, 2)
+    fs.fail_next_fsync()
+    with pytest.raises(OSError):
+        log.flush_transactional()
+    assert len(stopped) == 1 and log.failure is not None
+    # The marker that was never durable is cut: the restart writes it again from the outcome.
+    assert log.logs[partition].log_end_offset == len(commit_records(group))
+    with pytest.raises(OSError):
+        log.append_marker(partition, 7, 0, True, 3)
+    log.close()

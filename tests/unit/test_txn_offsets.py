@@ -100,17 +100,17 @@ async def test_the_group_log_replays_transactional_offsets_by_their_markers(
         await log.append(commit(store, 5), 1, group_id=GROUP)
         # A transaction that commits: its offset counts from the marker on, even over a plain
         # commit written between its record and its marker.
-        await log.append_transactional(GROUP, commit(store, 9), PRODUCER, 0, 2)
+        log.append_transactional(GROUP, commit(store, 9), PRODUCER, 0, 2)
         await log.append(commit(store, 6), 3, group_id=GROUP)
         assert replay(log)[0] == {("t", 0): 6}
-        await log.append_marker(0, PRODUCER, 0, True, 4)
+        log.append_marker(0, PRODUCER, 0, True, 4)
         assert replay(log) == ({("t", 0): 9}, {})
         # One that aborts: nothing of it counts.
-        await log.append_transactional(GROUP, commit(store, 20), PRODUCER, 0, 5)
-        await log.append_marker(0, PRODUCER, 0, False, 6)
+        log.append_transactional(GROUP, commit(store, 20), PRODUCER, 0, 5)
+        log.append_marker(0, PRODUCER, 0, False, 6)
         assert replay(log) == ({("t", 0): 9}, {})
         # One without a marker: handed back as open, the committed view unchanged.
-        await log.append_transactional(GROUP, commit(store, 30), PRODUCER + 1, 0, 7)
+        log.append_transactional(GROUP, commit(store, 30), PRODUCER + 1, 0, 7)
         view, open_transactions = replay(log)
         assert view == {("t", 0): 9}
         [staged] = open_transactions[PRODUCER + 1]
@@ -153,8 +153,8 @@ async def test_compaction_leaves_a_partition_with_transactional_records_alone(
     log = GroupLog.open(tmp_path, 1, config, "always")
     try:
         await log.append(commit(store, 5), 1, group_id=GROUP)
-        await log.append_transactional(GROUP, commit(store, 9), PRODUCER, 0, 2)
-        await log.append_marker(0, PRODUCER, 0, False, 3)
+        log.append_transactional(GROUP, commit(store, 9), PRODUCER, 0, 2)
+        log.append_marker(0, PRODUCER, 0, False, 3)
         for i in range(60):  # roll past the segment holding them
             _, other = store.commit("other", [("t", [(0, i, -1, "")])], 4,
                                     topic_exists=exists, pending=False)
@@ -185,9 +185,9 @@ async def test_replay_drops_staged_offsets_deleted_before_their_marker(tmp_path:
     log = GroupLog.open(tmp_path, 1, LogConfig(), "always")
     try:
         await log.append(commit(store, 5), 1, group_id=GROUP)
-        await log.append_transactional(GROUP, commit(store, 9), PRODUCER, 0, 2)
+        log.append_transactional(GROUP, commit(store, 9), PRODUCER, 0, 2)
         await log.append([offset_commit_tombstone(GROUP, "t", 0)], 3, group_id=GROUP)
-        await log.append_marker(0, PRODUCER, 0, True, 4)
+        log.append_marker(0, PRODUCER, 0, True, 4)
         assert replay(log) == ({("t", 0): None}, {})
     finally:
         log.close()
