@@ -254,6 +254,12 @@ class _SaslConnection(_TrackedConnection):
     def authenticated(self) -> None:
         """Authentication succeeded: frames up to socket.request.max.bytes from now on."""
         self._decoder.max_frame_bytes = self._server_ref._max_frame_bytes
+        sasl = self.sasl
+        if sasl is not None and sasl.expires_at == math.inf and not sasl.failed:
+            # A session without an end: every later frame is served as on any listener (a
+            # SASL request again is answered ILLEGAL_SASL_STATE by its handler), so the checks
+            # leave the path of each request.
+            self.__class__ = _AuthenticatedSaslConnection
 
     def _receive(self, body: bytes) -> bool:
         sasl = self.sasl
@@ -294,6 +300,14 @@ class _SaslConnection(_TrackedConnection):
             reason=reason)
         self.close()
         return True
+
+
+class _AuthenticatedSaslConnection(_SaslConnection):
+    """A connection to a SASL listener, authenticated for good (no connections.max.reauth.ms)."""
+
+    __slots__ = ()
+
+    _receive = _TrackedConnection._receive
 
 
 class _TlsAcceptor(TlsLayer):

@@ -3,10 +3,12 @@
 The event loop's own TLS transport reads every record with `SSLObject.read(256 KiB)`: a fresh
 256 KiB buffer each time, which the allocator maps and unmaps (mmap, mremap, munmap and their
 page faults on every request), and it tries one more read per batch that ends in an
-exception. Here one buffer is shared by all connections (what is read is copied out at once,
-as the bytes handed to the connection), the records in hand are read until the input BIO is
-empty without the failing read, and each `write` of the connection (all the responses of a
-loop turn, joined) is encrypted and sent with one transport write.
+exception. Here each record is read with `read(16 KiB)`, the most one record holds: the bytes
+object comes from the heap (far below the allocator's mmap threshold), is shrunk in place to
+what was read and handed to the connection as it is (no copy out of a buffer, no view); the
+records in hand are read until the input BIO is empty without the failing read, and each
+`write` of the connection (all the responses of a loop turn, joined) is encrypted and sent with
+one transport write.
 
 `TlsLayer` is the protocol of the TCP transport and the transport of the connection it serves:
 `write`, `close`, `abort`, `pause_reading`, `resume_reading`, `is_closing` and
@@ -22,11 +24,9 @@ import contextlib
 import ssl
 from typing import Any
 
-# What one `SSLObject.read` may return: a TLS record carries at most 16 KiB of data.
-_READ_SIZE = 64 * 1024
-# Shared by every connection: what is read into it is copied out before the next read.
-_READ_BUFFER = bytearray(_READ_SIZE)
-_READ_VIEW = memoryview(_READ_BUFFER)
+# What one `SSLObject.read` asks for: a TLS record carries at most 16 KiB of data (RFC 8446
+# 5.1; OpenSSL refuses a larger one), so one read takes all of a record.
+_RECORD_SIZE = 16 * 1024
 
 
 class TlsLayer(asyncio.Protocol):
@@ -167,22 +167,26 @@ class TlsLayer(asyncio.Protocol):
     # Records ----------------------------------------------------------------------------------
 
     def _read_records(self) -> None:
-        records = self._records
-        incoming = self._incoming
         app = self._app
-        while not self._app_reading_paused and not self._closing and app is not None:
+        if app is None:
+            return
+        read = self._records.read
+        incoming = self._incoming
+        # Each read takes all of a record: once the input BIO is empty, the SSL object holds
+        # nothing more to read either.
+        while not self._app_reading_paused and not self._closing:
             try:
-                size: int = records.read(_READ_SIZE, _READ_BUFFER)
+                data: bytes = read(_RECORD_SIZE)
             except ssl.SSLWantReadError:
                 break  # the rest of a record is still to come
             except ssl.SSLError as exc:
                 self._protocol_error(exc)
                 return
-            if not size:
+            if not data:
                 self._end_of_stream()  # the client's close_notify
                 return
-            app.data_received(bytes(_READ_VIEW[:size]))
-            if not incoming.pending and not records.pending():
+            app.data_received(data)
+            if not incoming.pending:
                 break  # all read, without the failing read that would say so
         if self._outgoing.pending:
             self._flush()  # what TLS answers by itself (a key update)
