@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pyspark import SparkConf
 from pyspark.sql import SparkSession
 
 LOCAL_MASTER = "local[2]"
@@ -26,6 +27,11 @@ _DUMP_WAIT_S = 120.0
 # the JVM's defaults); under spark-submit, `spark.executor.extraJavaOptions` and
 # `--driver-java-options` do.
 JIT_OPTIONS = "-XX:TieredStopAtLevel=1"
+# An executor of a standalone worker runs its tasks one at a time per core, on a heap of about
+# a gigabyte: the serial collector starts with no collector threads and no G1 region tables
+# to set up, where G1 starts a parallel and a concurrent thread per CPU the JVM sees
+# (BENCHMARKS.md, issue 27: the cluster's wall time against `local[2]`).
+EXECUTOR_GC_OPTIONS = "-XX:+UseSerialGC"
 
 
 def launched_by_spark_submit() -> bool:
@@ -66,9 +72,15 @@ def get_session(master: str | None = None, app_name: str = "rebalanced-forensics
     else:
         if master:
             builder = builder.master(master)
-        executor_options = _executor_java_options()
+        submitted = _submitted_conf()
+        executor_options = _executor_java_options(submitted)
         if executor_options:
-            builder = builder.config("spark.executor.extraJavaOptions", executor_options)
+            builder = builder.config(EXECUTOR_JAVA_OPTIONS, executor_options)
+        if not submitted.contains("spark.ui.enabled"):
+            # The driver's web UI: a Jetty server started on the driver's JVM while the
+            # executors' JVMs start on the cluster, for a job that is over in seconds (off
+            # on `local[2]` too). `--conf spark.ui.enabled=true` keeps it.
+            builder = builder.config("spark.ui.enabled", "false")
     builder = builder.config("spark.sql.session.timeZone", "UTC")
     spark = builder.getOrCreate()
     if launched_by_spark_submit():
@@ -93,10 +105,10 @@ def _cluster_defaults(spark: SparkSession) -> None:
 EXECUTOR_JAVA_OPTIONS = "spark.executor.extraJavaOptions"
 
 
-def job_java_options() -> str:
-    """The JVM options the job runs with (`JIT_OPTIONS`), or
-    `REBALANCED_FORENSICS_JAVA_OPTIONS` where set."""
-    return os.environ.get("REBALANCED_FORENSICS_JAVA_OPTIONS", JIT_OPTIONS).strip()
+def job_java_options(default: str = JIT_OPTIONS) -> str:
+    """The JVM options the job runs with (`default`: `JIT_OPTIONS`, for executors with
+    `EXECUTOR_GC_OPTIONS`), or `REBALANCED_FORENSICS_JAVA_OPTIONS` where set."""
+    return os.environ.get("REBALANCED_FORENSICS_JAVA_OPTIONS", default).strip()
 
 
 def driver_java_options() -> str:
@@ -108,23 +120,26 @@ def driver_java_options() -> str:
     return " ".join(filter(None, (cache, job_java_options())))
 
 
-def _executor_java_options() -> str | None:
+def _submitted_conf() -> SparkConf:
+    """The settings spark-submit gave its JVM (the command line, spark-defaults.conf)."""
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()
+    return SparkConf()
+
+
+def _executor_java_options(submitted: SparkConf) -> str | None:
     """Under spark-submit, when the submitter set no executor JVM options: the job's JVM
-    options (`job_java_options`), and the class-data archive that `python -m forensics`
-    keeps for its driver, for the executors. An executor
+    options (`job_java_options`, with `EXECUTOR_GC_OPTIONS`), and the class-data archive
+    that `python -m forensics` keeps for its driver, for the executors. An executor
     starts a JVM of its own when the application arrives and loads the same Spark classes;
     where it finds the archive (the driver's host, or the same path on a shared install) it
     maps them instead, which took the two executors' registration on a standalone cluster of
     one machine from 8-12 s after the application started to 4-5 s. Where the file is
     missing, or belongs to another Java or Spark, the JVM goes on without it, silently."""
     archive = ClassCache.existing()
-    options = job_java_options()
-    if archive is None and not options:
-        return None
-    from pyspark import SparkConf, SparkContext
-
-    SparkContext._ensure_initialized()  # the spark-submit JVM's settings, read below
-    if SparkConf().contains(EXECUTOR_JAVA_OPTIONS):
+    options = job_java_options(JIT_OPTIONS + " " + EXECUTOR_GC_OPTIONS)
+    if (archive is None and not options) or submitted.contains(EXECUTOR_JAVA_OPTIONS):
         return None
     cache = f'-XX:SharedArchiveFile="{archive}" -Xshare:auto {_QUIET_CDS}' if archive else ""
     return " ".join(filter(None, (cache, options)))

@@ -16,7 +16,7 @@ import pytest
 
 from forensics.job import TABLES, run
 from forensics.package import build
-from forensics.session import JIT_OPTIONS
+from forensics.session import EXECUTOR_GC_OPTIONS, JIT_OPTIONS
 from tests.bench.forensics_bench import write_group_log, write_journal
 from tests.forensics.spark_cluster import StandaloneCluster
 
@@ -59,4 +59,5 @@ def test_spark_submit_on_a_standalone_cluster_matches_local(
     assert {p.parent.parent.parent.name for p in executors} == {"worker-0", "worker-1"}
     # Their JVMs got the job's options (the submitter set none).
     for log in executors:
-        assert JIT_OPTIONS in log.read_text(errors="replace").splitlines()[0]
+        command = log.read_text(errors="replace").splitlines()[0]
+        assert JIT_OPTIONS in command and EXECUTOR_GC_OPTIONS in command
