@@ -23,6 +23,7 @@ host once its record is durable.
 from __future__ import annotations
 
 import datetime
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -182,6 +183,14 @@ class TransactionService:
             if txn.producer_id == producer_id:
                 return txn.state, frozenset(p for t, p in txn.partitions if t == OFFSETS_TOPIC)
         return None
+
+    def note_transaction_groups(self, producer_id: int, group_ids: Iterable[str]) -> None:
+        """Groups a replayed transaction of `producer_id` committed offsets to, for its end
+        event (the transaction log keeps partitions, not groups)."""
+        for txn in self.coordinator.transactions.values():
+            if txn.producer_id == producer_id:
+                txn.groups.update(group_ids)
+                return
 
     def forget_topic(self, name: str) -> None:
         """A deleted topic: a topic created again under its name starts with no history."""

@@ -20,7 +20,7 @@ its offsets pending until its marker comes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import structlog
@@ -50,6 +50,8 @@ class ProducerCheck(Protocol):
 
     def transaction_of_producer(self, producer_id: int
                                 ) -> tuple[TxnState, frozenset[int]] | None: ...
+
+    def note_transaction_groups(self, producer_id: int, group_ids: Iterable[str]) -> None: ...
 
 
 class TransactionalOffsets:
@@ -152,15 +154,19 @@ class TransactionalOffsets:
                ) -> None:
         """A replayed partition's transactional offsets without a marker: staged again, and
         ended now when the transaction coordinator already completed their transaction."""
+        producers = self.producers
         for producer_id, records in open_transactions.items():
             self.offsets.stage_transactional(producer_id, records)
-            found = None if self.producers is None else (
-                self.producers.transaction_of_producer(producer_id))
-            if found is not None:
+            found = None if producers is None else producers.transaction_of_producer(producer_id)
+            if producers is not None and found is not None:
                 state, partitions = found
                 if state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT) or (
                         state == TxnState.ONGOING and partition in partitions):
-                    continue  # its marker comes when the transaction completes
+                    # Its marker comes when the transaction completes; the transaction log
+                    # does not name groups, so its end event learns them from their offsets.
+                    producers.note_transaction_groups(producer_id,
+                                                      {r.key.group for r in records})
+                    continue
             committed = found is not None and found[0] == TxnState.COMPLETE_COMMIT
             log.info("transaction marker written again to the group log", partition=partition,
                      producer_id=producer_id, committed=committed)
