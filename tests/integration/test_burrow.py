@@ -147,6 +147,15 @@ def _commit_then_produce_more(bootstrap: str, topic: str, group: str) -> None:
     assert producer.flush(10) == 0
 
 
+ZOOKEEPER_REFUSED = "cannot create root path"
+
+
+def _start_burrow(home: Path, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen([str(BURROW), "--config-dir", str(home)], stdout=out,
+                                stderr=out, cwd=home)
+
+
 @needs_burrow
 def test_burrow_reports_a_groups_lag(broker: BrokerProcess, zookeeper: int,
                                      tmp_path: Path) -> None:
@@ -157,13 +166,18 @@ def test_burrow_reports_a_groups_lag(broker: BrokerProcess, zookeeper: int,
     http_port = free_port()
     _burrow_config(home, zookeeper, broker.bootstrap, http_port)
     log = home / "burrow.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([str(BURROW), "--config-dir", str(home)], stdout=out,
-                                stderr=out, cwd=home)
+    proc = _start_burrow(home, log)
     try:
         deadline = time.monotonic() + 45
         lag: Any = None
+        starts = 1
         while time.monotonic() < deadline:
+            if proc.poll() is not None and starts < 3 and ZOOKEEPER_REFUSED in log.read_text():
+                # A ZooKeeper that answers `ruok` may still drop the first session (at start,
+                # on a loaded machine); Burrow then exits, which is not what this test is about.
+                starts += 1
+                time.sleep(1)
+                proc = _start_burrow(home, log)
             assert proc.poll() is None, log.read_text()[-3000:]
             reply = _get(http_port, "/v3/kafka/local/consumer/watched/lag")
             if reply and not reply.get("error") and reply.get("status", {}).get("totallag") == 6:
