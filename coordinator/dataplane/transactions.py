@@ -35,7 +35,13 @@ from coordinator.dataplane.internal_topic import TopicDirectory
 from coordinator.dataplane.producers import ProducerTable
 from coordinator.dataplane.transaction_log import TransactionLog
 from coordinator.grouplog.placement import partition_for
-from coordinator.txn.coordinator import OFFSETS_TOPIC, TransactionCoordinator, TxnConfig, TxnResult
+from coordinator.txn.coordinator import (
+    OFFSETS_TOPIC,
+    TransactionCoordinator,
+    TransactionMetadata,
+    TxnConfig,
+    TxnResult,
+)
 from coordinator.txn.records import TxnState
 from protocol.build import build
 from protocol.codec import response_type
@@ -176,21 +182,26 @@ class TransactionService:
         return self.refuse_append(transactional_id, producer_id, producer_epoch,
                                   OFFSETS_TOPIC, offsets_partition)
 
+    def _transaction_of(self, producer_id: int) -> TransactionMetadata | None:
+        """The transaction of the transactional id that has `producer_id`, if any (read at
+        load only: a scan, not an index kept on every InitProducerId)."""
+        return next((txn for txn in self.coordinator.transactions.values()
+                     if txn.producer_id == producer_id), None)
+
     def transaction_of_producer(self, producer_id: int) -> tuple[TxnState, frozenset[int]] | None:
         """The state of `producer_id`'s transaction and the `__consumer_offsets` partitions it
         holds, or None when no transactional id has that producer id."""
-        for txn in self.coordinator.transactions.values():
-            if txn.producer_id == producer_id:
-                return txn.state, frozenset(p for t, p in txn.partitions if t == OFFSETS_TOPIC)
-        return None
+        txn = self._transaction_of(producer_id)
+        if txn is None:
+            return None
+        return txn.state, frozenset(p for t, p in txn.partitions if t == OFFSETS_TOPIC)
 
     def note_transaction_groups(self, producer_id: int, group_ids: Iterable[str]) -> None:
         """Groups a replayed transaction of `producer_id` committed offsets to, for its end
         event (the transaction log keeps partitions, not groups)."""
-        for txn in self.coordinator.transactions.values():
-            if txn.producer_id == producer_id:
-                txn.groups.update(group_ids)
-                return
+        txn = self._transaction_of(producer_id)
+        if txn is not None:
+            txn.groups.update(group_ids)
 
     def forget_topic(self, name: str) -> None:
         """A deleted topic: a topic created again under its name starts with no history."""
