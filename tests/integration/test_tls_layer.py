@@ -82,6 +82,60 @@ async def test_a_request_and_an_answer_larger_than_a_record(tls_server) -> None:
     await until(lambda: not server.connections, "connection closed")
 
 
+async def test_records_split_at_every_point_across_tcp_writes(tls_server) -> None:
+    """The client's TLS bytes arrive a few at a time (each record cut in many pieces, the
+    cuts falling inside headers and bodies, two records sharing a piece): every request is
+    read whole once its record is complete, including the rest of a record the SSL object
+    had already taken in part."""
+    server, pki = tls_server
+    context = ssl.create_default_context(cafile=str(pki.ca_path))
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    client = context.wrap_bio(incoming, outgoing, server_hostname="localhost")
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+
+    async def exchange() -> None:
+        if outgoing.pending:
+            writer.write(outgoing.read())
+            await writer.drain()
+        incoming.write(await asyncio.wait_for(reader.read(65536), 10))
+
+    while True:
+        try:
+            client.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            await exchange()
+    big = _frame(3, 9, {"topics": [{"name": f"split-topic-{n:04d}"} for n in range(1500)],
+                        "allow_auto_topic_creation": False}, 1)
+    assert len(big) > 16384
+    for piece_size, frames in ((7, [_frame(18, 0, {}, n) for n in range(2, 6)]),
+                               (1000, [big, _frame(18, 0, {}, 6)])):
+        for frame in frames:
+            client.write(frame)  # one or more records each
+        stream = outgoing.read()
+        for start in range(0, len(stream), piece_size):
+            writer.write(stream[start:start + piece_size])
+            await writer.drain()
+            await asyncio.sleep(0)
+        answers = bytearray()
+        wanted = len(frames)
+        got: list[bytes] = []
+        while len(got) < wanted:
+            try:
+                answers += client.read(65536)
+            except ssl.SSLWantReadError:
+                incoming.write(await asyncio.wait_for(reader.read(65536), 10))
+                continue
+            while len(answers) >= 4 and len(answers) >= 4 + _SIZE.unpack_from(answers)[0]:
+                size = _SIZE.unpack_from(answers)[0]
+                got.append(bytes(answers[4:4 + size]))
+                del answers[:4 + size]
+        ids = [_SIZE.unpack_from(frame, 0)[0] for frame in got]
+        assert ids == [_SIZE.unpack_from(frame, 8)[0] for frame in frames]
+    writer.close()
+    await until(lambda: not server.connections, "connection closed")
+
+
 async def test_close_notify_ends_the_connection(tls_server) -> None:
     server, pki = tls_server
     conn = await wire.Connection.open("127.0.0.1", server.port,
