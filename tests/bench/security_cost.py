@@ -53,11 +53,12 @@ async def _open(ports: dict[str, int], protocol: str, tls: ssl.SSLContext) -> wi
 
 
 async def _closed_loop(send: Any, seconds: float, interval: float = 0.0,
-                       work: float = 0.0) -> int:
-    """One request in flight for `seconds`; with an `interval`, no faster than one per it;
-    after each answer `work` seconds of the client's CPU spent on nothing."""
+                       work: float = 0.0, phase: float = 0.0) -> int:
+    """One request in flight for `seconds`; with an `interval`, no faster than one per it,
+    the first `phase` seconds after the start; after each answer `work` seconds of the
+    client's CPU spent on nothing."""
     done = 0
-    start = time.monotonic()
+    start = time.monotonic() + phase
     stop_at = start + seconds
     while (now := time.monotonic()) < stop_at:
         if interval:
@@ -99,8 +100,13 @@ async def _load(broker: ProcStats, ports: dict[str, int], protocol: str, tls: ss
         cpu_before = broker.cpu_seconds()
         client_before = time.process_time()
         interval = members / rate if rate else 0.0
-        counts = await asyncio.gather(*[_closed_loop(s, seconds, interval, work_us / 1e6)
-                                        for s in senders])
+        # Paced members are spread evenly over the interval: started together, they would
+        # send in bursts that the broker serves in one wake-up when the client is fast
+        # (PLAINTEXT) and in several when its own TLS spreads them out, which measures the
+        # client's speed rather than the broker's cost per request.
+        counts = await asyncio.gather(*[
+            _closed_loop(s, seconds, interval, work_us / 1e6, index * interval / members)
+            for index, s in enumerate(senders)])
         cpu = broker.cpu_seconds() - cpu_before
         client_cpu = time.process_time() - client_before
         total = sum(counts)
