@@ -53,9 +53,13 @@ def check_tallies(group: ClassicGroup) -> None:
             if request is not None and request.ref is not None:
                 parked.setdefault(request.ref.connection_id, {})[request.ref] = id(request)
     indexed = {
-        connection: {ref: id(request) for ref, request in by_ref.items()}
-        for connection, by_ref in group._parked_by_connection.items()
+        connection: ({ref: id(request) for ref, request in held.items()}
+                     if isinstance(held, dict) else {held.ref: id(held)})
+        for connection, held in group._parked_by_connection.items()
     }
+    # A connection's only parked request is held bare, never in a one-entry dict.
+    assert all(len(held) > 1 for held in group._parked_by_connection.values()
+               if isinstance(held, dict))
     assert indexed == parked
     if group._votes is not None:
         assert group._votes_for == candidates
