@@ -92,9 +92,11 @@ class ResultApplier:
         self._pending: dict[RequestRef, _Pending] = {}
         # Refs of `_pending` by connection, so that a closed connection finds its own without
         # scanning everyone's (thousands of connections may close at once). A connection's
-        # entry goes when its only ref is answered (an idle member's usual case: no index held
-        # per idle connection); other answered refs are pruned when a list grows.
-        self._pending_by_connection: dict[int, list[RequestRef]] = {}
+        # only ref is held bare (a member's usual case; a one-element list cost 80 bytes per
+        # request parked, and a join storm parks one per member at once), a list when more.
+        # The entry goes when its only ref is answered (no index held per idle connection);
+        # other answered refs are pruned when a list grows.
+        self._pending_by_connection: dict[int, RequestRef | list[RequestRef]] = {}
         # Groups with a metadata write not yet completed -> how many (see `apply`).
         self.group_writes: dict[str, int] = {}
 
@@ -104,23 +106,31 @@ class ResultApplier:
              ) -> None:
         """Remember whom a reply to `ref` answers, and how (the API's kio adapter)."""
         self._pending[ref] = _Pending(ctx, module, command)
-        refs = self._pending_by_connection.get(ref.connection_id)
-        if refs is None:
-            self._pending_by_connection[ref.connection_id] = [ref]
+        index = self._pending_by_connection
+        held = index.get(ref.connection_id)
+        if held is None:
+            index[ref.connection_id] = ref
+        elif type(held) is list:
+            if len(held) >= 8:
+                held[:] = [r for r in held if r in self._pending]
+            held.append(ref)
         else:
-            if len(refs) >= 8:
-                refs[:] = [r for r in refs if r in self._pending]
-            refs.append(ref)
+            index[ref.connection_id] = [held, ref]  # type: ignore[list-item]
 
     def _answered(self, ref: RequestRef) -> _Pending | None:
         pending = self._pending.pop(ref, None)
-        refs = self._pending_by_connection.get(ref.connection_id)
-        if refs is not None and len(refs) == 1 and refs[0] == ref:
-            del self._pending_by_connection[ref.connection_id]
+        index = self._pending_by_connection
+        held = index.get(ref.connection_id)
+        if held is not None and (held == ref if type(held) is not list
+                                 else len(held) == 1 and held[0] == ref):
+            del index[ref.connection_id]
         return pending
 
     def forget_connection(self, connection_id: int) -> None:
-        for ref in self._pending_by_connection.pop(connection_id, ()):
+        held = self._pending_by_connection.pop(connection_id, None)
+        if held is None:
+            return
+        for ref in (held if isinstance(held, list) else (held,)):
             self._pending.pop(ref, None)
 
     # applying ---------------------------------------------------------------------------------

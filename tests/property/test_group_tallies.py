@@ -16,6 +16,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from coordinator.group.classic import group as group_module
 from coordinator.group.classic.group import ClassicGroup
 from coordinator.group.classic.member import ClassicGroupMember, Parked
 from coordinator.group.classic.state import GroupState
@@ -52,11 +53,17 @@ def check_tallies(group: ClassicGroup) -> None:
         for request in (m.awaiting_join, m.awaiting_sync):
             if request is not None and request.ref is not None:
                 parked.setdefault(request.ref.connection_id, {})[request.ref] = id(request)
-    indexed = {
-        connection: {ref: id(request) for ref, request in by_ref.items()}
-        for connection, by_ref in group._parked_by_connection.items()
-    }
-    assert indexed == parked
+    index = group._parked_by_connection
+    assert (index is None) == (len(members) < group_module._INDEX_PARKED_FROM)
+    if index is not None:
+        indexed = {
+            connection: ({ref: id(request) for ref, request in held.items()}
+                         if isinstance(held, dict) else {held.ref: id(held)})
+            for connection, held in index.items()
+        }
+        # A connection's only parked request is held bare, never in a one-entry dict.
+        assert all(len(held) > 1 for held in index.values() if isinstance(held, dict))
+        assert indexed == parked
     if group._votes is not None:
         assert group._votes_for == candidates
         assert group._votes == Counter(m.vote(candidates) for m in members)
@@ -178,7 +185,13 @@ class TallyMachine(RuleBasedStateMachine):
 
     @rule(connection=st.integers(0, SLOTS - 1))
     def close(self, connection: int) -> None:
-        self.group.forget_connection(connection)
+        def on_it(m: ClassicGroupMember) -> list[Parked]:
+            return [p for p in (m.awaiting_join, m.awaiting_sync)
+                    if p is not None and p.ref is not None and p.ref.connection_id == connection]
+
+        expected = [m for m in self.group.members.values() if on_it(m)]
+        assert self.group.forget_connection(connection) == expected
+        assert not [m for m in self.group.members.values() if on_it(m)]
 
     @rule(pending=st.booleans())
     def pending_member(self, pending: bool) -> None:
@@ -200,3 +213,21 @@ class TallyMachine(RuleBasedStateMachine):
 
 TallyMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
 TestGroupTallies = TallyMachine.TestCase
+
+
+class IndexedTallyMachine(TallyMachine):
+    """The same with groups of 3 members or more keeping the parked index (16 in the broker),
+    so that the index is built, kept up to date and dropped as the group grows and shrinks."""
+
+    def __init__(self) -> None:
+        self.saved_threshold = group_module._INDEX_PARKED_FROM
+        group_module._INDEX_PARKED_FROM = 3
+        super().__init__()
+
+    def teardown(self) -> None:
+        group_module._INDEX_PARKED_FROM = self.saved_threshold
+
+
+IndexedTallyMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=40,
+                                                 deadline=None)
+TestGroupTalliesIndexed = IndexedTallyMachine.TestCase

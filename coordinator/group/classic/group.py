@@ -20,7 +20,10 @@ in the join phase), so the group keeps running tallies over `members`, as Kafka'
   the ~500 bytes the tally holds in every one of many small groups.
 
 Likewise `_parked_by_connection` indexes the parked JoinGroup/SyncGroup requests by connection,
-so that a closed connection costs its own requests, not a visit to every member.
+so that a closed connection costs its own requests, not a visit to every member; groups under
+`_INDEX_PARKED_FROM` members never keep it (None) and a closed connection visits their few
+members: the index cost each one-member group a dict, and each request it parked a key table
+(160 bytes), allocated in a join storm in between the groups' long-lived objects.
 
 They change in `add_member`, `restore_member`, `remove_member`, `replace_member`,
 `update_member`, `park_join`/`unpark_join` and `park_sync`/`unpark_sync` only, so once a member
@@ -44,6 +47,7 @@ from coordinator.grouplog.records import GroupMemberRecord, GroupMetadataValue
 __all__ = ["ClassicGroup", "InitialJoin"]
 
 _TALLY_VOTES_FROM = 16  # members; see the module docstring
+_INDEX_PARKED_FROM = 16  # members; see the module docstring
 
 
 @dataclass(slots=True)
@@ -88,15 +92,18 @@ class ClassicGroup:
     _votes: Counter[str] | None = field(default=None, init=False, repr=False, compare=False)
     _votes_for: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)
     # The members' parked requests by connection id, so that a closed connection is forgotten
-    # without visiting every member.
-    _parked_by_connection: dict[int, dict[RequestRef, Parked]] = field(
-        default_factory=dict, init=False, repr=False, compare=False
+    # without visiting every member: the request itself while it is its connection's only one
+    # (a member has one connection and parks one request at a time), a dict by ref when more.
+    # A one-entry dict per parked request cost 224 bytes, and a join storm parks one for every
+    # member at once, in between the groups' long-lived objects.
+    _parked_by_connection: dict[int, Parked | dict[RequestRef, Parked]] | None = field(
+        default=None, init=False, repr=False, compare=False
     )
 
     def __post_init__(self) -> None:
         for member in self.members.values():
             self._tally(member, 1)
-            self._index_parked(member.awaiting_join, member.awaiting_sync)
+        self._fit_parked_index()
 
     # -- queries ------------------------------------------------------------------------------
 
@@ -184,6 +191,7 @@ class ClassicGroup:
         self._tally(member, 1)
         self._check_votes()
         self._index_parked(member.awaiting_join, member.awaiting_sync)
+        self._fit_parked_index()
 
     def restore_member(self, member: ClassicGroupMember) -> None:
         """A member read back from the group log, as persisted: no leader or type inference."""
@@ -193,6 +201,7 @@ class ClassicGroup:
             self.static_members[member.group_instance_id] = member.member_id
         self._tally(member, 1)
         self._check_votes()
+        self._fit_parked_index()
 
     def remove_member(self, member_id: str) -> ClassicGroupMember | None:
         member = self.members.pop(member_id, None)
@@ -200,6 +209,7 @@ class ClassicGroup:
             self._tally(member, -1)
             self._check_votes()
             self._unindex_parked(member.awaiting_join, member.awaiting_sync)
+            self._fit_parked_index()
             if member.group_instance_id is not None:
                 self.static_members.pop(member.group_instance_id, None)
         if self.leader_id == member_id:
@@ -282,32 +292,76 @@ class ClassicGroup:
         """The connection closed: its parked requests stay parked (the members still count as
         having joined or synced), but nobody is answered. Returns the members that had a
         request parked on it."""
-        requests = self._parked_by_connection.pop(connection_id, {}).values()
-        if not requests:
-            return []
+        index = self._parked_by_connection
+        if index is None:  # a small group: visit its members
+            requests = [parked for m in self.members.values()
+                        for parked in (m.awaiting_join, m.awaiting_sync)
+                        if parked is not None and parked.ref is not None
+                        and parked.ref.connection_id == connection_id]
+            if not requests:
+                return []
+        else:
+            held = index.pop(connection_id, None)
+            if held is None:
+                return []
+            requests = list(held.values()) if isinstance(held, dict) else [held]
         for parked in requests:
             parked.ref = None
         ids = {id(parked) for parked in requests}
         return [m for m in self.members.values()
                 if id(m.awaiting_join) in ids or id(m.awaiting_sync) in ids]
 
+    def _fit_parked_index(self) -> None:
+        """Keep the parked index in groups of `_INDEX_PARKED_FROM` members or more only."""
+        large = len(self.members) >= _INDEX_PARKED_FROM
+        if large and self._parked_by_connection is None:
+            self._parked_by_connection = {}
+            for member in self.members.values():
+                self._index_parked(member.awaiting_join, member.awaiting_sync)
+        elif not large and self._parked_by_connection is not None:
+            self._parked_by_connection = None
+
     def _index_parked(self, *requests: Parked | None) -> None:
+        index = self._parked_by_connection
+        if index is None:
+            return
         for parked in requests:
             if parked is not None and parked.ref is not None:
-                by_ref = self._parked_by_connection.setdefault(parked.ref.connection_id, {})
-                by_ref[parked.ref] = parked
+                connection_id = parked.ref.connection_id
+                held = index.get(connection_id)
+                if held is None:
+                    index[connection_id] = parked
+                elif isinstance(held, dict):
+                    held[parked.ref] = parked
+                elif held.ref != parked.ref:
+                    index[connection_id] = {held.ref: held, parked.ref: parked}  # type: ignore[dict-item]
+                else:
+                    index[connection_id] = parked
 
     def _unindex_parked(self, *requests: Parked | None) -> None:
+        index = self._parked_by_connection
+        if index is None:
+            return
         for parked in requests:
             if parked is None or parked.ref is None:
                 continue
-            by_ref = self._parked_by_connection.get(parked.ref.connection_id)
-            if by_ref is not None:
-                by_ref.pop(parked.ref, None)
-                if not by_ref:
-                    del self._parked_by_connection[parked.ref.connection_id]
-                    if not self._parked_by_connection:
-                        self._parked_by_connection = {}  # as in `add_member`
+            connection_id = parked.ref.connection_id
+            held = index.get(connection_id)
+            if held is None:
+                continue
+            if isinstance(held, dict):
+                held.pop(parked.ref, None)
+                if len(held) == 1:
+                    index[connection_id] = next(iter(held.values()))
+                    continue
+                if held:
+                    continue
+            elif held.ref != parked.ref:
+                continue
+            del index[connection_id]
+            if not index:
+                # An emptied dict keeps its grown table (as in `add_member`).
+                index = self._parked_by_connection = {}
 
     def _tally(self, member: ClassicGroupMember, sign: int) -> None:
         """Count `member` in (+1) or out of (-1) every tally."""
