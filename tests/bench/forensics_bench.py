@@ -36,6 +36,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import shutil
 import subprocess
 import sys
@@ -241,8 +242,11 @@ def _report_on_cluster(journal_data: Path, work: Path, runs: int = 2) -> dict[st
     """The journal report submitted to a standalone master with two one-core workers, as
     README shows it; wall time from spark-submit's start to its exit, and where it goes
     (from Spark's event log: when the application started, when its executors registered,
-    when its jobs ran). Each cluster run follows a `local[2]` run of the same command, so
-    that each ratio compares runs made under the same load."""
+    when its jobs ran), and its CPU: the spark-submit process tree's (the driver's JVM and
+    Python, the timeline renderers) and the workers' (their executors and the executors'
+    Python workers, which each worker reaps), less sensitive to the machine's other load than
+    wall time. Each cluster run follows a `local[2]` run of the same command, so that each
+    ratio compares runs made under the same load."""
     from forensics.package import build
     from tests.forensics.spark_cluster import StandaloneCluster
 
@@ -252,6 +256,9 @@ def _report_on_cluster(journal_data: Path, work: Path, runs: int = 2) -> dict[st
     local_walls: list[float] = []
     phases: list[dict[str, float]] = []
     loads: list[float] = []
+    submit_cpu: list[float] = []
+    workers_cpu: list[float] = []
+    workers = [proc.pid for proc in cluster.procs[1:]]
     try:
         for run in range(runs):
             loads.append(round(os.getloadavg()[0], 1))
@@ -262,6 +269,7 @@ def _report_on_cluster(journal_data: Path, work: Path, runs: int = 2) -> dict[st
             local_walls.append(round(time.perf_counter() - started, 1))
             events = work / f"cluster-events-{run}"
             events.mkdir()
+            before = _children_cpu_s(), _workers_cpu_s(workers)
             started = time.perf_counter()
             started_ms = time.time() * 1000
             done = cluster.submit(["--data", str(journal_data),
@@ -270,6 +278,9 @@ def _report_on_cluster(journal_data: Path, work: Path, runs: int = 2) -> dict[st
                                                   "spark.eventLog.compress": "false",
                                                   "spark.eventLog.dir": str(events)})
             walls.append(round(time.perf_counter() - started, 1))
+            time.sleep(1.0)  # the workers reap their executors once the application is over
+            submit_cpu.append(round(_children_cpu_s() - before[0], 1))
+            workers_cpu.append(round(_workers_cpu_s(workers) - before[1], 1))
             if done.returncode != 0:
                 raise SystemExit(f"spark-submit failed: {done.stderr[-3000:]}")
             phases.append(_phases(events, started_ms))
@@ -279,7 +290,20 @@ def _report_on_cluster(journal_data: Path, work: Path, runs: int = 2) -> dict[st
             "cluster_local_wall_s": local_walls,
             "cluster_over_local": [round(c / n, 2) for c, n in zip(walls, local_walls,
                                                                    strict=True)],
-            "cluster_phases_s": phases, "cluster_load_before_pair": loads}
+            "cluster_phases_s": phases, "cluster_load_before_pair": loads,
+            "cluster_submit_cpu_s": submit_cpu, "cluster_workers_cpu_s": workers_cpu}
+
+
+def _children_cpu_s() -> float:
+    """User + system CPU of this process's reaped children (and theirs)."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def _workers_cpu_s(workers: list[int]) -> float:
+    """The standalone workers' CPU with their reaped children's: the executors they ran."""
+    return sum(_stat(Path(f"/proc/{pid}/stat"))[2]
+               for pid in workers) / os.sysconf("SC_CLK_TCK")
 
 
 def _phases(events: Path, submitted_ms: float) -> dict[str, float]:
