@@ -172,16 +172,11 @@ class TlsLayer(asyncio.Protocol):
             return
         read = self._records.read
         incoming = self._incoming
-        # A record's data is shorter than its encrypted form, so a read of what the input BIO
-        # holds takes all of the next record when the SSL object holds none of it yet (most
-        # often: one request, one record), and the bytes object is no larger than the record:
-        # a 16 KiB allocation shrunk to a few dozen bytes on every request fragments the heap.
-        want = incoming.pending or _RECORD_SIZE
+        # Each read takes all of a record: once the input BIO is empty, the SSL object holds
+        # nothing more to read either.
         while not self._app_reading_paused and not self._closing:
-            if want > _RECORD_SIZE:
-                want = _RECORD_SIZE
             try:
-                data: bytes = read(want)
+                data: bytes = read(_RECORD_SIZE)
             except ssl.SSLWantReadError:
                 break  # the rest of a record is still to come
             except ssl.SSLError as exc:
@@ -191,15 +186,8 @@ class TlsLayer(asyncio.Protocol):
                 self._end_of_stream()  # the client's close_notify
                 return
             app.data_received(data)
-            if len(data) < want:
-                # A read returns at most one record: shorter than asked, it took all of one.
-                # With the input BIO empty nothing more is in hand (no failing read to say so).
-                want = incoming.pending
-                if not want:
-                    break
-            else:
-                # The SSL object may hold the rest of a record it had taken in part.
-                want = _RECORD_SIZE
+            if not incoming.pending:
+                break  # all read, without the failing read that would say so
         if self._outgoing.pending:
             self._flush()  # what TLS answers by itself (a key update)
 
