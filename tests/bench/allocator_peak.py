@@ -23,7 +23,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -144,28 +143,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--groups", type=int, default=10_000)
     args = parser.parse_args(args_in)
-    from tests.bench.brokers import Rebalanced, free_port
+    from tests.bench.brokers import Rebalanced
     from tests.bench.commit_load import _raise_fd_limit, _run
 
     _raise_fd_limit(args.groups + 1000)
     workdir = Path(tempfile.mkdtemp(prefix="rebalanced-allocator-"))
-
-    class Wrapped(Rebalanced):
-        def start(self, timeout: float = 120.0) -> Rebalanced:
-            self.port = self.port or free_port()
-            argv = [sys.executable, "-m", "tests.bench.allocator_peak", "--serve",
-                    "--log.dirs", str(self.data_dir),
-                    "--listeners", f"PLAINTEXT://127.0.0.1:{self.port}"]
-            for key, value in self.settings.items():
-                argv += [f"--{key}", value]
-            with open(self.log_path, "ab") as log:
-                started = time.monotonic()
-                self.proc = subprocess.Popen(argv, stdout=log, stderr=log,
-                                             stdin=subprocess.DEVNULL, cwd=self.repo)
-            self._wait_ready(started, timeout)
-            return self
-
-    broker = Wrapped(workdir)
+    broker = Rebalanced(workdir, entry=("-m", "tests.bench.allocator_peak", "--serve"))
     broker.start()
     try:
         result = _run(_load(broker, args.groups))

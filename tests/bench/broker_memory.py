@@ -130,28 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="rebalanced-memory-"))
     out = workdir / "dumps"
     out.mkdir()
-
-    class Probed(Rebalanced):
-        def start(self, timeout: float = 120.0) -> Rebalanced:
-            from tests.bench.brokers import free_port
-
-            self.port = self.port or free_port()
-            argv = [sys.executable, "-m", "tests.bench.broker_memory", "--serve",
-                    "--log.dirs", str(self.data_dir),
-                    "--listeners", f"PLAINTEXT://127.0.0.1:{self.port}"]
-            for key, value in self.settings.items():
-                argv += [f"--{key}", value]
-            import subprocess
-
-            with open(self.log_path, "ab") as log:
-                started = time.monotonic()
-                self.proc = subprocess.Popen(argv, stdout=log, stderr=log,
-                                             stdin=subprocess.DEVNULL, cwd=self.repo,
-                                             env={**os.environ, _OUT_ENV: str(out)})
-            self._wait_ready(started, timeout)
-            return self
-
-    broker = Probed(workdir)
+    broker = Rebalanced(workdir, entry=("-m", "tests.bench.broker_memory", "--serve"),
+                        environment={_OUT_ENV: str(out)})
     broker.start()
     try:
         result = _run(_load(broker, args.groups, out))

@@ -197,16 +197,21 @@ class Rebalanced(Broker):
         return int(self.settings["group.initial.rebalance.delay.ms"])
 
     def __init__(self, workdir: Path, settings: dict[str, str] | None = None,
-                 data_dir: Path | None = None, repo: Path = REPO) -> None:
+                 data_dir: Path | None = None, repo: Path = REPO,
+                 entry: tuple[str, ...] = ("-m", "coordinator"),
+                 environment: dict[str, str] | None = None) -> None:
         super().__init__(workdir)
         self.repo = repo  # the tree whose broker runs (another checkout, to compare)
+        # What the interpreter runs: the broker, or a probe that wraps it (memory benches).
+        self.entry = entry
+        self.extra_environment = environment or {}
         self.settings = {"group.initial.rebalance.delay.ms": "0", **(settings or {})}
         self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix="rebalanced-", dir=workdir))
         self.log_path = workdir / f"rebalanced-{self.data_dir.name}.log"
 
     def start(self, timeout: float = 60.0) -> Rebalanced:
         self.port = self.port or free_port()
-        args = [sys.executable, "-m", "coordinator", "--log.dirs", str(self.data_dir),
+        args = [sys.executable, *self.entry, "--log.dirs", str(self.data_dir),
                 "--listeners", f"PLAINTEXT://127.0.0.1:{self.port}"]
         for key, value in self.settings.items():
             args += [f"--{key}", value]
@@ -218,10 +223,12 @@ class Rebalanced(Broker):
         return self
 
     def _environment(self) -> dict[str, str] | None:
-        if self.repo == REPO:
-            return None
-        # `-m coordinator` imports from the working directory first; say so for every import.
-        return {**os.environ, "PYTHONPATH": str(self.repo)}
+        extra = dict(self.extra_environment)
+        if self.repo != REPO:
+            # `-m coordinator` imports from the working directory first; say so for every
+            # import.
+            extra["PYTHONPATH"] = str(self.repo)
+        return {**os.environ, **extra} if extra else None
 
     def restart(self, timeout: float = 300.0) -> Rebalanced:
         self.stop()
