@@ -33,6 +33,12 @@ def groups_on_distinct_partitions(log: GroupLog, count: int) -> list[str]:
     return list(chosen.values())
 
 
+def one_group(log: GroupLog) -> tuple[str, int]:
+    """A group and the partition it lives in."""
+    [group] = groups_on_distinct_partitions(log, 1)
+    return group, log.partition_of(group)
+
+
 def open_log(tmp_path: Path, fs: FaultyFileSystem) -> GroupLog:
     return GroupLog.open(tmp_path, PARTITIONS, LogConfig(), "always", fs)
 
@@ -72,8 +78,7 @@ async def test_a_failed_fsync_fails_every_commit_of_the_batch(tmp_path: Path,
 async def test_a_marker_is_not_waited_for_and_is_durable_before_the_transaction_log_moves_on(
         tmp_path: Path) -> None:
     log = open_log(tmp_path, FaultyFileSystem())
-    [group] = groups_on_distinct_partitions(log, 1)
-    partition = log.partition_of(group)
+    group, partition = one_group(log)
     await log.append(commit_records(group), 1, group_id=group)
     assert log.fsyncs == 1
     log.append_marker(partition, 7, 0, True, 2)
@@ -96,8 +101,7 @@ async def test_a_marker_is_not_waited_for_and_is_durable_before_the_transaction_
 async def test_a_transactional_batch_is_durable_on_return_and_not_waited_for(
         tmp_path: Path) -> None:
     log = open_log(tmp_path, FaultyFileSystem())
-    [group] = groups_on_distinct_partitions(log, 1)
-    partition = log.partition_of(group)
+    group, partition = one_group(log)
     log.append_transactional(group, commit_records(group), 7, 0, 1)
     assert log.fsyncs == 1
     assert log.acknowledged(partition) is None
@@ -111,8 +115,7 @@ async def test_a_failed_marker_fsync_stops_the_log(tmp_path: Path) -> None:
     log = open_log(tmp_path, fs)
     stopped: list[BaseException] = []
     log.on_failure = stopped.append
-    [group] = groups_on_distinct_partitions(log, 1)
-    partition = log.partition_of(group)
+    group, partition = one_group(log)
     await log.append(commit_records(group), 1, group_id=group)
     log.append_marker(partition, 7, 0, True, 2)
     fs.fail_next_fsync()
