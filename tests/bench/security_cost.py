@@ -14,8 +14,10 @@ client far more), and `--rate` paces all members to the same request rate for ev
 Rounds alternate the protocols, and the best round of each is kept (other load on the machine
 only adds). The SCRAM figure is the broker CPU of `handshakes` sequential connections on
 SASL_PLAINTEXT that each authenticate with SCRAM-SHA-256, minus as many that only send
-ApiVersions. `--authorizer` turns the standard authorizer on (the members are super users:
-every group request is checked and allowed).
+ApiVersions. Last, `connections` connections per protocol are opened (and authenticated) and
+answered once more, and the broker's RSS per connection is reported. `--authorizer` turns the
+standard authorizer on (the members are super users: every group request is checked and
+allowed).
 """
 
 from __future__ import annotations
@@ -141,6 +143,24 @@ async def _scram_cost(broker: ProcStats, ports: dict[str, int], handshakes: int)
     return (costs[1] - costs[0]) * 1000
 
 
+async def _connection_memory(broker: ProcStats, ports: dict[str, int], tls: ssl.SSLContext,
+                             count: int) -> dict[str, float]:
+    """The broker's RSS per open connection that has authenticated (on SASL_SSL) and been
+    answered once more, by protocol: what an idle member's connection holds."""
+    per_connection = {}
+    for protocol in ("PLAINTEXT", "SASL_SSL"):
+        before = broker.rss_bytes()
+        conns = [await _open(ports, protocol, tls) for _ in range(count)]
+        for conn in conns:
+            await wire.api_versions(conn)
+        per_connection[f"{protocol.lower()}_kb_per_connection"] = round(
+            (broker.rss_bytes() - before) / count / 1024, 1)
+        for conn in conns:
+            await conn.close()
+        await asyncio.sleep(0.5)
+    return per_connection
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="security-cost-"))
     pki = Pki.create(root / "pki")
@@ -179,13 +199,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     kept[key] = (min(kept[key], value) if key.endswith("_us")
                                  else max(kept[key], value))
         scram_ms = await _scram_cost(stats, ports, args.handshakes)
+        memory = (await _connection_memory(stats, ports, tls, args.connections)
+                  if args.connections else {})
     finally:
         broker.stop()
     ratios = {f"{kind}_cpu_ratio": round(best["SASL_SSL"][f"{kind}_cpu_us"]
                                          / best["PLAINTEXT"][f"{kind}_cpu_us"], 2)
               for kind in ("heartbeat", "commit")}
     return {"best": {p: {k: round(v, 1) for k, v in f.items()} for p, f in best.items()},
-            **ratios, "scram_sha_256_4096_broker_cpu_ms": round(scram_ms, 2)}
+            **ratios, "scram_sha_256_4096_broker_cpu_ms": round(scram_ms, 2),
+            **({"rss": memory} if memory else {})}
 
 
 def gate_cost(repeat: int = 5, number: int = 200_000) -> dict[str, float]:
@@ -242,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--handshakes", type=int, default=50)
+    parser.add_argument("--connections", type=int, default=500,
+                        help="then open this many connections on each protocol and report the "
+                             "broker's RSS per connection (0: skip)")
     parser.add_argument("--rate", type=float, default=0.0,
                         help="requests per second of all members together (default: as fast "
                              "as each member's one request in flight goes)")
