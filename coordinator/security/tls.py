@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import ssl
-import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,74 +58,7 @@ def server_context(listener: str, get: Lookup) -> ssl.SSLContext:
         if not _load_truststore(context, listener, get):
             context.load_default_certs(ssl.Purpose.CLIENT_AUTH)
         context.verify_mode = _CLIENT_AUTH[client_auth]
-    keep_record_buffers(context)
     return context
-
-
-# OpenSSL's names (ssl.h) for what `keep_record_buffers` does through its C interface.
-_SSL_CTRL_MODE = 33
-_SSL_CTRL_CLEAR_MODE = 78
-_SSL_MODE_RELEASE_BUFFERS = 0x10
-
-
-def keep_record_buffers(context: ssl.SSLContext) -> bool:
-    """Let the connections of `context` keep their TLS record buffers between records, as a
-    Kafka broker's TLS connections do; True once they do.
-
-    CPython sets OpenSSL's SSL_MODE_RELEASE_BUFFERS on every context: each connection frees its
-    read buffer after every record and its write buffer after every write, and allocates them
-    again for the next. A coordinator's requests are each one small record in and one out, so
-    that is two allocations and frees of about 17 KB per request: over SASL_SSL, about 1.3 µs
-    of a heartbeat's CPU, against 13 KB more resident per open connection
-    (`tests.bench.security_cost`). The `ssl` module has no way to clear the mode, so it is
-    cleared through OpenSSL's own function (see `_control`).
-    """
-    control = _control(context)
-    if control is None:
-        return False
-    if control(_SSL_CTRL_MODE, 0) & _SSL_MODE_RELEASE_BUFFERS:
-        control(_SSL_CTRL_CLEAR_MODE, _SSL_MODE_RELEASE_BUFFERS)
-    return not control(_SSL_CTRL_MODE, 0) & _SSL_MODE_RELEASE_BUFFERS
-
-
-def releases_record_buffers(context: ssl.SSLContext) -> bool | None:
-    """Whether the connections of `context` free their record buffers after each record (None:
-    not readable here)."""
-    control = _control(context)
-    return None if control is None else bool(control(_SSL_CTRL_MODE, 0)
-                                             & _SSL_MODE_RELEASE_BUFFERS)
-
-
-def _control(context: ssl.SSLContext) -> Callable[[int, int], int] | None:
-    """`SSL_CTX_ctrl` of the OpenSSL under `context`, looked up through the `_ssl` module so
-    that it is the OpenSSL that module uses. None unless the library and the context can be
-    verified first: a Python other than CPython, an OpenSSL linked into `_ssl` without its
-    symbols, another OpenSSL version, or a context whose options read back differently are
-    left alone."""
-    if sys.implementation.name != "cpython" or not isinstance(context, ssl.SSLContext):
-        return None
-    try:
-        import _ssl
-        import ctypes
-
-        library = ctypes.CDLL(_ssl.__file__)
-        version = library.OpenSSL_version_num
-        ctrl = library.SSL_CTX_ctrl
-        get_options = library.SSL_CTX_get_options
-    except (ImportError, OSError, AttributeError):
-        return None
-    version.restype, version.argtypes = ctypes.c_ulong, []
-    ctrl.restype = ctypes.c_long
-    ctrl.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_void_p]
-    get_options.restype, get_options.argtypes = ctypes.c_uint64, [ctypes.c_void_p]
-    if version() != ssl.OPENSSL_VERSION_NUMBER:
-        return None
-    # CPython's SSLContext object holds its SSL_CTX pointer first, right after the object
-    # header; the options OpenSSL reports through that pointer must be the context's own.
-    pointer = ctypes.c_void_p.from_address(id(context) + object.__basicsize__).value
-    if not pointer or get_options(pointer) != int(context.options):
-        return None
-    return lambda command, argument: int(ctrl(pointer, command, argument, None))
 
 
 def _set_versions(context: ssl.SSLContext, listener: str, text: str) -> None:

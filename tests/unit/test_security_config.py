@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import json
-import ssl
 from pathlib import Path
 
 import pytest
@@ -20,16 +19,8 @@ from coordinator.security.mechanisms import (
     UnsecuredJwsOptions,
     parse_jaas,
 )
-from coordinator.security.tls import (
-    NoMatchingRule,
-    PrincipalMapper,
-    keep_record_buffers,
-    releases_record_buffers,
-    server_context,
-    subject_dn,
-)
+from coordinator.security.tls import NoMatchingRule, PrincipalMapper, subject_dn
 from coordinator.settings import ConfigError, load
-from tests.tls_material import Pki
 
 
 def test_per_listener_settings_come_from_flags_env_and_file(tmp_path: Path) -> None:
@@ -142,13 +133,3 @@ def test_oauthbearer_unsecured_tokens() -> None:
         assert json.loads(exchange.step(_jws(claims, alg))) == {"status": "invalid_token"}
         with pytest.raises(SaslFailure):
             exchange.step(b"\x01")
-
-
-def test_a_listener_context_keeps_its_record_buffers(tmp_path: Path) -> None:
-    pem = Pki.create(tmp_path / "pki").issue("server", server=True, CN="localhost")
-    plain = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    assert releases_record_buffers(plain) is True  # CPython's default
-    settings = {"ssl.keystore.location": str(pem)}
-    context = server_context("SSL", lambda key: settings.get(key, ""))
-    assert releases_record_buffers(context) is False
-    assert keep_record_buffers(context) is True  # and again: nothing left to clear
