@@ -32,6 +32,10 @@ JIT_OPTIONS = "-XX:TieredStopAtLevel=1"
 # to set up, where G1 starts a parallel and a concurrent thread per CPU the JVM sees
 # (BENCHMARKS.md, issue 27: the cluster's wall time against `local[2]`).
 EXECUTOR_GC_OPTIONS = "-XX:+UseSerialGC"
+# The Python daemon of the job's workers: PySpark's, with pyspark imported from the installed
+# package instead of Spark's zip of it where the two are the same (`forensics.pyspark_path`).
+DAEMON_MODULE_KEY = "spark.python.daemon.module"
+DAEMON_MODULE = "forensics.spark_daemon"
 
 
 def launched_by_spark_submit() -> bool:
@@ -64,7 +68,8 @@ def get_session(master: str | None = None, app_name: str = "rebalanced-forensics
                    # Adaptive execution re-plans the query after every shuffle: for this job's
                    # small tables on one machine that planning costs more than it saves (the
                    # 1M-event report: 70 s with it, 57-62 s without).
-                   .config("spark.sql.adaptive.enabled", "false"))
+                   .config("spark.sql.adaptive.enabled", "false")
+                   .config(DAEMON_MODULE_KEY, DAEMON_MODULE))
         driver_options = " ".join(filter(None, (
             class_cache.java_options if class_cache is not None else "", job_java_options())))
         if driver_options:
@@ -76,6 +81,8 @@ def get_session(master: str | None = None, app_name: str = "rebalanced-forensics
         executor_options = _executor_java_options(submitted)
         if executor_options:
             builder = builder.config(EXECUTOR_JAVA_OPTIONS, executor_options)
+        if not submitted.contains(DAEMON_MODULE_KEY):
+            builder = builder.config(DAEMON_MODULE_KEY, DAEMON_MODULE)
         if not submitted.contains("spark.ui.enabled"):
             # The driver's web UI: a Jetty server started on the driver's JVM while the
             # executors' JVMs start on the cluster, for a job that is over in seconds (off

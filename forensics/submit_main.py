@@ -5,7 +5,12 @@
         forensics/submit_main.py --data /shared/rebalanced --out /shared/forensics-out
 """
 
-from forensics.cli import main
+from forensics.pyspark_path import prefer_installed_pyspark
+
+# Before pyspark is first imported: spark-submit put its zip of pyspark first on the path.
+prefer_installed_pyspark()
+
+from forensics.cli import main  # noqa: E402
 
 # Guarded: the timeline renderers are spawned interpreters that import this file as their
 # main module, and must not start the job (and a second SparkContext) again.
