@@ -36,6 +36,7 @@ EXECUTOR_GC_OPTIONS = "-XX:+UseSerialGC"
 # package instead of Spark's zip of it where the two are the same (`forensics.pyspark_path`).
 DAEMON_MODULE_KEY = "spark.python.daemon.module"
 DAEMON_MODULE = "forensics.spark_daemon"
+REGISTERED_RATIO_KEY = "spark.scheduler.minRegisteredResourcesRatio"
 
 
 def launched_by_spark_submit() -> bool:
@@ -83,6 +84,12 @@ def get_session(master: str | None = None, app_name: str = "rebalanced-forensics
             builder = builder.config(EXECUTOR_JAVA_OPTIONS, executor_options)
         if not submitted.contains(DAEMON_MODULE_KEY):
             builder = builder.config(DAEMON_MODULE_KEY, DAEMON_MODULE)
+        if not submitted.contains(REGISTERED_RATIO_KEY):
+            # Spark's default makes the session wait until 80 % of the executors have
+            # registered; the job's own work before its first job (planning, its imports,
+            # the timeline renderers' start) then runs after the executors' start instead of
+            # beside it. Tasks go to the executors as they register.
+            builder = builder.config(REGISTERED_RATIO_KEY, "0")
         if not submitted.contains("spark.ui.enabled"):
             # The driver's web UI: a Jetty server started on the driver's JVM while the
             # executors' JVMs start on the cluster, for a job that is over in seconds (off
