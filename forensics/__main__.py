@@ -1,6 +1,6 @@
 import sys
 
-from forensics.cli import main
+if __name__ == "__main__":  # not when a timeline renderer imports it as its main module
+    from forensics.cli import main
 
-if __name__ == "__main__":  # not when a worker process imports it
     sys.exit(main())

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 
@@ -22,7 +22,10 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.patches import Patch
 
-from forensics.reader import Problems
+if TYPE_CHECKING:
+    # Only named in annotations: the timeline renderers import this module and need neither
+    # the readers nor the PySpark they import.
+    from forensics.reader import Problems
 
 CAUSE_COLOURS = {
     "member_join": "#4c72b0",

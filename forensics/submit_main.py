@@ -10,9 +10,9 @@ from forensics.pyspark_path import prefer_installed_pyspark
 # Before pyspark is first imported: spark-submit put its zip of pyspark first on the path.
 prefer_installed_pyspark()
 
-from forensics.cli import main  # noqa: E402
-
 # Guarded: the timeline renderers are spawned interpreters that import this file as their
-# main module, and must not start the job (and a second SparkContext) again.
+# main module, and must neither start the job (and a second SparkContext) again nor import it.
 if __name__ == "__main__":
+    from forensics.cli import main
+
     raise SystemExit(main())
