@@ -20,6 +20,8 @@ import statistics
 import tempfile
 import time
 
+from tests.bench.stats import percentile
+
 
 def measure(directory: str, appends: int, size: int) -> dict[str, float]:
     payload = b"\0" * size
@@ -40,12 +42,11 @@ def measure(directory: str, appends: int, size: int) -> dict[str, float]:
             fsync_cpu = time.process_time() - cpu_before
         finally:
             os.close(fd)
-    latencies.sort()
     return {
         "append_cpu_us": round(append_cpu / appends * 1e6, 1),
         "append_and_fsync_cpu_us": round(fsync_cpu / appends * 1e6, 1),
         "fsync_p50_ms": round(statistics.median(latencies) * 1e3, 3),
-        "fsync_p99_ms": round(latencies[int(len(latencies) * 0.99) - 1] * 1e3, 3),
+        "fsync_p99_ms": round(percentile(latencies, 99) * 1e3, 3),
     }
 
 

@@ -294,17 +294,20 @@ class ClassicGroup:
         request parked on it."""
         index = self._parked_by_connection
         if index is None:  # a small group: visit its members
-            requests = [parked for m in self.members.values()
-                        for parked in (m.awaiting_join, m.awaiting_sync)
-                        if parked is not None and parked.ref is not None
-                        and parked.ref.connection_id == connection_id]
-            if not requests:
-                return []
-        else:
-            held = index.pop(connection_id, None)
-            if held is None:
-                return []
-            requests = list(held.values()) if isinstance(held, dict) else [held]
+            found = []
+            for member in self.members.values():
+                on_it = [parked for parked in (member.awaiting_join, member.awaiting_sync)
+                         if parked is not None and parked.ref is not None
+                         and parked.ref.connection_id == connection_id]
+                for parked in on_it:
+                    parked.ref = None
+                if on_it:
+                    found.append(member)
+            return found
+        held = index.pop(connection_id, None)
+        if held is None:
+            return []
+        requests = list(held.values()) if isinstance(held, dict) else [held]
         for parked in requests:
             parked.ref = None
         ids = {id(parked) for parked in requests}
