@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import threading
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
@@ -74,6 +75,7 @@ from storage.batch import (
 )
 from storage.descriptors import DescriptorBudget
 from storage.fs import REAL_FS, FileSystem
+from storage.fsync_offload import OffloadedFsync
 from storage.record_batch import encode_batch
 from storage.segment import (
     INDEX_SUFFIX,
@@ -704,6 +706,30 @@ class PartitionLog:
                 failure = LogOfflineError(seg.path, FileNotFoundError(
                     errno.ENOENT, "the active segment file was deleted or replaced while "
                     "open"), "segment file missing")
+        raise self._go_offline(failure) from failure.cause
+
+    def offloaded_flush(self) -> OffloadedFsync | None:
+        """`flush` for a thread that runs without the interpreter (`storage.fsync_offload`):
+        the active segment's fsync job, to be finished with `offloaded_flush_done`. None when
+        `flush` itself must run: a rolled segment still to seal, a closed or offline log, a
+        file system other than the real one. Raises `OSError` (no descriptor to spare)."""
+        with self._lock:
+            if self._closed or self.offline is not None or self._unsealed:
+                return None
+            return self._segments[-1].offloaded_fsync()
+
+    def offloaded_flush_done(self, job: OffloadedFsync, error: int, still_named: bool) -> None:
+        """The outcome of `job`: raises `LogOfflineError` (the log goes offline, as `flush`
+        takes it) when the fsync failed or the path no longer names the file."""
+        if error == 0 and still_named:
+            return
+        path = Path(os.fsdecode(job.path))
+        if error:
+            failure = LogOfflineError(path, OSError(error, os.strerror(error)), "fsync failed")
+        else:
+            failure = LogOfflineError(path, FileNotFoundError(
+                errno.ENOENT, "the active segment file was deleted or replaced while open"),
+                "segment file missing")
         raise self._go_offline(failure) from failure.cause
 
     # ---------------------------------------------------------------- missing segments

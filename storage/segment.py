@@ -46,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import itertools
+import os
 import struct
 import sys
 from array import array
@@ -66,6 +67,7 @@ from storage.batch import (
 )
 from storage.crc import crc32c
 from storage.fs import AppendHandle, FileSystem, ReadHandle
+from storage.fsync_offload import OffloadedFsync
 
 if TYPE_CHECKING:
     from collections import OrderedDict
@@ -603,6 +605,20 @@ class Segment:
             # before it is covered by this fsync.
             self._dirty = False
             writer.fsync()
+
+    def offloaded_fsync(self) -> OffloadedFsync | None:
+        """What `flush` and `still_named` do, for a thread that runs without the interpreter
+        (`storage.fsync_offload`): a descriptor of its own for the file (the log may close or
+        roll the segment meanwhile), the path and the file's (device, inode). None when the
+        segment is closed or not on the real file system (a test's faulty one fsyncs through
+        `flush`)."""
+        writer = self._writer
+        if writer is None or type(writer) is not AppendHandle or type(self.fs) is not FileSystem:
+            return None
+        identity = writer.identity()
+        fd = os.dup(writer.fileno())
+        self._dirty = False  # as in `flush`: an append racing the fsync sets it again
+        return OffloadedFsync(fd, os.fsencode(self.path), identity[0], identity[1])
 
     @property
     def dirty(self) -> bool:

@@ -54,6 +54,7 @@ import structlog
 from coordinator.grouplog.codec import UnknownRecord, decode_record, encode_records
 from coordinator.grouplog.placement import partition_for
 from coordinator.grouplog.records import CoordinatorRecord
+from storage import fsync_offload
 from storage.batch import RawBatch, scan_batches
 from storage.compaction import CleanStats, LogCleaner, verify_sealed
 from storage.crc import crc32c
@@ -118,8 +119,9 @@ class GroupLogLoadError(Exception):
 
 
 class _FsyncThread:
-    """One long-lived thread for the fsync of a single dirty partition (the usual case): the
-    job is handed over through a `SimpleQueue` and its outcome comes back with one
+    """One long-lived thread for the fsync of a single dirty partition (the usual case) where
+    the C thread (`storage.fsync_offload`) was not built or cannot take the job: the job is
+    handed over through a `SimpleQueue` and its outcome comes back with one
     `call_soon_threadsafe`, where an executor job costs a queue with a condition, a
     concurrent future, an asyncio future and a done callback, each with its own wake-up."""
 
@@ -179,6 +181,7 @@ class GroupLog:
         self._waiting: list[asyncio.Future[None]] = []
         self._flushing = False
         self._fsync_thread = _FsyncThread()
+        self._offload: fsync_offload.FsyncOffload | None = None  # made on the first flush
         self._interval_task: asyncio.Task[None] | None = None
         self.appends = 0
         self.fsyncs = 0
@@ -504,8 +507,10 @@ class GroupLog:
         ends = {p: self.logs[p].log_end_offset for p in dirty}
         if len(dirty) == 1:
             # The usual case (the appends of a turn went to one partition): the fsync thread,
-            # answered with one callback.
+            # answered with one callback; the C one where it was built.
             (partition,) = dirty
+            if self._offload_flush(loop, partition, waiting, ends):
+                return
             self._fsync_thread.submit(
                 loop, self.logs[partition].flush,
                 lambda error: self._flushed([] if error is None else [error], waiting, ends))
@@ -515,6 +520,36 @@ class GroupLog:
         gathered = asyncio.gather(*jobs, return_exceptions=True)
         gathered.add_done_callback(lambda done: self._flushed(
             [r for r in done.result() if isinstance(r, BaseException)], waiting, ends))
+
+    def _offload_flush(self, loop: asyncio.AbstractEventLoop, partition: int,
+                       waiting: list[asyncio.Future[None]], ends: dict[int, int]) -> bool:
+        """Hand the partition's fsync to the C thread (`storage.fsync_offload`); False when
+        it is not built or the partition log must flush itself (`offloaded_flush`)."""
+        offload = self._offload
+        if offload is None or offload.loop is not loop:
+            if not fsync_offload.AVAILABLE:
+                return False
+            if offload is not None:
+                offload.close()
+            offload = self._offload = fsync_offload.FsyncOffload(loop)
+        partition_log = self.logs[partition]
+        try:
+            job = partition_log.offloaded_flush()
+        except OSError:
+            return False  # no descriptor to spare: the Python thread fsyncs the log's own
+        if job is None:
+            return False
+
+        def done(error: int, still_named: bool) -> None:
+            try:
+                partition_log.offloaded_flush_done(job, error, still_named)
+            except OSError as exc:
+                self._flushed([exc], waiting, ends)
+                return
+            self._flushed([], waiting, ends)
+
+        offload.submit(job, done)
+        return True
 
     def _fsync(self, partitions: set[int]) -> None:
         for partition in partitions:
@@ -636,6 +671,9 @@ class GroupLog:
     def close(self) -> None:
         self.cleaner.stop()
         self._fsync_thread.stop()
+        if self._offload is not None:
+            self._offload.close()
+            self._offload = None
         if self._interval_task is not None:
             self._interval_task.cancel()
         self.flush()

@@ -226,7 +226,8 @@ def test_only_the_build_stage_has_a_compiler_and_the_image_checks_the_speedups()
     final_runs = " ".join(args for keyword, args in final if keyword == "RUN")
     assert "gcc" in build_runs and "zlib1g-dev" in build_runs
     assert "apt-get" not in final_runs and "gcc" not in final_runs
-    assert "import storage._legacy_speedups, forensics._grouplog_speedups" in final_runs
+    assert ("import storage._legacy_speedups, storage._fsync_worker, "
+            "forensics._grouplog_speedups" in final_runs)
 
 
 def test_image_runs_the_installed_scripts_unprivileged_with_a_data_volume() -> None:
@@ -323,9 +324,10 @@ def test_the_compose_file_is_one_to_copy() -> None:
 @live
 def test_the_image_carries_the_speedups_and_no_compiler() -> None:
     imported = ok(docker("run", "--rm", "--entrypoint", "python", IMAGE, "-c",
-                         "import storage._legacy_speedups as s, forensics._grouplog_speedups as g;"
-                         " print(s.__file__, g.__file__)"))
-    assert imported.count(".so") == 2, imported
+                         "import storage._legacy_speedups as s, storage._fsync_worker as f,"
+                         " forensics._grouplog_speedups as g; print(s.__file__, f.__file__,"
+                         " g.__file__)"))
+    assert imported.count(".so") == 3, imported
     assert docker("run", "--rm", "--entrypoint", "sh", IMAGE, "-c",
                   "command -v gcc cc").returncode != 0
     assert ok(docker("run", "--rm", "--entrypoint", "id", IMAGE, "-u")).strip() == "10001"

@@ -1,0 +1,310 @@
+/* An fsync thread that never takes the interpreter lock.
+ *
+ * A Python thread running `os.fsync` takes the interpreter lock back after every system call
+ * and to hand its result to the event loop; each time the event loop holds it, the two
+ * threads trade it through futexes and context switches (about a dozen futex calls per
+ * fsync). This thread is a plain POSIX thread: it takes a job (a descriptor of its own, a
+ * path and the (device, inode) the path should still name), fsyncs it, checks the path,
+ * closes the descriptor, queues the outcome and adds one to an eventfd that the event loop
+ * watches. The loop then collects the outcomes with `completed()`.
+ *
+ *   worker = FsyncWorker()
+ *   token = worker.submit(fd, path, device, inode)   # fd is the worker's from now on
+ *   worker.fileno()                                  # readable when outcomes wait
+ *   worker.completed()                               # [(token, errno, path_still_names_it)]
+ *   worker.close()                                   # finishes the queued jobs, then stops
+ *
+ * Jobs run one at a time, in submission order.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct Job {
+    struct Job *next;
+    long long token;
+    int fd;
+    char *path; /* NULL: no path to check */
+    unsigned long long device;
+    unsigned long long inode;
+    int error;  /* errno of the fsync (or of the path's stat), 0 when it succeeded */
+    int named;  /* the path still names the file (1 when no path was given) */
+} Job;
+
+typedef struct {
+    PyObject_HEAD
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    pthread_t thread;
+    int thread_started;
+    int stopping;
+    int event_fd;
+    long long next_token;
+    Job *queued_head, *queued_tail;
+    Job *done_head, *done_tail;
+} FsyncWorker;
+
+static void run_job(Job *job) {
+    int rc;
+    do {
+        rc = fsync(job->fd);
+    } while (rc != 0 && errno == EINTR);
+    job->error = rc == 0 ? 0 : errno;
+    job->named = 1;
+    if (job->error == 0 && job->path != NULL) {
+        struct stat st;
+        if (stat(job->path, &st) != 0) {
+            if (errno == ENOENT || errno == ENOTDIR) {
+                job->named = 0;
+            } else {
+                job->error = errno;
+            }
+        } else {
+            job->named = (unsigned long long)st.st_dev == job->device &&
+                         (unsigned long long)st.st_ino == job->inode;
+        }
+    }
+    close(job->fd);
+    job->fd = -1;
+}
+
+static void *worker_main(void *arg) {
+    FsyncWorker *self = (FsyncWorker *)arg;
+    for (;;) {
+        pthread_mutex_lock(&self->lock);
+        while (self->queued_head == NULL && !self->stopping) {
+            pthread_cond_wait(&self->wake, &self->lock);
+        }
+        Job *job = self->queued_head;
+        if (job == NULL) { /* stopping, and nothing left to do */
+            pthread_mutex_unlock(&self->lock);
+            return NULL;
+        }
+        self->queued_head = job->next;
+        if (self->queued_head == NULL) {
+            self->queued_tail = NULL;
+        }
+        pthread_mutex_unlock(&self->lock);
+
+        run_job(job);
+
+        pthread_mutex_lock(&self->lock);
+        job->next = NULL;
+        if (self->done_tail != NULL) {
+            self->done_tail->next = job;
+        } else {
+            self->done_head = job;
+        }
+        self->done_tail = job;
+        pthread_mutex_unlock(&self->lock);
+        uint64_t one = 1;
+        ssize_t written;
+        do {
+            written = write(self->event_fd, &one, sizeof one);
+        } while (written < 0 && errno == EINTR);
+    }
+}
+
+static void free_jobs(Job *job) {
+    while (job != NULL) {
+        Job *next = job->next;
+        if (job->fd >= 0) {
+            close(job->fd);
+        }
+        free(job->path);
+        free(job);
+        job = next;
+    }
+}
+
+static PyObject *worker_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    static char *keywords[] = {NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, ":FsyncWorker", keywords)) {
+        return NULL;
+    }
+    FsyncWorker *self = (FsyncWorker *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->event_fd = -1;
+    pthread_mutex_init(&self->lock, NULL);
+    pthread_cond_init(&self->wake, NULL);
+    self->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (self->event_fd < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        Py_DECREF(self);
+        return NULL;
+    }
+    int rc = pthread_create(&self->thread, NULL, worker_main, self);
+    if (rc != 0) {
+        errno = rc;
+        PyErr_SetFromErrno(PyExc_OSError);
+        Py_DECREF(self);
+        return NULL;
+    }
+    self->thread_started = 1;
+    return (PyObject *)self;
+}
+
+static void stop_thread(FsyncWorker *self) {
+    if (!self->thread_started) {
+        return;
+    }
+    pthread_mutex_lock(&self->lock);
+    self->stopping = 1;
+    pthread_cond_signal(&self->wake);
+    pthread_mutex_unlock(&self->lock);
+    Py_BEGIN_ALLOW_THREADS
+    pthread_join(self->thread, NULL);
+    Py_END_ALLOW_THREADS
+    self->thread_started = 0;
+}
+
+static void worker_dealloc(FsyncWorker *self) {
+    stop_thread(self);
+    free_jobs(self->queued_head);
+    free_jobs(self->done_head);
+    if (self->event_fd >= 0) {
+        close(self->event_fd);
+    }
+    pthread_cond_destroy(&self->wake);
+    pthread_mutex_destroy(&self->lock);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *worker_submit(FsyncWorker *self, PyObject *args) {
+    int fd;
+    PyObject *path;
+    unsigned long long device, inode;
+    if (!PyArg_ParseTuple(args, "iOKK:submit", &fd, &path, &device, &inode)) {
+        return NULL;
+    }
+    if (!self->thread_started || self->stopping) {
+        PyErr_SetString(PyExc_RuntimeError, "the fsync worker is closed");
+        return NULL;
+    }
+    Job *job = calloc(1, sizeof *job);
+    if (job == NULL) {
+        return PyErr_NoMemory();
+    }
+    if (path != Py_None) {
+        char *bytes;
+        Py_ssize_t size;
+        if (PyBytes_AsStringAndSize(path, &bytes, &size) < 0) {
+            free(job);
+            return NULL;
+        }
+        job->path = malloc((size_t)size + 1);
+        if (job->path == NULL) {
+            free(job);
+            return PyErr_NoMemory();
+        }
+        memcpy(job->path, bytes, (size_t)size + 1);
+    }
+    job->fd = fd;
+    job->device = device;
+    job->inode = inode;
+    pthread_mutex_lock(&self->lock);
+    job->token = ++self->next_token;
+    if (self->queued_tail != NULL) {
+        self->queued_tail->next = job;
+    } else {
+        self->queued_head = job;
+    }
+    self->queued_tail = job;
+    pthread_cond_signal(&self->wake);
+    pthread_mutex_unlock(&self->lock);
+    return PyLong_FromLongLong(job->token);
+}
+
+static PyObject *worker_completed(FsyncWorker *self, PyObject *Py_UNUSED(ignored)) {
+    uint64_t count;
+    /* Nonblocking: EAGAIN when nothing was signalled since the last call. */
+    while (read(self->event_fd, &count, sizeof count) < 0 && errno == EINTR) {
+    }
+    pthread_mutex_lock(&self->lock);
+    Job *done = self->done_head;
+    self->done_head = self->done_tail = NULL;
+    pthread_mutex_unlock(&self->lock);
+    PyObject *outcomes = PyList_New(0);
+    if (outcomes == NULL) {
+        free_jobs(done);
+        return NULL;
+    }
+    for (Job *job = done; job != NULL; job = job->next) {
+        PyObject *item = Py_BuildValue("(LiO)", job->token, job->error,
+                                       job->named ? Py_True : Py_False);
+        if (item == NULL || PyList_Append(outcomes, item) < 0) {
+            Py_XDECREF(item);
+            Py_DECREF(outcomes);
+            free_jobs(done);
+            return NULL;
+        }
+        Py_DECREF(item);
+    }
+    free_jobs(done);
+    return outcomes;
+}
+
+static PyObject *worker_fileno(FsyncWorker *self, PyObject *Py_UNUSED(ignored)) {
+    return PyLong_FromLong(self->event_fd);
+}
+
+static PyObject *worker_close(FsyncWorker *self, PyObject *Py_UNUSED(ignored)) {
+    stop_thread(self);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef worker_methods[] = {
+    {"submit", (PyCFunction)worker_submit, METH_VARARGS,
+     "submit(fd, path, device, inode) -> token: fsync fd (then close it) and check that path "
+     "(bytes, or None for no check) still names (device, inode)."},
+    {"completed", (PyCFunction)worker_completed, METH_NOARGS,
+     "completed() -> [(token, errno, named)]: the outcomes since the last call, in order."},
+    {"fileno", (PyCFunction)worker_fileno, METH_NOARGS,
+     "fileno() -> the eventfd that is readable while outcomes wait."},
+    {"close", (PyCFunction)worker_close, METH_NOARGS,
+     "close(): run the jobs already submitted, then stop the thread."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject FsyncWorkerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "storage._fsync_worker.FsyncWorker",
+    .tp_basicsize = sizeof(FsyncWorker),
+    .tp_dealloc = (destructor)worker_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A POSIX thread that fsyncs descriptors without the interpreter lock.",
+    .tp_methods = worker_methods,
+    .tp_new = worker_new,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "storage._fsync_worker",
+    "fsync off the interpreter lock (see FsyncWorker).", -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__fsync_worker(void) {
+    if (PyType_Ready(&FsyncWorkerType) < 0) {
+        return NULL;
+    }
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) {
+        return NULL;
+    }
+    Py_INCREF(&FsyncWorkerType);
+    if (PyModule_AddObject(m, "FsyncWorker", (PyObject *)&FsyncWorkerType) < 0) {
+        Py_DECREF(&FsyncWorkerType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
