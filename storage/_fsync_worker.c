@@ -1,20 +1,21 @@
-/* An fsync thread that never takes the interpreter lock.
+/* fsync threads that never take the interpreter lock.
  *
  * A Python thread running `os.fsync` takes the interpreter lock back after every system call
  * and to hand its result to the event loop; each time the event loop holds it, the two
  * threads trade it through futexes and context switches (about a dozen futex calls per
- * fsync). This thread is a plain POSIX thread: it takes a job (a descriptor of its own, a
+ * fsync). Each of these is a plain POSIX thread: it takes a job (a descriptor of its own, a
  * path and the (device, inode) the path should still name), fsyncs it, checks the path,
  * closes the descriptor, queues the outcome and adds one to an eventfd that the event loop
  * watches. The loop then collects the outcomes with `completed()`.
  *
- *   worker = FsyncWorker()
+ *   worker = FsyncWorker(threads)                    # threads share the queue
  *   token = worker.submit(fd, path, device, inode)   # fd is the worker's from now on
  *   worker.fileno()                                  # readable when outcomes wait
  *   worker.completed()                               # [(token, errno, path_still_names_it)]
  *   worker.close()                                   # finishes the queued jobs, then stops
  *
- * Jobs run one at a time, in submission order.
+ * Each job runs on one of the threads: with several threads, jobs for different files (the
+ * group log's partitions) are fsynced at once, and outcomes may arrive out of submission order.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -27,6 +28,8 @@
 #include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#define MAX_THREADS 16
 
 typedef struct Job {
     struct Job *next;
@@ -43,8 +46,8 @@ typedef struct {
     PyObject_HEAD
     pthread_mutex_t lock;
     pthread_cond_t wake;
-    pthread_t thread;
-    int thread_started;
+    pthread_t threads[MAX_THREADS];
+    int thread_count; /* started and not yet joined */
     int stopping;
     int event_fd;
     long long next_token;
@@ -125,9 +128,16 @@ static void free_jobs(Job *job) {
     }
 }
 
+static void stop_threads(FsyncWorker *self);
+
 static PyObject *worker_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    static char *keywords[] = {NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, ":FsyncWorker", keywords)) {
+    static char *keywords[] = {"threads", NULL};
+    int threads = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|i:FsyncWorker", keywords, &threads)) {
+        return NULL;
+    }
+    if (threads < 1 || threads > MAX_THREADS) {
+        PyErr_Format(PyExc_ValueError, "threads must be 1 to %d", MAX_THREADS);
         return NULL;
     }
     FsyncWorker *self = (FsyncWorker *)type->tp_alloc(type, 0);
@@ -143,33 +153,39 @@ static PyObject *worker_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
         Py_DECREF(self);
         return NULL;
     }
-    int rc = pthread_create(&self->thread, NULL, worker_main, self);
-    if (rc != 0) {
-        errno = rc;
-        PyErr_SetFromErrno(PyExc_OSError);
-        Py_DECREF(self);
-        return NULL;
+    for (int i = 0; i < threads; i++) {
+        int rc = pthread_create(&self->threads[i], NULL, worker_main, self);
+        if (rc != 0) {
+            stop_threads(self);
+            errno = rc;
+            PyErr_SetFromErrno(PyExc_OSError);
+            Py_DECREF(self);
+            return NULL;
+        }
+        self->thread_count++;
     }
-    self->thread_started = 1;
     return (PyObject *)self;
 }
 
-static void stop_thread(FsyncWorker *self) {
-    if (!self->thread_started) {
+static void stop_threads(FsyncWorker *self) {
+    if (self->thread_count == 0) {
         return;
     }
     pthread_mutex_lock(&self->lock);
     self->stopping = 1;
-    pthread_cond_signal(&self->wake);
+    pthread_cond_broadcast(&self->wake);
     pthread_mutex_unlock(&self->lock);
+    int count = self->thread_count;
     Py_BEGIN_ALLOW_THREADS
-    pthread_join(self->thread, NULL);
+    for (int i = 0; i < count; i++) {
+        pthread_join(self->threads[i], NULL);
+    }
     Py_END_ALLOW_THREADS
-    self->thread_started = 0;
+    self->thread_count = 0;
 }
 
 static void worker_dealloc(FsyncWorker *self) {
-    stop_thread(self);
+    stop_threads(self);
     free_jobs(self->queued_head);
     free_jobs(self->done_head);
     if (self->event_fd >= 0) {
@@ -187,7 +203,7 @@ static PyObject *worker_submit(FsyncWorker *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "iOKK:submit", &fd, &path, &device, &inode)) {
         return NULL;
     }
-    if (!self->thread_started || self->stopping) {
+    if (self->thread_count == 0 || self->stopping) {
         PyErr_SetString(PyExc_RuntimeError, "the fsync worker is closed");
         return NULL;
     }
@@ -259,7 +275,7 @@ static PyObject *worker_fileno(FsyncWorker *self, PyObject *Py_UNUSED(ignored)) 
 }
 
 static PyObject *worker_close(FsyncWorker *self, PyObject *Py_UNUSED(ignored)) {
-    stop_thread(self);
+    stop_threads(self);
     Py_RETURN_NONE;
 }
 
@@ -272,7 +288,7 @@ static PyMethodDef worker_methods[] = {
     {"fileno", (PyCFunction)worker_fileno, METH_NOARGS,
      "fileno() -> the eventfd that is readable while outcomes wait."},
     {"close", (PyCFunction)worker_close, METH_NOARGS,
-     "close(): run the jobs already submitted, then stop the thread."},
+     "close(): run the jobs already submitted, then stop the threads."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -282,7 +298,8 @@ static PyTypeObject FsyncWorkerType = {
     .tp_basicsize = sizeof(FsyncWorker),
     .tp_dealloc = (destructor)worker_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A POSIX thread that fsyncs descriptors without the interpreter lock.",
+    .tp_doc = "FsyncWorker(threads=1): POSIX threads that fsync descriptors without the "
+              "interpreter lock.",
     .tp_methods = worker_methods,
     .tp_new = worker_new,
 };

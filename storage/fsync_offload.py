@@ -4,13 +4,13 @@ A Python thread that runs `os.fsync` takes the interpreter lock back after each 
 to hand its outcome to the event loop; whenever the event loop holds the lock, the two threads
 trade it through futexes and context switches, about a dozen futex calls per fsync under a
 steady stream of durable commits. `storage._fsync_worker` (C, built when a compiler is at
-hand) is a plain POSIX thread instead: it fsyncs a descriptor of its own, checks that the
+hand) runs plain POSIX threads instead: one fsyncs a descriptor of its own, checks that the
 segment's path still names the file, and signals an eventfd that the event loop watches.
 
-`FsyncOffload` is the event loop's side: `submit` a job (`Segment.offloaded_fsync`) with a
-callback, which runs on the loop with the fsync's errno (0 when it succeeded) and whether the
-path still names the file. Where the extension was not built `AVAILABLE` is False and the
-group log keeps its Python fsync thread.
+`FsyncOffload` is the event loop's side, over one or more such threads: `submit` a job
+(`Segment.offloaded_fsync`) with a callback, which runs on the loop with the fsync's errno (0
+when it succeeded) and whether the path still names the file. Where the extension was not
+built `AVAILABLE` is False and the group log keeps its Python fsync thread.
 """
 
 from __future__ import annotations
@@ -40,13 +40,15 @@ class OffloadedFsync(NamedTuple):
 
 
 class FsyncOffload:
-    """The C fsync thread, its outcomes delivered on `loop` (see the module docstring)."""
+    """`threads` C fsync threads sharing one queue (jobs for different files run at once,
+    their outcomes in any order), the outcomes delivered on `loop` (see the module
+    docstring)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, threads: int = 1) -> None:
         if _FsyncWorker is None:
             raise RuntimeError("storage._fsync_worker was not built")
         self.loop = loop
-        self._worker: Any = _FsyncWorker()
+        self._worker: Any = _FsyncWorker(threads)
         self._callbacks: dict[int, Callable[[int, bool], None]] = {}
         self._event_fd: int = self._worker.fileno()
         loop.add_reader(self._event_fd, self._collect)
@@ -66,7 +68,7 @@ class FsyncOffload:
             self._callbacks.pop(token)(error, named)
 
     def close(self) -> None:
-        """Run the jobs already submitted, then stop the thread (their callbacks are not
+        """Run the jobs already submitted, then stop the threads (their callbacks are not
         called: the loop is stopping)."""
         if not self.loop.is_closed():
             with contextlib.suppress(RuntimeError, ValueError):

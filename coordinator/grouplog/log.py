@@ -73,6 +73,10 @@ log = structlog.get_logger("rebalanced.group_log")
 
 TOPIC = "__consumer_offsets"
 
+# The C fsync threads (`storage.fsync_offload`): the dirty partitions of one group commit are
+# fsynced at once, as many as this.
+_FSYNC_THREADS = 4
+
 
 # What a replayed record is: a plain one, one inside a transaction, a marker ending one.
 _PLAIN, _IN_TRANSACTION, _COMMIT, _ABORT = range(4)
@@ -505,50 +509,78 @@ class GroupLog:
             return
         loop = asyncio.get_running_loop()
         ends = {p: self.logs[p].log_end_offset for p in dirty}
+        # The C fsync threads where they were built (each dirty partition on one of them, in
+        # parallel: they are independent files); otherwise, or for a partition they cannot
+        # take, the Python fsync thread (one partition, the usual case: the appends of a turn
+        # went to one partition) or the executor.
+        if self._offload_flush(loop, dirty, waiting, ends):
+            return
         if len(dirty) == 1:
-            # The usual case (the appends of a turn went to one partition): the fsync thread,
-            # answered with one callback; the C one where it was built.
             (partition,) = dirty
-            if self._offload_flush(loop, partition, waiting, ends):
-                return
             self._fsync_thread.submit(
                 loop, self.logs[partition].flush,
                 lambda error: self._flushed([] if error is None else [error], waiting, ends))
             return
-        # One fsync per dirty partition, in parallel: they are independent files.
         jobs = [loop.run_in_executor(None, self.logs[p].flush) for p in dirty]
         gathered = asyncio.gather(*jobs, return_exceptions=True)
         gathered.add_done_callback(lambda done: self._flushed(
             [r for r in done.result() if isinstance(r, BaseException)], waiting, ends))
 
-    def _offload_flush(self, loop: asyncio.AbstractEventLoop, partition: int,
+    def _offload_flush(self, loop: asyncio.AbstractEventLoop, partitions: set[int],
                        waiting: list[asyncio.Future[None]], ends: dict[int, int]) -> bool:
-        """Hand the partition's fsync to the C thread (`storage.fsync_offload`); False when
-        it is not built or the partition log must flush itself (`offloaded_flush`)."""
+        """fsync `partitions` on the C threads (`storage.fsync_offload`), any that a partition
+        log must flush itself (`offloaded_flush` says None) on the executor, then `_flushed`
+        once for all. False, with nothing started, when the C threads are not built or can
+        take none of them."""
         offload = self._offload
         if offload is None or offload.loop is not loop:
             if not fsync_offload.AVAILABLE:
                 return False
             if offload is not None:
                 offload.close()
-            offload = self._offload = fsync_offload.FsyncOffload(loop)
-        partition_log = self.logs[partition]
-        try:
-            job = partition_log.offloaded_flush()
-        except OSError:
-            return False  # no descriptor to spare: the Python thread fsyncs the log's own
-        if job is None:
-            return False
-
-        def done(error: int, still_named: bool) -> None:
+            offload = self._offload = fsync_offload.FsyncOffload(loop, _FSYNC_THREADS)
+        jobs: list[tuple[PartitionLog, fsync_offload.OffloadedFsync]] = []
+        by_themselves: list[PartitionLog] = []
+        for partition in partitions:
+            partition_log = self.logs[partition]
             try:
-                partition_log.offloaded_flush_done(job, error, still_named)
-            except OSError as exc:
-                self._flushed([exc], waiting, ends)
-                return
-            self._flushed([], waiting, ends)
+                job = partition_log.offloaded_flush()
+            except OSError:
+                job = None  # no descriptor to spare: a thread fsyncs the log's own
+            if job is None:
+                by_themselves.append(partition_log)
+            else:
+                jobs.append((partition_log, job))
+        if not jobs:
+            return False
+        errors: list[BaseException] = []
+        remaining = len(partitions)
 
-        offload.submit(job, done)
+        def finished(error: BaseException | None) -> None:
+            nonlocal remaining
+            if error is not None:
+                errors.append(error)
+            remaining -= 1
+            if remaining == 0:
+                self._flushed(errors, waiting, ends)
+
+        def outcome(partition_log: PartitionLog, job: fsync_offload.OffloadedFsync
+                    ) -> Callable[[int, bool], None]:
+            def done(error: int, still_named: bool) -> None:
+                try:
+                    partition_log.offloaded_flush_done(job, error, still_named)
+                except OSError as exc:
+                    finished(exc)
+                    return
+                finished(None)
+            return done
+
+        for partition_log, job in jobs:
+            offload.submit(job, outcome(partition_log, job))
+        for partition_log in by_themselves:
+            loop.run_in_executor(None, partition_log.flush).add_done_callback(
+                lambda future: finished(
+                    asyncio.CancelledError() if future.cancelled() else future.exception()))
         return True
 
     def _fsync(self, partitions: set[int]) -> None:

@@ -1,8 +1,9 @@
 """The group log's fsync on the C thread (`storage._fsync_worker` through
 `storage.fsync_offload`): a job is reported only after its fsync, with the fsync's errno and
 whether the segment's path still names the file; the descriptor it was given is closed; and
-through the group log, the real file system's commits share one fsync on that thread, none
-completed before it, and a segment file deleted behind the log's back stops the log."""
+through the group log, the real file system's commits share one fsync per partition on those
+threads (a partition they cannot take is fsynced beside them), none completed before it, and a
+segment file deleted behind the log's back stops the log."""
 
 from __future__ import annotations
 
@@ -15,10 +16,15 @@ import pytest
 
 from coordinator.grouplog.log import GroupLog
 from storage import fsync_offload
-from storage.fs import REAL_FS
+from storage.fs import REAL_FS, FaultyFileSystem
 from storage.fsync_offload import FsyncOffload, OffloadedFsync
 from storage.log import LogConfig, LogOfflineError, PartitionLog
-from tests.unit.test_group_log_flush import PARTITIONS, commit_records, one_group
+from tests.unit.test_group_log_flush import (
+    PARTITIONS,
+    commit_records,
+    groups_on_distinct_partitions,
+    one_group,
+)
 
 pytestmark = pytest.mark.skipif(not fsync_offload.AVAILABLE,
                                 reason="storage._fsync_worker was not built (no C compiler)")
@@ -127,4 +133,40 @@ async def test_a_segment_file_deleted_behind_the_log_stops_it(tmp_path: Path) ->
     assert all(isinstance(r, OSError) for r in results), results
     assert len(stopped) == 1 and isinstance(log.failure, LogOfflineError)
     assert log.failure.what == "segment file missing"
+    log.close()
+
+
+async def test_several_partitions_are_fsynced_at_once_on_the_c_threads(tmp_path: Path) -> None:
+    log = GroupLog.open(tmp_path, PARTITIONS, LogConfig(), "always", REAL_FS)
+    groups = groups_on_distinct_partitions(log, 3)
+    futures = [log.append(commit_records(g), 1, group_id=g) for g in groups for _ in range(4)]
+    assert not any(f.done() for f in futures)
+    await asyncio.gather(*futures)
+    assert log._offload is not None
+    assert log.fsyncs == 1 and log.failure is None
+    log.close()
+
+
+async def test_a_partition_the_c_threads_cannot_take_is_fsynced_beside_them(
+        tmp_path: Path) -> None:
+    """A partition log on another file system (here a test's faulty one, whose fsyncs the C
+    threads never run) is fsynced on the executor in the same group commit; its failure
+    fails every commit of the batch and stops the log."""
+    log = GroupLog.open(tmp_path, PARTITIONS, LogConfig(), "always", REAL_FS)
+    stopped: list[BaseException] = []
+    log.on_failure = stopped.append
+    real, faulty = groups_on_distinct_partitions(log, 2)
+    faulty_partition = log.partition_of(faulty)
+    log.logs[faulty_partition].close()
+    fs = FaultyFileSystem()
+    log.logs[faulty_partition] = PartitionLog.open(
+        tmp_path / f"__consumer_offsets-{faulty_partition}", LogConfig(), fs)
+    both = [log.append(commit_records(g), 1, group_id=g) for g in (real, faulty)]
+    await asyncio.gather(*both)
+    assert log.fsyncs == 1 and log.failure is None
+    fs.fail_next_fsync()
+    failing = [log.append(commit_records(g), 2, group_id=g) for g in (real, faulty, real)]
+    results = await asyncio.gather(*failing, return_exceptions=True)
+    assert all(isinstance(r, OSError) for r in results), results
+    assert len(stopped) == 1 and log.failure is not None
     log.close()
