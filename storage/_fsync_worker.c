@@ -79,6 +79,17 @@ static void run_job(Job *job) {
     job->fd = -1;
 }
 
+/* Appends `job` to the list from `head` to `tail` (the caller holds the lock). */
+static void append_job(Job **head, Job **tail, Job *job) {
+    job->next = NULL;
+    if (*tail != NULL) {
+        (*tail)->next = job;
+    } else {
+        *head = job;
+    }
+    *tail = job;
+}
+
 static void *worker_main(void *arg) {
     FsyncWorker *self = (FsyncWorker *)arg;
     for (;;) {
@@ -100,13 +111,7 @@ static void *worker_main(void *arg) {
         run_job(job);
 
         pthread_mutex_lock(&self->lock);
-        job->next = NULL;
-        if (self->done_tail != NULL) {
-            self->done_tail->next = job;
-        } else {
-            self->done_head = job;
-        }
-        self->done_tail = job;
+        append_job(&self->done_head, &self->done_tail, job);
         pthread_mutex_unlock(&self->lock);
         uint64_t one = 1;
         ssize_t written;
@@ -230,12 +235,7 @@ static PyObject *worker_submit(FsyncWorker *self, PyObject *args) {
     job->inode = inode;
     pthread_mutex_lock(&self->lock);
     job->token = ++self->next_token;
-    if (self->queued_tail != NULL) {
-        self->queued_tail->next = job;
-    } else {
-        self->queued_head = job;
-    }
-    self->queued_tail = job;
+    append_job(&self->queued_head, &self->queued_tail, job);
     pthread_cond_signal(&self->wake);
     pthread_mutex_unlock(&self->lock);
     return PyLong_FromLongLong(job->token);
