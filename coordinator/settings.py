@@ -14,7 +14,7 @@ import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import structlog
 
@@ -507,6 +507,11 @@ class _ArgumentParser(argparse.ArgumentParser):
     settings that was a tenth of the broker's start-up."""
 
     _width: int | None = None
+
+    def error(self, message: str) -> NoReturn:
+        # One line and exit 2, as the operators' commands do (argparse would print the usage
+        # of every setting first: seventy lines above the one that says what was wrong).
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
     def _get_formatter(self) -> argparse.HelpFormatter:
         if self._width is None:

@@ -17,19 +17,27 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from coordinator.testkit.control import Control, ControlError
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line and exit 2, as the broker's and the operators' commands do.
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rebalanced faults",
-                                     description="fault rules of a test control endpoint")
+    parser = _OneLineParser(prog="rebalanced faults",
+                            description="fault rules of a test control endpoint")
     parser.add_argument("--control", default=os.environ.get("REBALANCED_CONTROL", ""),
                         help="http://HOST:PORT of test.control.listener "
                         "(default: $REBALANCED_CONTROL)")
     parser.add_argument("--token", default=os.environ.get("REBALANCED_CONTROL_TOKEN", ""),
                         help="test.control.token (default: $REBALANCED_CONTROL_TOKEN)")
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True,
+                                     parser_class=_OneLineParser)
     add = commands.add_parser("add", help="install a rule; prints it with its id")
     add.add_argument("rule", help="the rule as JSON, @FILE, or - for stdin")
     commands.add_parser("list", help="the rules with their matches and hits")

@@ -1,6 +1,7 @@
 """Listeners by name, as Kafka takes them: `listeners`, `advertised.listeners` and
-`listener.security.protocol.map`, from flags or the environment; and the health check's
-default addresses, which follow the same environment."""
+`listener.security.protocol.map`, from flags or the environment; the health check's
+default addresses, which follow the same environment; and a mistaken flag, on the broker's
+command line or `rebalanced faults`'s, in one line with exit 2."""
 
 from __future__ import annotations
 
@@ -94,3 +95,27 @@ def test_a_misspelt_variable_is_named_in_a_warning() -> None:
                   "REBALANCED_HEALTHCHECK_ADDRESS": "127.0.0.1:9092"})
     assert [(e["event"], e["variables"]) for e in logs] == [
         ("environment variables naming no setting ignored", ["REBALANCED_ADVERTISED_LISTENER"])]
+
+
+@pytest.mark.parametrize("argv", [["--no-such-flag"], ["--listeners"],
+                                  ["--listener.name.x"]])
+def test_a_mistaken_flag_is_one_line_and_exit_2(argv: list[str],
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        load(argv, {})
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("rebalanced: error: "), err
+
+
+def test_the_fault_commands_mistakes_are_one_line_and_exit_2(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from coordinator.testkit.cli import main
+
+    for argv in (["--bogus"], ["remove", "x"], []):
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        assert exited.value.code == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("rebalanced faults"), err
+        assert ": error: " in err
