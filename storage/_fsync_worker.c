@@ -17,11 +17,13 @@
  * Each job runs on one of the threads: with several threads, jobs for different files (the
  * group log's partitions) are fsynced at once, and outcomes may arrive out of submission order.
  */
+#define _GNU_SOURCE /* pthread_setname_np */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,16 +160,27 @@ static PyObject *worker_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
         Py_DECREF(self);
         return NULL;
     }
-    for (int i = 0; i < threads; i++) {
-        int rc = pthread_create(&self->threads[i], NULL, worker_main, self);
-        if (rc != 0) {
-            stop_threads(self);
-            errno = rc;
-            PyErr_SetFromErrno(PyExc_OSError);
-            Py_DECREF(self);
-            return NULL;
+    /* The threads start with every signal blocked, as libuv's do: a signal for the process
+     * (SIGTERM, SIGINT) is then always taken by the interpreter's threads. */
+    sigset_t all, previous;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &previous);
+    int rc = 0;
+    for (int i = 0; i < threads && rc == 0; i++) {
+        rc = pthread_create(&self->threads[i], NULL, worker_main, self);
+        if (rc == 0) {
+            self->thread_count++;
+            /* What top -H and /proc show; set here, so that it is set on return. */
+            pthread_setname_np(self->threads[i], "group-log-fsync");
         }
-        self->thread_count++;
+    }
+    pthread_sigmask(SIG_SETMASK, &previous, NULL);
+    if (rc != 0) {
+        stop_threads(self);
+        errno = rc;
+        PyErr_SetFromErrno(PyExc_OSError);
+        Py_DECREF(self);
+        return NULL;
     }
     return (PyObject *)self;
 }

@@ -3,7 +3,8 @@
 whether the segment's path still names the file; the descriptor it was given is closed; and
 through the group log, the real file system's commits share one fsync per partition on those
 threads (a partition they cannot take is fsynced beside them), none completed before it, and a
-segment file deleted behind the log's back stops the log."""
+segment file deleted behind the log's back stops the log. The threads carry a name and block
+every signal, so that a stop reaches the interpreter."""
 
 from __future__ import annotations
 
@@ -170,3 +171,19 @@ async def test_a_partition_the_c_threads_cannot_take_is_fsynced_beside_them(
     assert all(isinstance(r, OSError) for r in results), results
     assert len(stopped) == 1 and log.failure is not None
     log.close()
+
+
+async def test_the_c_threads_are_named_and_leave_every_signal_to_the_interpreter() -> None:
+    offload = FsyncOffload(asyncio.get_running_loop(), 2)
+    try:
+        blocked = []
+        for task in Path("/proc/self/task").iterdir():
+            status = (task / "status").read_text()
+            if "Name:\tgroup-log-fsync" in status:
+                line = next(line for line in status.splitlines() if line.startswith("SigBlk:"))
+                blocked.append(int(line.split()[1], 16))
+        assert len(blocked) == 2
+        for mask in blocked:  # SIGINT and SIGTERM among them, so a stop reaches the loop
+            assert mask & (1 << (2 - 1)) and mask & (1 << (15 - 1))
+    finally:
+        offload.close()
