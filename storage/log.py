@@ -207,6 +207,12 @@ class AppendInfo:
     log_append_time: int  # -1 unless the topic uses LogAppendTime
 
 
+def _segment_missing(path: Path) -> LogOfflineError:
+    """The active segment's path no longer names the open file (checked after its fsync)."""
+    return LogOfflineError(path, FileNotFoundError(
+        errno.ENOENT, "the active segment file was deleted or replaced while open"),
+        "segment file missing")
+
 class PartitionLog:
     """One partition's segmented log. See the module docstring."""
 
@@ -703,9 +709,7 @@ class PartitionLog:
             else:
                 if seg.still_named():
                     return
-                failure = LogOfflineError(seg.path, FileNotFoundError(
-                    errno.ENOENT, "the active segment file was deleted or replaced while "
-                    "open"), "segment file missing")
+                failure = _segment_missing(seg.path)
         raise self._go_offline(failure) from failure.cause
 
     def offloaded_flush(self) -> OffloadedFsync | None:
@@ -724,12 +728,8 @@ class PartitionLog:
         if error == 0 and still_named:
             return
         path = Path(os.fsdecode(job.path))
-        if error:
-            failure = LogOfflineError(path, OSError(error, os.strerror(error)), "fsync failed")
-        else:
-            failure = LogOfflineError(path, FileNotFoundError(
-                errno.ENOENT, "the active segment file was deleted or replaced while open"),
-                "segment file missing")
+        failure = (LogOfflineError(path, OSError(error, os.strerror(error)), "fsync failed")
+                   if error else _segment_missing(path))
         raise self._go_offline(failure) from failure.cause
 
     # ---------------------------------------------------------------- missing segments
