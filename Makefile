@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 .PHONY: install run test test-unit test-integration lint bench bench-pause forensics bench-forensics clean docker-test fuzz soak browser kafka-go other-clients
 
 $(STAMP): pyproject.toml setup.py storage/_legacy_speedups.c storage/_fsync_worker.c \
-		forensics/_grouplog_speedups.c
+		protocol/_tls_records.c forensics/_grouplog_speedups.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test,forensics]'

@@ -10,6 +10,13 @@ records in hand are read until the input BIO is empty without the failing read, 
 `write` of the connection (all the responses of a loop turn, joined) is encrypted and sent with
 one transport write.
 
+Once the handshake is done, that record path runs in C where `protocol._tls_records` was built
+(`_tls_records.c`: the same steps, with OpenSSL called directly instead of through four `ssl`
+method calls and three Python frames per request, and each record read into a stack buffer
+instead of a fresh 16 KiB object). The handshake, certificates, closing and every failure stay
+here; the Python record path below is the reference, and the one used where the extension is
+missing or refuses this Python's `ssl` objects (`RECORDS_IN_C`).
+
 `TlsLayer` is the protocol of the TCP transport and the transport of the connection it serves:
 `write`, `close`, `abort`, `pause_reading`, `resume_reading`, `is_closing` and
 `get_extra_info` ("peercert", "ssl_object", "cipher", and the TCP transport's own). A
@@ -22,17 +29,68 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # What one `SSLObject.read` asks for: a TLS record carries at most 16 KiB of data (RFC 8446
 # 5.1; OpenSSL refuses a larger one), so one read takes all of a record.
 _RECORD_SIZE = 16 * 1024
 
 
-class TlsLayer(asyncio.Protocol):
-    __slots__ = ("_app", "_app_reading_paused", "_closing", "_eof_delivered",
-                 "_handshake_over", "_handshake_timeout_s", "_handshake_timer", "_incoming",
-                 "_outgoing", "_raw", "_records", "_ssl")
+class _RecordsInPython(asyncio.Protocol):
+    """The base of `TlsLayer` where `protocol._tls_records` was not built (or cannot use this
+    Python's OpenSSL): `TlsLayer`'s own Python record path is then its `data_received`,
+    `_read_records` and `write`."""
+
+    __slots__ = ("_app", "_app_reading_paused", "_closing", "_raw")
+
+    _app: asyncio.Protocol | None
+    _app_reading_paused: bool
+    _closing: bool
+    _raw: Any
+
+    def _bind_records(self, sslobj: Any, incoming: ssl.MemoryBIO,
+                      outgoing: ssl.MemoryBIO) -> bool:
+        return False
+
+    @property
+    def _records_bound(self) -> bool:
+        return False
+
+
+def _record_layer_base() -> type:
+    """`protocol._tls_records.RecordLayer` where it was built and binds to the OpenSSL of the
+    `ssl` module, else the Python record path."""
+    try:
+        import _ssl
+
+        from protocol import _tls_records  # type: ignore[attr-defined]
+    except ImportError:
+        return _RecordsInPython
+    # A `_ssl` linked into the interpreter (no file of its own) has no library to look in.
+    path = getattr(_ssl, "__file__", None)
+    object_type = getattr(_ssl, "_SSLSocket", None)
+    if path is None or object_type is None or not _tls_records.bind_library(
+            path, ssl.OPENSSL_VERSION_NUMBER, ssl.SSLError, ssl.SSLEOFError, object_type,
+            _ssl.MemoryBIO, _ssl._SSLContext):
+        return _RecordsInPython
+    return type("_RecordsInC", (_tls_records.RecordLayer, asyncio.Protocol),
+                {"__slots__": (), "__module__": __name__})
+
+
+if TYPE_CHECKING:
+    _RecordLayer = _RecordsInPython  # the C base has the same fields and methods
+else:
+    _RecordLayer = _record_layer_base()
+RECORDS_IN_C: bool = _RecordLayer is not _RecordsInPython
+
+
+class TlsLayer(_RecordLayer):
+    __slots__ = ("_eof_delivered", "_handshake_over", "_handshake_timeout_s",
+                 "_handshake_timer", "_incoming", "_outgoing", "_records", "_ssl")
+
+    # Whether a connection takes the record path in C once its handshake is done (where the
+    # extension is there to take it); False keeps it in Python.
+    records_in_c = True
 
     def __init__(self, context: ssl.SSLContext, handshake_timeout_s: float) -> None:
         self._incoming = ssl.MemoryBIO()
@@ -75,7 +133,7 @@ class TlsLayer(asyncio.Protocol):
         self._handshake_timer = asyncio.get_running_loop().call_later(
             self._handshake_timeout_s, self._handshake_timed_out)
 
-    def data_received(self, data: bytes) -> None:
+    def _data_received_python(self, data: bytes) -> None:
         self._incoming.write(data)
         if self._app is not None:
             self._read_records()
@@ -138,6 +196,8 @@ class TlsLayer(asyncio.Protocol):
             self.close()
             return
         self._app = app
+        if self.records_in_c:
+            self._bind_records(self._records, self._incoming, self._outgoing)
         app.connection_made(self)  # type: ignore[arg-type]  # a transport by duck typing
         if self._incoming.pending and not self._closing:
             # A request sent with the handshake's last flight.
@@ -166,7 +226,7 @@ class TlsLayer(asyncio.Protocol):
 
     # Records ----------------------------------------------------------------------------------
 
-    def _read_records(self) -> None:
+    def _read_records_python(self) -> None:
         app = self._app
         if app is None:
             return
@@ -207,7 +267,7 @@ class TlsLayer(asyncio.Protocol):
 
     # The transport of the connection ----------------------------------------------------------
 
-    def write(self, data: bytes) -> None:
+    def _write_python(self, data: bytes) -> None:
         if self._closing:
             return
         try:
@@ -247,6 +307,11 @@ class TlsLayer(asyncio.Protocol):
 
     def get_write_buffer_size(self) -> int:
         return int(self._raw.get_write_buffer_size()) + self._outgoing.pending
+
+    if not RECORDS_IN_C:
+        data_received = _data_received_python  # type: ignore[assignment]
+        _read_records = _read_records_python
+        write = _write_python
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         if name == "peercert":

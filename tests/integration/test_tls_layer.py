@@ -15,6 +15,7 @@ import pytest
 import structlog
 
 import protocol.server
+import protocol.tls
 from protocol.server import KafkaServer
 from tests.bench import wire
 from tests.integration.in_process import ssl_server, until
@@ -25,8 +26,13 @@ pytestmark = pytest.mark.integration
 _SIZE = struct.Struct(">i")
 
 
-@pytest.fixture
-async def tls_server(tmp_path: Path) -> AsyncIterator[tuple[KafkaServer, Pki]]:
+@pytest.fixture(params=["records in C", "records in Python"])
+async def tls_server(request: pytest.FixtureRequest, tmp_path: Path,
+                     monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[KafkaServer, Pki]]:
+    if request.param == "records in C" and not protocol.tls.RECORDS_IN_C:
+        pytest.skip("protocol._tls_records was not built")
+    monkeypatch.setattr(protocol.tls.TlsLayer, "records_in_c",
+                        request.param == "records in C")
     pki = Pki.create(tmp_path / "pki")
     async with ssl_server(tmp_path / "data", {
         "ssl.keystore.location": str(pki.issue("server", server=True, CN="localhost")),
@@ -145,6 +151,40 @@ async def test_close_notify_ends_the_connection(tls_server) -> None:
     await conn.close()
     await until(lambda: not server.connections and not server.handshaking,
                 "connection released")
+
+
+async def test_an_altered_record_is_one_line_and_a_close(tls_server) -> None:
+    """A record changed on the way after the handshake: the connection is closed with one
+    line, and the broker goes on serving others."""
+    server, pki = tls_server
+    context = ssl.create_default_context(cafile=str(pki.ca_path))
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    client = context.wrap_bio(incoming, outgoing, server_hostname="localhost")
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    while True:
+        try:
+            client.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            if outgoing.pending:
+                writer.write(outgoing.read())
+            incoming.write(await asyncio.wait_for(reader.read(65536), 10))
+    writer.write(outgoing.read())  # the client's Finished
+    with structlog.testing.capture_logs() as logs:
+        client.write(_frame(18, 0, {}, 1))
+        record = bytearray(outgoing.read())
+        record[-1] ^= 0x01  # the record's authentication tag
+        writer.write(bytes(record))
+        assert await _closed_by_the_broker(reader)
+        writer.close()
+        await until(lambda: not server.connections, "connection closed")
+    refused = [e for e in logs if e.get("problem") == "TLS record refused"]
+    assert len(refused) == 1, logs
+    assert "bad record mac" in refused[0]["reason"].lower()
+    assert not [e for e in logs if e.get("exc_info") or e.get("log_level") == "error"]
+    conn = await wire.Connection.open("127.0.0.1", server.port, tls=context)
+    assert 18 in await wire.api_versions(conn)
+    await conn.close()
 
 
 async def _closed_by_the_broker(reader: asyncio.StreamReader) -> bool:

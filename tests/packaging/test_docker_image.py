@@ -226,8 +226,9 @@ def test_only_the_build_stage_has_a_compiler_and_the_image_checks_the_speedups()
     final_runs = " ".join(args for keyword, args in final if keyword == "RUN")
     assert "gcc" in build_runs and "zlib1g-dev" in build_runs
     assert "apt-get" not in final_runs and "gcc" not in final_runs
-    assert ("import storage._legacy_speedups, storage._fsync_worker, "
+    assert ("import storage._legacy_speedups, storage._fsync_worker, protocol._tls_records, "
             "forensics._grouplog_speedups" in final_runs)
+    assert "assert protocol.tls.RECORDS_IN_C" in final_runs
 
 
 def test_image_runs_the_installed_scripts_unprivileged_with_a_data_volume() -> None:
@@ -325,9 +326,10 @@ def test_the_compose_file_is_one_to_copy() -> None:
 def test_the_image_carries_the_speedups_and_no_compiler() -> None:
     imported = ok(docker("run", "--rm", "--entrypoint", "python", IMAGE, "-c",
                          "import storage._legacy_speedups as s, storage._fsync_worker as f,"
-                         " forensics._grouplog_speedups as g; print(s.__file__, f.__file__,"
-                         " g.__file__)"))
-    assert imported.count(".so") == 3, imported
+                         " protocol._tls_records as t, forensics._grouplog_speedups as g,"
+                         " protocol.tls; print(s.__file__, f.__file__, t.__file__, g.__file__,"
+                         " protocol.tls.RECORDS_IN_C)"))
+    assert imported.count(".so") == 4 and imported.split()[-1] == "True", imported
     assert docker("run", "--rm", "--entrypoint", "sh", IMAGE, "-c",
                   "command -v gcc cc").returncode != 0
     assert ok(docker("run", "--rm", "--entrypoint", "id", IMAGE, "-u")).strip() == "10001"
