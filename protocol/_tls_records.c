@@ -20,7 +20,8 @@
  *                SSLObject_type, MemoryBIO_type, SSLContext_type) -> bool
  *   class RecordLayer:  _app, _raw, _closing, _app_reading_paused;
  *                       _bind_records(sslobj, incoming, outgoing) -> bool;
- *                       data_received(data); _read_records(); write(data); _records_bound
+ *                       data_received(data); _read_records(); write(data); _records_bound;
+ *                       release_record_buffers() -> bool; keeping_record_buffers
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -28,6 +29,7 @@
 
 #include <dlfcn.h>
 #include <limits.h>
+#include <time.h>
 
 /* OpenSSL's values (ssl.h, bio.h, err.h, sslerr.h of OpenSSL 3), stable in its ABI. */
 #define OSSL_ERROR_NONE 0
@@ -38,6 +40,19 @@
 #define OSSL_R_UNEXPECTED_EOF_WHILE_READING 294
 #define OSSL_ERR_SYSTEM_FLAG ((unsigned long)INT_MAX + 1)
 #define OSSL_ERR_REASON_MASK 0x7FFFFFUL
+#define OSSL_CTRL_MODE 33
+#define OSSL_CTRL_CLEAR_MODE 78
+#define OSSL_MODE_RELEASE_BUFFERS 0x10L
+
+/* CPython sets SSL_MODE_RELEASE_BUFFERS on every context: a connection frees its read buffer
+ * after each record and its write buffer after each write, and allocates both (about 17 KB
+ * each) again for the next one. A busy connection keeps them instead, as a Kafka broker's TLS
+ * connections keep theirs: one whose last BUSY_STREAK records each came within BUSY_GAP_MS of
+ * the one before. A record after a longer gap hands them back after it; so does
+ * `release_record_buffers()` (the server's idle sweep). A client that authenticates and then
+ * heartbeats every few seconds never keeps them. */
+#define BUSY_GAP_MS 50
+#define BUSY_STREAK 16
 
 /* A TLS record carries at most 16 KiB of data (RFC 8446 5.1). */
 #define RECORD_SIZE (16 * 1024)
@@ -52,6 +67,8 @@ static int (*ssl_get_error)(const SSL *, int);
 static BIO *(*ssl_get_rbio)(const SSL *);
 static BIO *(*ssl_get_wbio)(const SSL *);
 static SSL_CTX *(*ssl_get_ssl_ctx)(const SSL *);
+static long (*ssl_ctrl)(SSL *, int, long, void *);
+static int (*ssl_free_buffers)(SSL *);
 static int (*bio_write)(BIO *, const void *, int);
 static int (*bio_read)(BIO *, void *, int);
 static size_t (*bio_ctrl_pending)(BIO *);
@@ -95,7 +112,29 @@ typedef struct {
     PyObject *sslobj, *incoming, *outgoing;
     SSL *ssl;
     BIO *in_bio, *out_bio;
+    long long last_record_ms;  /* when data last came, on the coarse monotonic clock */
+    unsigned int streak;       /* records in a row, each within BUSY_GAP_MS of the one before */
+    char keeping_buffers;      /* SSL_MODE_RELEASE_BUFFERS cleared on this connection */
 } RecordLayer;
+
+static long long coarse_now_ms(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+    return (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+}
+
+/* Whether this connection keeps its record buffers, from the pace of its data. */
+static void pace(RecordLayer *self) {
+    long long now = coarse_now_ms();
+    self->streak = now - self->last_record_ms <= BUSY_GAP_MS ? self->streak + 1 : 0;
+    self->last_record_ms = now;
+    char keep = self->streak >= BUSY_STREAK;
+    if (keep != self->keeping_buffers) {
+        ssl_ctrl(self->ssl, keep ? OSSL_CTRL_CLEAR_MODE : OSSL_CTRL_MODE,
+                 OSSL_MODE_RELEASE_BUFFERS, NULL);
+        self->keeping_buffers = keep;
+    }
+}
 
 /* The exception the ssl module would raise for this failed call (only its type and message
  * are used by the layer). */
@@ -193,6 +232,7 @@ static PyObject *RecordLayer_data_received(RecordLayer *self, PyObject *data) {
         left -= written;
     }
     PyBuffer_Release(&view);
+    pace(self);
     return read_records(self);
 }
 
@@ -254,9 +294,28 @@ static PyObject *RecordLayer_write(RecordLayer *self, PyObject *data) {
     return done;
 }
 
+static PyObject *RecordLayer_release_record_buffers(RecordLayer *self,
+                                                    PyObject *Py_UNUSED(ignored)) {
+    if (self->ssl == NULL || !self->keeping_buffers)
+        Py_RETURN_FALSE;
+    ssl_ctrl(self->ssl, OSSL_CTRL_MODE, OSSL_MODE_RELEASE_BUFFERS, NULL);
+    self->keeping_buffers = 0;
+    self->streak = 0;
+    /* Refused (0) while a record is half read or a write half sent: then the mode frees them
+     * once it is done. */
+    return PyBool_FromLong(ssl_free_buffers(self->ssl));
+}
+
+static PyObject *RecordLayer_keeping_record_buffers(RecordLayer *self,
+                                                    void *Py_UNUSED(closure)) {
+    return PyBool_FromLong(self->keeping_buffers);
+}
+
 static void unbind(RecordLayer *self) {
     self->ssl = NULL;
     self->in_bio = self->out_bio = NULL;
+    self->keeping_buffers = 0;
+    self->streak = 0;
     Py_CLEAR(self->sslobj);
     Py_CLEAR(self->incoming);
     Py_CLEAR(self->outgoing);
@@ -299,6 +358,7 @@ static PyObject *RecordLayer_bind_records(RecordLayer *self, PyObject *const *ar
     self->ssl = ssl;
     self->in_bio = in_bio;
     self->out_bio = out_bio;
+    self->last_record_ms = coarse_now_ms();
     Py_RETURN_TRUE;
 }
 
@@ -338,6 +398,8 @@ static PyMethodDef RecordLayer_methods[] = {
      "The connection's data: encrypted and written to the TCP transport."},
     {"_bind_records", (PyCFunction)(void (*)(void))RecordLayer_bind_records, METH_FASTCALL,
      "Take the record path in C for this SSLObject and its two memory BIOs; False if refused."},
+    {"release_record_buffers", (PyCFunction)RecordLayer_release_record_buffers, METH_NOARGS,
+     "Hand back the record buffers a busy connection kept; True if they were freed now."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -352,6 +414,8 @@ static PyMemberDef RecordLayer_members[] = {
 static PyGetSetDef RecordLayer_getset[] = {
     {"_records_bound", (getter)RecordLayer_records_bound, NULL,
      "Whether the records go through C.", NULL},
+    {"keeping_record_buffers", (getter)RecordLayer_keeping_record_buffers, NULL,
+     "Whether this busy connection keeps its record buffers between records.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -384,6 +448,8 @@ static int look_up_library(void *handle) {
     LOOK_UP(handle, ssl_get_rbio, "SSL_get_rbio");
     LOOK_UP(handle, ssl_get_wbio, "SSL_get_wbio");
     LOOK_UP(handle, ssl_get_ssl_ctx, "SSL_get_SSL_CTX");
+    LOOK_UP(handle, ssl_ctrl, "SSL_ctrl");
+    LOOK_UP(handle, ssl_free_buffers, "SSL_free_buffers");
     LOOK_UP(handle, bio_write, "BIO_write");
     LOOK_UP(handle, bio_read, "BIO_read");
     LOOK_UP(handle, bio_ctrl_pending, "BIO_ctrl_pending");

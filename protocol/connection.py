@@ -463,6 +463,13 @@ class Connection(asyncio.Protocol):
     def partial_frame_bytes(self) -> int:
         return self._decoder.buffered
 
+    def release_buffers(self) -> None:
+        """The idle sweep found nothing read or written since its last visit: a TLS layer
+        hands back the record buffers it kept while the connection was busy."""
+        release = getattr(self._transport, "release_record_buffers", None)
+        if release is not None:
+            release()
+
     def close_idle(self, idle_ms: int) -> None:
         """Closed by the server's idle sweep: nothing read or written for `idle_ms`."""
         log.info("idle connection closed", connection=self.id, client_host=self.client_host,

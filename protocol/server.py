@@ -172,7 +172,8 @@ class KafkaServer:
 
     async def _sweep_idle(self) -> None:
         """Every quarter of `idle_ms`: note which connections were active, close the rest
-        once idle for `idle_ms` (so a connection is closed after 1 to 1.25 times `idle_ms`)."""
+        once idle for `idle_ms` (so a connection is closed after 1 to 1.25 times `idle_ms`);
+        one idle since the last visit hands back the TLS buffers it kept while busy."""
         loop = asyncio.get_running_loop()
         interval = self.idle_ms / 4000
         while True:
@@ -185,6 +186,8 @@ class KafkaServer:
                     connection.last_active = now
                 elif now - connection.last_active >= limit and not connection.closing:
                     connection.close_idle(self.idle_ms)
+                else:
+                    connection.release_buffers()
 
     async def start(self) -> int:
         start_codec_loader()

@@ -56,6 +56,14 @@ class _RecordsInPython(asyncio.Protocol):
     def _records_bound(self) -> bool:
         return False
 
+    @property
+    def keeping_record_buffers(self) -> bool:
+        return False
+
+    def release_record_buffers(self) -> bool:
+        """A busy connection's record buffers are only kept in C (see `_tls_records.c`)."""
+        return False
+
 
 def _record_layer_base() -> type:
     """`protocol._tls_records.RecordLayer` where it was built and binds to the OpenSSL of the

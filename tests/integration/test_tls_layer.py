@@ -10,6 +10,7 @@ import ssl
 import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
@@ -151,6 +152,29 @@ async def test_close_notify_ends_the_connection(tls_server) -> None:
     await conn.close()
     await until(lambda: not server.connections and not server.handshaking,
                 "connection released")
+
+
+async def test_the_idle_sweep_takes_back_a_busy_connections_buffers(tmp_path: Path) -> None:
+    if not protocol.tls.RECORDS_IN_C:
+        pytest.skip("protocol._tls_records was not built")
+    pki = Pki.create(tmp_path / "pki")
+    async with ssl_server(tmp_path / "data", {
+        "ssl.keystore.location": str(pki.issue("server", server=True, CN="localhost")),
+    }, idle_ms=2000) as server:  # a sweep every 0.5 s, a close after 2 s idle
+        conn = await wire.Connection.open(
+            "127.0.0.1", server.port, tls=ssl.create_default_context(cafile=str(pki.ca_path)))
+        assert 18 in await wire.api_versions(conn)
+        (connection,) = server.connections
+        layer: Any = connection._transport
+        assert not layer.keeping_record_buffers
+        for _ in range(400):  # busy: requests within milliseconds of each other
+            assert 18 in await wire.api_versions(conn)
+            if layer.keeping_record_buffers:
+                break
+        assert layer.keeping_record_buffers
+        await until(lambda: not layer.keeping_record_buffers, "buffers handed back", 1.8)
+        assert connection in server.connections  # idle, not yet closed
+        await conn.close()
 
 
 async def test_an_altered_record_is_one_line_and_a_close(tls_server) -> None:

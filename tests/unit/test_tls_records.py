@@ -234,3 +234,33 @@ async def test_without_the_extension_the_python_path_serves(
     finally:
         monkeypatch.undo()
         importlib.reload(protocol.tls)
+
+
+async def test_a_busy_connection_keeps_its_record_buffers(
+        contexts: tuple[ssl.SSLContext, ssl.SSLContext]) -> None:
+    if not protocol.tls.RECORDS_IN_C:
+        pytest.skip("protocol._tls_records was not built")
+    made = _Pair(_layer_class(TlsLayer, True), contexts)
+    for n in range(10):  # an authentication and a few requests: not busy
+        made.client.write(b"%d" % n)
+        made.to_layer()
+    assert not made.layer.keeping_record_buffers
+    for n in range(10):  # a steady stream, each record within milliseconds of the last
+        made.client.write(b"%d" % n)
+        made.to_layer()
+    assert made.layer.keeping_record_buffers
+    assert made.answers().count(b"re:") == 20
+    await asyncio.sleep(0.1)  # a gap: the next record hands them back
+    made.client.write(b"after a pause")
+    made.to_layer()
+    assert not made.layer.keeping_record_buffers
+    for n in range(20):
+        made.client.write(b"%d" % n)
+        made.to_layer()
+    assert made.layer.keeping_record_buffers
+    assert made.layer.release_record_buffers() is True  # the idle sweep's call
+    assert not made.layer.keeping_record_buffers
+    assert made.layer.release_record_buffers() is False
+    made.client.write(b"still served")
+    made.to_layer()
+    assert made.answers().endswith(b"re:still served")
