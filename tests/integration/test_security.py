@@ -7,6 +7,8 @@ mechanisms, plaintext on a TLS port, expired KIP-368 sessions."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import ssl
 import struct
 import time
@@ -88,6 +90,8 @@ def _client_config(secured: Secured, listener: str, mechanism: str | None) -> di
     }
     if listener in ("SSL", "SASL_SSL"):
         config["ssl.ca.location"] = str(secured.pki.ca_path)
+    if mechanism in (None, "client certificate"):
+        return config  # TLS alone; the certificate is the caller's
     if mechanism == "OAUTHBEARER":
         config.update({"sasl.mechanism": mechanism,
                        "enable.sasl.oauthbearer.unsecure.jwt": True,
@@ -95,22 +99,46 @@ def _client_config(secured: Secured, listener: str, mechanism: str | None) -> di
     elif mechanism == "PLAIN":
         config.update({"sasl.mechanism": mechanism, "sasl.username": "alice",
                        "sasl.password": "alice-secret"})
-    elif mechanism is not None:
+    else:
         config.update({"sasl.mechanism": mechanism, "sasl.username": SCRAM_USER,
                        "sasl.password": SCRAM_PASSWORD})
     return config
 
 
-@pytest.mark.parametrize(("listener", "mechanism"), [
-    ("SSL", None),
-    ("SASL_PLAINTEXT", "PLAIN"),
-    ("SASL_PLAINTEXT", "OAUTHBEARER"),
-    ("SASL_SSL", "SCRAM-SHA-256"),
-    ("SASL_SSL", "SCRAM-SHA-512"),
-])
-def test_a_consumer_group_commits_over_a_secured_listener(
+# Every way in, for each of the three clients: TLS without and with a client certificate,
+# and SASL over plaintext and over TLS with each mechanism.
+CASES = [(listener, mechanism)
+         for listener, mechanisms in (
+             ("SSL", (None, "client certificate")),
+             ("SASL_PLAINTEXT", ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")),
+             ("SASL_SSL", ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")))
+         for mechanism in mechanisms]
+CASE_IDS = [f"{listener}-{mechanism or 'server certificate'}".replace(" ", "-")
+            for listener, mechanism in CASES]
+
+
+def _unsecured_jws(principal: str) -> str:
+    """A token Kafka's unsecured validator accepts (alg none), as development setups make."""
+    def part(value: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
+
+    now = int(time.time())
+    return f"{part({'alg': 'none'})}.{part({'sub': principal, 'iat': now, 'exp': now + 3600})}."
+
+
+def _client_certificate(secured: Secured) -> tuple[Path, Path]:
+    client = secured.pki.issue(f"client-{uuid.uuid4().hex[:6]}", CN="billing", O="Acme")
+    return client.with_suffix(".key"), client.with_suffix(".crt")
+
+
+@pytest.mark.parametrize(("listener", "mechanism"), CASES, ids=CASE_IDS)
+def test_confluent_kafka_consumer_group_over_a_secured_listener(
         secured: Secured, listener: str, mechanism: str | None) -> None:
     config = _client_config(secured, listener, mechanism)
+    if mechanism == "client certificate":
+        key, certificate = _client_certificate(secured)
+        config.update({"ssl.certificate.location": str(certificate),
+                       "ssl.key.location": str(key)})
     topic, group = f"t-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
     producer = Producer(config)
     for i in range(3):
@@ -134,84 +162,93 @@ def test_a_consumer_group_commits_over_a_secured_listener(
         consumer.close()
 
 
-def test_confluent_and_kafka_python_with_a_client_certificate_over_ssl(
-        secured: Secured) -> None:
+@pytest.mark.parametrize(("listener", "mechanism"), CASES, ids=CASE_IDS)
+def test_kafka_python_consumer_group_over_a_secured_listener(
+        secured: Secured, listener: str, mechanism: str | None) -> None:
     from kafka import KafkaConsumer, KafkaProducer
+    from kafka.net.sasl.oauth import AbstractTokenProvider
+    from kafka.structs import TopicPartition as KafkaTopicPartition
 
-    client = secured.pki.issue(f"client-{uuid.uuid4().hex[:6]}", CN="billing", O="Acme")
-    key, certificate = client.with_suffix(".key"), client.with_suffix(".crt")
-    topic = f"t-{uuid.uuid4().hex[:8]}"
-    producer = Producer({**_client_config(secured, "SSL", None),
-                         "ssl.certificate.location": str(certificate),
-                         "ssl.key.location": str(key)})
-    producer.produce(topic, value=b"signed")
-    assert producer.flush(20) == 0
-    python_producer = KafkaProducer(
-        bootstrap_servers=f"127.0.0.1:{secured.ports['SSL']}", security_protocol="SSL",
-        ssl_cafile=str(secured.pki.ca_path), ssl_certfile=str(certificate),
-        ssl_keyfile=str(key))
-    python_producer.send(topic, b"signed too").get(timeout=20)
-    python_producer.close()
-    consumer = KafkaConsumer(
-        topic, group_id=f"g-{uuid.uuid4().hex[:8]}", auto_offset_reset="earliest",
-        consumer_timeout_ms=15000, bootstrap_servers=f"127.0.0.1:{secured.ports['SSL']}",
-        security_protocol="SSL", ssl_cafile=str(secured.pki.ca_path),
-        ssl_certfile=str(certificate), ssl_keyfile=str(key))
-    try:
-        values = [message.value for message in consumer]
-        assert values[:2] == [b"signed", b"signed too"]
-    finally:
-        consumer.close()
+    class UnsecuredToken(AbstractTokenProvider):
+        def token(self) -> str:
+            return _unsecured_jws("dave")
 
-
-def test_kafka_python_over_sasl_ssl_with_scram_sha_512(secured: Secured) -> None:
-    from kafka import KafkaConsumer, KafkaProducer
-
-    common = dict(bootstrap_servers=f"127.0.0.1:{secured.ports['SASL_SSL']}",
-                  security_protocol="SASL_SSL", ssl_cafile=str(secured.pki.ca_path),
-                  sasl_mechanism="SCRAM-SHA-512", sasl_plain_username=SCRAM_USER,
-                  sasl_plain_password=SCRAM_PASSWORD)
+    common: dict[str, Any] = dict(bootstrap_servers=f"127.0.0.1:{secured.ports[listener]}",
+                                  security_protocol=listener)
+    if listener in ("SSL", "SASL_SSL"):
+        common["ssl_cafile"] = str(secured.pki.ca_path)
+    if mechanism == "client certificate":
+        key, certificate = _client_certificate(secured)
+        common.update(ssl_certfile=str(certificate), ssl_keyfile=str(key))
+    elif mechanism == "OAUTHBEARER":
+        common.update(sasl_mechanism=mechanism, sasl_oauth_token_provider=UnsecuredToken())
+    elif mechanism is not None:
+        user, password = (("alice", "alice-secret") if mechanism == "PLAIN"
+                          else (SCRAM_USER, SCRAM_PASSWORD))
+        common.update(sasl_mechanism=mechanism, sasl_plain_username=user,
+                      sasl_plain_password=password)
     topic, group = f"t-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
     producer = KafkaProducer(**common)
     producer.send(topic, b"hello").get(timeout=20)
     producer.close()
     consumer = KafkaConsumer(topic, group_id=group, auto_offset_reset="earliest",
-                             enable_auto_commit=False, consumer_timeout_ms=15000, **common)
+                             enable_auto_commit=False, **common)
     try:
-        values = [message.value for message in consumer]
-        assert values[:1] == [b"hello"]
+        values: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while not values and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=500).values():
+                values += [record.value for record in records]
+        assert values == [b"hello"]
         consumer.commit()
+        assert consumer.committed(KafkaTopicPartition(topic, 0)) == 1
     finally:
         consumer.close()
 
 
-async def test_aiokafka_over_sasl_plaintext_plain_and_over_ssl(secured: Secured) -> None:
+@pytest.mark.parametrize(("listener", "mechanism"), CASES, ids=CASE_IDS)
+async def test_aiokafka_consumer_group_over_a_secured_listener(
+        secured: Secured, listener: str, mechanism: str | None) -> None:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.abc import AbstractTokenProvider
+    from aiokafka.structs import TopicPartition as AioTopicPartition
 
-    context = ssl.create_default_context(cafile=str(secured.pki.ca_path))
-    for options in (
-        dict(bootstrap_servers=f"127.0.0.1:{secured.ports['SASL_PLAINTEXT']}",
-             security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
-             sasl_plain_username="bob", sasl_plain_password="bob-secret"),
-        dict(bootstrap_servers=f"127.0.0.1:{secured.ports['SSL']}",
-             security_protocol="SSL", ssl_context=context),
-    ):
-        topic, group = f"t-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
-        producer = AIOKafkaProducer(**options)
-        await producer.start()
-        try:
-            await producer.send_and_wait(topic, b"x")
-        finally:
-            await producer.stop()
-        consumer = AIOKafkaConsumer(topic, group_id=group, auto_offset_reset="earliest",
-                                    enable_auto_commit=False, **options)
-        await consumer.start()
-        try:
-            message = await asyncio.wait_for(consumer.getone(), 30)
-            assert message.value == b"x"
-            await consumer.commit()
-        finally:
-            await consumer.stop()
+    class UnsecuredToken(AbstractTokenProvider):
+        async def token(self) -> str:
+            return _unsecured_jws("dave")
+
+    options: dict[str, Any] = dict(bootstrap_servers=f"127.0.0.1:{secured.ports[listener]}",
+                                   security_protocol=listener)
+    if listener in ("SSL", "SASL_SSL"):
+        context = ssl.create_default_context(cafile=str(secured.pki.ca_path))
+        if mechanism == "client certificate":
+            key, certificate = _client_certificate(secured)
+            context.load_cert_chain(str(certificate), str(key))
+        options["ssl_context"] = context
+    if mechanism == "OAUTHBEARER":
+        options.update(sasl_mechanism=mechanism, sasl_oauth_token_provider=UnsecuredToken())
+    elif mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+        user, password = (("bob", "bob-secret") if mechanism == "PLAIN"
+                          else (SCRAM_USER, SCRAM_PASSWORD))
+        options.update(sasl_mechanism=mechanism, sasl_plain_username=user,
+                       sasl_plain_password=password)
+    topic, group = f"t-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    producer = AIOKafkaProducer(**options)
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic, b"x")
+    finally:
+        await producer.stop()
+    consumer = AIOKafkaConsumer(topic, group_id=group, auto_offset_reset="earliest",
+                                enable_auto_commit=False, **options)
+    await consumer.start()
+    try:
+        message = await asyncio.wait_for(consumer.getone(), 30)
+        assert message.value == b"x"
+        await consumer.commit()
+        assert await consumer.committed(AioTopicPartition(topic, 0)) == 1
+    finally:
+        await consumer.stop()
 
 
 def test_a_wrong_password_fails_the_client_with_kafkas_message(secured: Secured) -> None:
