@@ -47,8 +47,9 @@
 /* CPython sets SSL_MODE_RELEASE_BUFFERS on every context: a connection frees its read buffer
  * after each record and its write buffer after each write, and allocates both (about 17 KB
  * each) again for the next one. A busy connection keeps them instead, as a Kafka broker's TLS
- * connections keep theirs: one whose last BUSY_STREAK records each came within BUSY_GAP_MS of
- * the one before. A record after a longer gap hands them back after it; so does
+ * connections keep theirs: one whose data came BUSY_STREAK times in a row, each within
+ * BUSY_GAP_MS of the time before (a request is one TCP read here, most often one record). Data
+ * after a longer gap hands them back once read; so does
  * `release_record_buffers()` (the server's idle sweep). A client that authenticates and then
  * heartbeats every few seconds never keeps them. */
 #define BUSY_GAP_MS 50
@@ -212,26 +213,52 @@ static PyObject *read_records(RecordLayer *self) {
     Py_RETURN_NONE;
 }
 
-static PyObject *RecordLayer_data_received(RecordLayer *self, PyObject *data) {
-    if (self->ssl == NULL)
-        return PyObject_CallMethodOneArg((PyObject *)self, str_data_received_python, data);
+typedef int (*ChunkWriter)(RecordLayer *, const char *, int);
+
+static int to_input_bio(RecordLayer *self, const char *bytes, int count) {
+    return bio_write(self->in_bio, bytes, count);
+}
+
+static int to_ssl(RecordLayer *self, const char *bytes, int count) {
+    err_clear_error();
+    return ssl_write(self->ssl, bytes, count);
+}
+
+/* Hands all of `data` to `writer`, a chunk at a time (each call takes an int's worth at most).
+ * Returns 1 once all went, 0 with the failed call's result in `*failed`, -1 with an exception
+ * set when `data` has no buffer. */
+static int write_all(RecordLayer *self, PyObject *data, ChunkWriter writer, int *failed) {
     Py_buffer view;
     if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
-        return NULL;
+        return -1;
     const char *bytes = view.buf;
     Py_ssize_t left = view.len;
+    int outcome = 1;
     while (left > 0) {
-        int chunk = left > INT_MAX ? INT_MAX : (int)left;
-        int written = bio_write(self->in_bio, bytes, chunk);
+        int written = writer(self, bytes, left > INT_MAX / 2 ? INT_MAX / 2 : (int)left);
         if (written <= 0) {
-            err_clear_error();
-            PyBuffer_Release(&view);
-            return PyErr_NoMemory();
+            *failed = written;
+            outcome = 0;
+            break;
         }
         bytes += written;
         left -= written;
     }
     PyBuffer_Release(&view);
+    return outcome;
+}
+
+static PyObject *RecordLayer_data_received(RecordLayer *self, PyObject *data) {
+    if (self->ssl == NULL)
+        return PyObject_CallMethodOneArg((PyObject *)self, str_data_received_python, data);
+    int failed = 0;
+    int outcome = write_all(self, data, to_input_bio, &failed);
+    if (outcome < 0)
+        return NULL;
+    if (outcome == 0) {  /* a memory BIO refuses only when memory runs out */
+        err_clear_error();
+        return PyErr_NoMemory();
+    }
     pace(self);
     return read_records(self);
 }
@@ -247,25 +274,15 @@ static PyObject *RecordLayer_write(RecordLayer *self, PyObject *data) {
         Py_RETURN_NONE;
     if (self->ssl == NULL)
         return PyObject_CallMethodOneArg((PyObject *)self, str_write_python, data);
-    Py_buffer view;
-    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
+    int failed = 0;
+    int outcome = write_all(self, data, to_ssl, &failed);
+    if (outcome < 0)
         return NULL;
-    const char *bytes = view.buf;
-    Py_ssize_t left = view.len;
-    while (left > 0) {
-        int chunk = left > INT_MAX / 2 ? INT_MAX / 2 : (int)left;
-        err_clear_error();
-        int written = ssl_write(self->ssl, bytes, chunk);
-        if (written <= 0) {
-            PyBuffer_Release(&view);
-            if (report_failure(self, written) < 0)
-                return NULL;
-            Py_RETURN_NONE;
-        }
-        bytes += written;
-        left -= written;
+    if (outcome == 0) {
+        if (report_failure(self, failed) < 0)
+            return NULL;
+        Py_RETURN_NONE;
     }
-    PyBuffer_Release(&view);
     size_t pending = bio_ctrl_pending(self->out_bio);
     if (pending == 0)
         Py_RETURN_NONE;

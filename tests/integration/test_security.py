@@ -126,6 +126,11 @@ def _unsecured_jws(principal: str) -> str:
     return f"{part({'alg': 'none'})}.{part({'sub': principal, 'iat': now, 'exp': now + 3600})}."
 
 
+def _password_login(mechanism: str) -> tuple[str, str]:
+    """A user of the broker's PLAIN users (JAAS) or of its SCRAM credentials."""
+    return ("alice", "alice-secret") if mechanism == "PLAIN" else (SCRAM_USER, SCRAM_PASSWORD)
+
+
 def _client_certificate(secured: Secured) -> tuple[Path, Path]:
     client = secured.pki.issue(f"client-{uuid.uuid4().hex[:6]}", CN="billing", O="Acme")
     return client.with_suffix(".key"), client.with_suffix(".crt")
@@ -183,8 +188,7 @@ def test_kafka_python_consumer_group_over_a_secured_listener(
     elif mechanism == "OAUTHBEARER":
         common.update(sasl_mechanism=mechanism, sasl_oauth_token_provider=UnsecuredToken())
     elif mechanism is not None:
-        user, password = (("alice", "alice-secret") if mechanism == "PLAIN"
-                          else (SCRAM_USER, SCRAM_PASSWORD))
+        user, password = _password_login(mechanism)
         common.update(sasl_mechanism=mechanism, sasl_plain_username=user,
                       sasl_plain_password=password)
     topic, group = f"t-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
@@ -227,9 +231,8 @@ async def test_aiokafka_consumer_group_over_a_secured_listener(
         options["ssl_context"] = context
     if mechanism == "OAUTHBEARER":
         options.update(sasl_mechanism=mechanism, sasl_oauth_token_provider=UnsecuredToken())
-    elif mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
-        user, password = (("bob", "bob-secret") if mechanism == "PLAIN"
-                          else (SCRAM_USER, SCRAM_PASSWORD))
+    elif mechanism is not None and mechanism != "client certificate":
+        user, password = _password_login(mechanism)
         options.update(sasl_mechanism=mechanism, sasl_plain_username=user,
                        sasl_plain_password=password)
     topic, group = f"t-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
