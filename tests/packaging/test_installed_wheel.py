@@ -86,6 +86,18 @@ def test_installed_broker_starts_and_helps(installed: Installed, tmp_path: Path)
          cwd=tmp_path)
 
 
+def test_the_wheel_carries_its_c_speedups(installed: Installed, tmp_path: Path) -> None:
+    """Built where a C compiler is at hand (they are optional without one): the fsync threads
+    and the TLS record path, which must also bind to the OpenSSL of this Python's `ssl`."""
+    if not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.skip("no C compiler: the wheel is built without its speedups")
+    result = _run([installed.script("python"), "-c",
+                   "import storage.fsync_offload as f, protocol.tls as t, "
+                   "storage._legacy_speedups, forensics._grouplog_speedups\n"
+                   "print(f.AVAILABLE, t.RECORDS_IN_C)"], cwd=tmp_path)
+    assert result.stdout.split() == ["True", "True"], result.stdout
+
+
 def test_healthcheck_fails_without_a_broker(installed: Installed, tmp_path: Path) -> None:
     result = subprocess.run([installed.script("rebalanced-healthcheck"),
                              f"127.0.0.1:{free_port()}"], cwd=tmp_path, capture_output=True,
