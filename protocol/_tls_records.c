@@ -99,8 +99,8 @@ typedef struct {
     BIO *bio;
 } CPythonMemoryBio;
 
-static PyObject *str_data_received, *str_protocol_error, *str_end_of_stream, *str_flush,
-    *str_write, *str_data_received_python, *str_read_records_python, *str_write_python,
+static PyObject *str_data_received, *str_protocol_error, *str_end_of_stream, *str_write,
+    *str_data_received_python, *str_read_records_python, *str_write_python,
     *str_context;
 
 typedef struct {
@@ -124,17 +124,20 @@ static long long coarse_now_ms(void) {
     return (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000;
 }
 
+static void keep_buffers(RecordLayer *self, char keep) {
+    ssl_ctrl(self->ssl, keep ? OSSL_CTRL_CLEAR_MODE : OSSL_CTRL_MODE, OSSL_MODE_RELEASE_BUFFERS,
+             NULL);
+    self->keeping_buffers = keep;
+}
+
 /* Whether this connection keeps its record buffers, from the pace of its data. */
 static void pace(RecordLayer *self) {
     long long now = coarse_now_ms();
     self->streak = now - self->last_record_ms <= BUSY_GAP_MS ? self->streak + 1 : 0;
     self->last_record_ms = now;
     char keep = self->streak >= BUSY_STREAK;
-    if (keep != self->keeping_buffers) {
-        ssl_ctrl(self->ssl, keep ? OSSL_CTRL_CLEAR_MODE : OSSL_CTRL_MODE,
-                 OSSL_MODE_RELEASE_BUFFERS, NULL);
-        self->keeping_buffers = keep;
-    }
+    if (keep != self->keeping_buffers)
+        keep_buffers(self, keep);
 }
 
 /* The exception the ssl module would raise for this failed call (only its type and message
@@ -174,6 +177,36 @@ static PyObject *call_own(RecordLayer *self, PyObject *name) {
     return PyObject_CallMethodNoArgs((PyObject *)self, name);
 }
 
+/* Sends what TLS wrote to the output BIO (the sealed records) with one transport write. */
+static PyObject *send_sealed(RecordLayer *self) {
+    size_t pending = bio_ctrl_pending(self->out_bio);
+    if (pending == 0)
+        Py_RETURN_NONE;
+    if (pending > INT_MAX)
+        pending = INT_MAX;
+    PyObject *sealed = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)pending);
+    if (sealed == NULL)
+        return NULL;
+    int count = bio_read(self->out_bio, PyBytes_AS_STRING(sealed), (int)pending);
+    if (count <= 0) {
+        err_clear_error();
+        Py_DECREF(sealed);
+        Py_RETURN_NONE;
+    }
+    if ((size_t)count < pending && _PyBytes_Resize(&sealed, count) < 0)
+        return NULL;
+    PyObject *raw = self->raw;
+    if (raw == NULL || raw == Py_None) {
+        Py_DECREF(sealed);
+        Py_RETURN_NONE;
+    }
+    Py_INCREF(raw);
+    PyObject *done = PyObject_CallMethodOneArg(raw, str_write, sealed);
+    Py_DECREF(raw);
+    Py_DECREF(sealed);
+    return done;
+}
+
 /* Reads the records in hand and hands each to the connection, as the Python layer does. */
 static PyObject *read_records(RecordLayer *self) {
     char buffer[RECORD_SIZE];
@@ -208,9 +241,9 @@ static PyObject *read_records(RecordLayer *self) {
         if (self->ssl == NULL || bio_ctrl_pending(self->in_bio) == 0)
             break;  /* all read, without the failing read that would say so */
     }
-    if (self->ssl != NULL && bio_ctrl_pending(self->out_bio) > 0)
-        return call_own(self, str_flush);  /* what TLS answers by itself (a key update) */
-    Py_RETURN_NONE;
+    if (self->ssl == NULL)
+        Py_RETURN_NONE;
+    return send_sealed(self);  /* what TLS answers by itself (a key update) */
 }
 
 typedef int (*ChunkWriter)(RecordLayer *, const char *, int);
@@ -283,40 +316,14 @@ static PyObject *RecordLayer_write(RecordLayer *self, PyObject *data) {
             return NULL;
         Py_RETURN_NONE;
     }
-    size_t pending = bio_ctrl_pending(self->out_bio);
-    if (pending == 0)
-        Py_RETURN_NONE;
-    if (pending > INT_MAX)
-        pending = INT_MAX;
-    PyObject *sealed = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)pending);
-    if (sealed == NULL)
-        return NULL;
-    int count = bio_read(self->out_bio, PyBytes_AS_STRING(sealed), (int)pending);
-    if (count <= 0) {
-        err_clear_error();
-        Py_DECREF(sealed);
-        Py_RETURN_NONE;
-    }
-    if ((size_t)count < pending && _PyBytes_Resize(&sealed, count) < 0)
-        return NULL;
-    PyObject *raw = self->raw;
-    if (raw == NULL || raw == Py_None) {
-        Py_DECREF(sealed);
-        Py_RETURN_NONE;
-    }
-    Py_INCREF(raw);
-    PyObject *done = PyObject_CallMethodOneArg(raw, str_write, sealed);
-    Py_DECREF(raw);
-    Py_DECREF(sealed);
-    return done;
+    return send_sealed(self);
 }
 
 static PyObject *RecordLayer_release_record_buffers(RecordLayer *self,
                                                     PyObject *Py_UNUSED(ignored)) {
     if (self->ssl == NULL || !self->keeping_buffers)
         Py_RETURN_FALSE;
-    ssl_ctrl(self->ssl, OSSL_CTRL_MODE, OSSL_MODE_RELEASE_BUFFERS, NULL);
-    self->keeping_buffers = 0;
+    keep_buffers(self, 0);
     self->streak = 0;
     /* Refused (0) while a record is half read or a write half sent: then the mode frees them
      * once it is done. */
@@ -531,7 +538,6 @@ PyMODINIT_FUNC PyInit__tls_records(void) {
     INTERN(str_data_received, "data_received");
     INTERN(str_protocol_error, "_protocol_error");
     INTERN(str_end_of_stream, "_end_of_stream");
-    INTERN(str_flush, "_flush");
     INTERN(str_write, "write");
     INTERN(str_data_received_python, "_data_received_python");
     INTERN(str_read_records_python, "_read_records_python");

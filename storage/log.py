@@ -213,6 +213,7 @@ def _segment_missing(path: Path) -> LogOfflineError:
         errno.ENOENT, "the active segment file was deleted or replaced while open"),
         "segment file missing")
 
+
 class PartitionLog:
     """One partition's segmented log. See the module docstring."""
 
