@@ -14,7 +14,7 @@ import io
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from kio.index import KioIndexError, load_request_schema, load_response_schema
 from kio.schema.index import api_key_map, schema_name_map
@@ -31,8 +31,10 @@ _FIXED_HEADER = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
 
 
-@dataclass(frozen=True, slots=True)
-class RequestHeader:
+class RequestHeader(NamedTuple):
+    """Made for every request: a named tuple is built in a third of a frozen dataclass's
+    time (no `object.__setattr__` per field) and is as immutable."""
+
     api_key: int
     api_version: int
     correlation_id: int
@@ -188,6 +190,11 @@ def decode_request(frame: bytes) -> tuple[RequestHeader, Any]:
     requests of a common shape are read by hand first (`protocol.fast_requests`).
     """
     api_key, api_version, _ = peek_header(frame)
+    return decode_peeked(frame, api_key, api_version)
+
+
+def decode_peeked(frame: bytes, api_key: int, api_version: int) -> tuple[RequestHeader, Any]:
+    """`decode_request` of a frame whose key and version `peek_header` has read."""
     hand_decoder = HAND_DECODERS.get(api_key)
     if hand_decoder is not None:
         decoded = hand_decoder(frame)

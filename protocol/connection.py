@@ -22,7 +22,7 @@ from protocol.codec import (
     LOADED_REQUEST_CODECS,
     RequestHeader,
     codec_needs_loading,
-    decode_request,
+    decode_peeked,
     give_up_loading,
     load_codecs,
     peek_header,
@@ -257,6 +257,21 @@ class Connection(asyncio.Protocol):
                 self._update_reading()
             return
         self.active = True
+        if (len(frames) == 1 and not self._backlog and not self._processing
+                and not self._loading_codec and len(self._queue) < self._max_in_flight):
+            # One request and nothing waiting before it (a member's heartbeat, a commit): the
+            # batch below without its bookkeeping.
+            self._processing = True
+            try:
+                handled = self._receive(frames[0])
+            finally:
+                self._processing = False
+            if not handled:  # it waits for its codec
+                self._backlog = frames
+                self._backlog_bytes += len(frames[0])
+            self._write_out()
+            self._update_reading()
+            return
         self._backlog_bytes += len(frames[0]) if len(frames) == 1 else sum(map(len, frames))
         if self._backlog:
             self._backlog.extend(frames)
@@ -343,7 +358,7 @@ class Connection(asyncio.Protocol):
                 loading.add_done_callback(self._codec_ready)
                 return False
         try:
-            header, request = decode_request(body)
+            header, request = decode_peeked(body, api_key, api_version)
         except UnsupportedApi:
             slot = self._reserve(None)
             if not self._handler.unsupported(self, slot, api_key, api_version, correlation_id):

@@ -49,7 +49,11 @@ def encode(outcome: HeartbeatOutcome, api_version: int, correlation_id: int) -> 
     """The whole framed response, packed by hand: Heartbeat is the hottest request a
     coordinator serves, and its fixed shape makes the generic encoder's work unnecessary.
     `tests/unit/test_api_roundtrip.py` checks these bytes against kio's encoder."""
-    error = outcome.error.value
+    return encode_error(outcome.error, api_version, correlation_id)
+
+
+def encode_error(error: int, api_version: int, correlation_id: int) -> bytes:
+    """`encode` of an outcome by its error code alone (the steady heartbeat's, NONE)."""
     if api_version == 0:
         return _RESPONSE_V0.pack(6, correlation_id, error)
     if api_version < 4:

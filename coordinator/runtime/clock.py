@@ -36,7 +36,8 @@ class SystemClock:
         self._epoch_offset_ms = time.time_ns() // 1_000_000 - self.monotonic_ms()
 
     def now_ms(self) -> int:
-        return self.monotonic_ms() + self._epoch_offset_ms
+        # Read for every heartbeat and commit: one call, not two.
+        return time.monotonic_ns() // 1_000_000 + self._epoch_offset_ms
 
     def monotonic_ms(self) -> int:
         return time.monotonic_ns() // 1_000_000

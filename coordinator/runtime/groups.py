@@ -40,7 +40,7 @@ from coordinator.group.config import GroupConfig
 from coordinator.group.consumer.config import ConsumerGroupConfig
 from coordinator.group.consumer.group import TopicImage, TopicInfo
 from coordinator.group.offsets import OffsetStore
-from coordinator.group.outcomes import HeartbeatOutcome, refused_outcome
+from coordinator.group.outcomes import refused_outcome
 from coordinator.group.result import RequestRef
 from coordinator.group.service import GroupCoordinatorService
 from coordinator.grouplog.log import GroupLog
@@ -69,7 +69,7 @@ _MEMBER_APIS: dict[int, ModuleType] = {
 
 Handler = Callable[[ClientRequest, Any], None]
 
-_HEARTBEAT_NONE = HeartbeatOutcome()
+_NONE = int(ErrorCode.none)
 
 
 class GroupHost(Timers, Protocol):
@@ -232,8 +232,9 @@ class GroupRuntime:
                     group_id, request.member_id, request.generation_id,
                     getattr(request, "group_instance_id", None), ctx.connection.id,
                     self.clock.now_ms())):
-            ctx.respond_raw(heartbeat.encode(_HEARTBEAT_NONE, ctx.version,
-                                             ctx.header.correlation_id))
+            header = ctx.header
+            ctx.respond_raw(heartbeat.encode_error(_NONE, header.api_version,
+                                                   header.correlation_id))
             return
         self.member_request(ctx, request)
 
