@@ -172,12 +172,13 @@ async def serve(broker: Broker, server_factory: type[KafkaServer] | None = None,
 
 async def _start_ops(broker: Broker, server: KafkaServer) -> OpsServer | None:
     """The metrics.listener endpoint (/metrics and the group page), when configured."""
-    from coordinator.ops.access import access_from_settings, ssl_context_from_settings
-    from coordinator.ops.http import OpsLimits, OpsServer
-
     listener = broker.settings["metrics.listener"]
     if not listener or broker.metrics is None:
         return None
+    # Imported only when served: the page's modules (and `html`) are half a megabyte.
+    from coordinator.ops.access import access_from_settings, ssl_context_from_settings
+    from coordinator.ops.http import OpsLimits, OpsServer
+
     host, _, port = listener.rpartition(":")
     access = access_from_settings(broker.settings)
     tls = ssl_context_from_settings(broker.settings)

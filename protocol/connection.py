@@ -41,6 +41,8 @@ _connection_ids = itertools.count(1)
 # the loop for all of them. Its reading stays paused while the rest waits in its backlog.
 FRAMES_PER_TURN = 64
 
+_NO_FRAMES = ()
+
 # Codec loads running in their own thread, shared by the connections that wait for them. One
 # thread, started with the server (`start_codec_loader`): starting a thread waits until it
 # runs, which on a busy machine held the event loop for tens of milliseconds.
@@ -195,8 +197,9 @@ class Connection(asyncio.Protocol):
         self._decoder = FrameDecoder(max_frame_bytes)
         # Requests answered or not, in arrival order.
         self._queue: list[ResponseSlot] = []
-        # Frames read but not yet handled (too many requests in flight, or mid-batch).
-        self._backlog: list[bytes] = []
+        # Frames read but not yet handled (too many requests in flight, or mid-batch); the
+        # shared empty tuple while there are none, so that an idle connection holds no list.
+        self._backlog: list[bytes] | tuple[()] = _NO_FRAMES
         self._backlog_bytes = 0
         self._processing = False
         # Waiting for a worker thread to load the codec of the frame at the backlog's head.
@@ -273,8 +276,9 @@ class Connection(asyncio.Protocol):
             self._update_reading()
             return
         self._backlog_bytes += len(frames[0]) if len(frames) == 1 else sum(map(len, frames))
-        if self._backlog:
-            self._backlog.extend(frames)
+        backlog = self._backlog
+        if backlog:
+            backlog.extend(frames)  # type: ignore[union-attr]  # a non-empty backlog is a list
         else:
             self._backlog = frames
         self._process_backlog()
@@ -302,8 +306,10 @@ class Connection(asyncio.Protocol):
         finally:
             self._processing = False
             if handled and self._backlog is backlog:  # `close` drops the whole backlog
-                del backlog[:handled]
+                del backlog[:handled]  # type: ignore[union-attr]  # handled: a list
                 self._backlog_bytes -= handled_bytes
+                if not backlog:
+                    self._backlog = _NO_FRAMES
         self._write_out()
         self._update_reading()
 
@@ -317,7 +323,7 @@ class Connection(asyncio.Protocol):
             return
         self.closed = True
         self._queue.clear()
-        self._backlog = []
+        self._backlog = _NO_FRAMES
         self._backlog_bytes = 0
         if self._budget is not None:
             self._budget.waiting.discard(self)
@@ -514,7 +520,7 @@ class Connection(asyncio.Protocol):
 
     def close(self) -> None:
         self.closing = True
-        self._backlog = []
+        self._backlog = _NO_FRAMES
         self._backlog_bytes = 0
         self._write_out()  # responses already answered go out before the close
         if self._transport is not None and not self.closed:

@@ -22,7 +22,8 @@ class FrameDecoder:
     __slots__ = ("_buffer", "_max_frame_bytes")
 
     def __init__(self, max_frame_bytes: int) -> None:
-        self._buffer = bytearray()
+        # Only while a frame is incomplete: an idle connection holds no buffer.
+        self._buffer: bytearray | None = None
         self._max_frame_bytes = max_frame_bytes
 
     @property
@@ -35,12 +36,12 @@ class FrameDecoder:
 
     def feed(self, data: bytes) -> list[bytes]:
         buffer = self._buffer
-        if not buffer and len(data) > 4:
+        if buffer is None and len(data) > 4:
             # Most reads hold exactly one request (a heartbeat, a commit).
             (size,) = _SIZE.unpack_from(data, 0)
             if size == len(data) - 4 and size <= self._max_frame_bytes:
                 return [data[4:]]
-        if buffer:
+        if buffer is not None:
             buffer += data
             source: bytes | bytearray = buffer
         else:
@@ -62,16 +63,19 @@ class FrameDecoder:
                     break
                 frames.append(bytes(view[start + 4 : start + 4 + size]))
                 start += 4 + size
-        if source is buffer:
+        if buffer is not None:
             if start:
                 del buffer[:start]
+                if not buffer:
+                    self._buffer = None
         elif start < end:
-            buffer += _tail(data, start)
+            self._buffer = bytearray(_tail(data, start))
         return frames
 
     @property
     def buffered(self) -> int:
-        return len(self._buffer)
+        buffer = self._buffer
+        return 0 if buffer is None else len(buffer)
 
 
 def _tail(data: bytes, start: int) -> memoryview | bytes:

@@ -34,11 +34,26 @@ VERSIONS = ApiVersionRange(API_KEY, MIN_VERSION, MAX_VERSION)
 
 _ONE_MS = datetime.timedelta(milliseconds=1)
 
+# Timeouts repeat across members (a client's defaults), but each division makes a new int that
+# the member then keeps: equal values share one object here. Bounded, since clients choose them.
+_SHARED_MS: dict[int, int] = {}
+_SHARED_MS_MAX = 64
+
+
+def _shared_ms(value: datetime.timedelta) -> int:
+    ms = value // _ONE_MS
+    shared = _SHARED_MS.get(ms)
+    if shared is not None:
+        return shared
+    if len(_SHARED_MS) < _SHARED_MS_MAX:
+        _SHARED_MS[ms] = ms
+    return ms
+
 
 def to_command(
     request: Any, api_version: int, ref: RequestRef, client_id: str, client_host: str
 ) -> JoinGroup:
-    session_timeout_ms = request.session_timeout // _ONE_MS
+    session_timeout_ms = _shared_ms(request.session_timeout)
     rebalance = getattr(request, "rebalance_timeout", None)
     return JoinGroup(
         ref=ref,
@@ -47,7 +62,7 @@ def to_command(
         member_id=request.member_id,
         group_instance_id=getattr(request, "group_instance_id", None),
         session_timeout_ms=session_timeout_ms,
-        rebalance_timeout_ms=session_timeout_ms if rebalance is None else rebalance // _ONE_MS,
+        rebalance_timeout_ms=session_timeout_ms if rebalance is None else _shared_ms(rebalance),
         # Interned: every member of every group keeps these, and they repeat across members.
         protocol_type=sys.intern(request.protocol_type),
         protocols=tuple(

@@ -11,9 +11,9 @@ deadline, so when the cursor visits a bucket only entries whose deadline has pas
 others wait for a later revolution. A 30-minute session deadline therefore costs one dictionary
 slot and one comparison per revolution, never work per tick.
 
-Every key maps to exactly one entry (`_entries`), and each bucket is a dict used as an ordered
-set, so `schedule` (which replaces an existing deadline of the same key), `cancel` and a
-reschedule are O(1).
+Every key maps to exactly one entry (`_entries`, the key's bucket), and each bucket is a dict
+in insertion order, key to deadline, so `schedule` (which replaces an existing deadline of the
+same key), `cancel` and a reschedule are O(1).
 
 `poll(now_ms)` moves the cursor from the last polled tick to the tick of `now_ms`. Ticks wholly
 in the past are visited once (at most one revolution: after a long pause every bucket is scanned
@@ -39,30 +39,37 @@ from coordinator.group.result import TimerKey
 
 __all__ = ["TimerWheel"]
 
+# Keys armed at the peak before an emptying wheel fits its tables (`_fit_tables`): small
+# tables are not worth the pass over every bucket.
+_FIT_FROM = 1024
+
 
 class TimerWheel:
     """Keyed one-shot deadlines on a hashed wheel; keys are hashable tuples such as
     `("heartbeat", group_id, member_id)`."""
 
-    __slots__ = ("_buckets", "_cached_next", "_cursor", "_entries", "tick_ms", "wheel_size")
+    __slots__ = ("_buckets", "_cached_next", "_cursor", "_entries", "_peak", "tick_ms",
+                 "wheel_size")
 
     def __init__(self, *, tick_ms: int = 10, wheel_size: int = 512, start_ms: int = 0) -> None:
         if tick_ms <= 0 or wheel_size <= 0:
             raise ValueError("tick_ms and wheel_size must be positive")
         self.tick_ms = tick_ms
         self.wheel_size = wheel_size
-        self._buckets: list[dict[TimerKey, None]] = [{} for _ in range(wheel_size)]
-        # key -> `deadline_ms * wheel_size + bucket index`: one int per armed key, not an
-        # object with its fields (a broker arms one per member; 10,000 idle members held
-        # 1.2 MB of entry objects). The bucket is usually the deadline's tick's, but a deadline
-        # already past goes to the cursor's, so it is kept. Whether an entry is due needs only
-        # its deadline (an entry of an earlier tick has an earlier deadline), and keys due at
-        # the same time keep the order they were armed in: they share a bucket, whose dict
-        # keeps insertion order, and the sort below is stable.
-        self._entries: dict[TimerKey, int] = {}
+        # Each bucket maps its keys to their deadlines (the caller's own int objects: a broker
+        # arms one key per member, and a new int per key cost 32 bytes each).
+        self._buckets: list[dict[TimerKey, int]] = [{} for _ in range(wheel_size)]
+        # key -> the bucket that holds it. The bucket is usually the deadline's tick's, but a
+        # deadline already past goes to the cursor's, so it is kept. Whether an entry is due
+        # needs only its deadline (an entry of an earlier tick has an earlier deadline), and
+        # keys due at the same time keep the order they were armed in: they share a bucket,
+        # whose dict keeps insertion order, and the sort below is stable.
+        self._entries: dict[TimerKey, dict[TimerKey, int]] = {}
         # Every tick before `_cursor` has been processed completely.
         self._cursor = start_ms // tick_ms
         self._cached_next: int | None = None
+        # The most keys armed since the tables were last fitted (`_fit_tables`).
+        self._peak = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -71,21 +78,28 @@ class TimerWheel:
         return key in self._entries
 
     def deadline(self, key: TimerKey) -> int | None:
-        entry = self._entries.get(key)
-        return None if entry is None else entry // self.wheel_size
+        bucket = self._entries.get(key)
+        return None if bucket is None else bucket[key]
 
     def schedule(self, key: TimerKey, deadline_ms: int) -> None:
         """Arm `key` at `deadline_ms`, replacing its previous deadline if it had one."""
-        self._unlink(key)
-        bucket = max(deadline_ms // self.tick_ms, self._cursor) % self.wheel_size
-        self._entries[key] = deadline_ms * self.wheel_size + bucket
-        self._buckets[bucket][key] = None
+        entries = self._entries
+        old = entries.get(key)
+        if old is not None:
+            del old[key]
+        bucket = self._buckets[max(deadline_ms // self.tick_ms, self._cursor) % self.wheel_size]
+        entries[key] = bucket
+        bucket[key] = deadline_ms
+        if len(entries) > self._peak:
+            self._peak = len(entries)
         if self._cached_next is not None and deadline_ms < self._cached_next:
             self._cached_next = deadline_ms
 
     def cancel(self, key: TimerKey) -> None:
         """Disarm `key`; unknown keys are ignored."""
-        self._unlink(key)
+        bucket = self._entries.pop(key, None)
+        if bucket is not None:
+            del bucket[key]
 
     def poll(self, now_ms: int) -> list[TimerKey]:
         """Remove and return every key whose deadline is <= `now_ms`, earliest first."""
@@ -101,9 +115,21 @@ class TimerWheel:
                 self._collect(self._buckets[tick % self.wheel_size], now_ms, due)
         self._cursor = max(self._cursor, now_tick)
         due.sort(key=lambda item: item[0])
+        entries = self._entries
         for _, key in due:
-            self._unlink(key)
+            del entries.pop(key)[key]
+        if self._peak > _FIT_FROM and len(entries) * 2 < self._peak:
+            self._fit_tables()
         return [key for _, key in due]
+
+    def _fit_tables(self) -> None:
+        """A dict keeps the table of its largest size: once half the keys of the peak are
+        gone (a join storm's keys fired or cancelled), the tables are made anew at their
+        present size. O(keys + buckets), at most once per halving."""
+        buckets = [dict(bucket.items()) for bucket in self._buckets]
+        self._entries = {key: buckets[i] for i, bucket in enumerate(buckets) for key in bucket}
+        self._buckets = buckets
+        self._peak = len(self._entries)
 
     def next_deadline(self) -> int | None:
         """A time at or before the earliest deadline (see the module docstring); None if empty."""
@@ -118,29 +144,17 @@ class TimerWheel:
         horizon_ms = horizon * self.tick_ms
         wheel_size = self.wheel_size
         for tick in range(self._cursor, horizon):
-            bucket = self._buckets[tick % wheel_size]
             best: int | None = None
-            for key in bucket:
-                deadline_ms = self._entries[key] // wheel_size
+            for deadline_ms in self._buckets[tick % wheel_size].values():
                 if deadline_ms < horizon_ms and (best is None or deadline_ms < best):
                     best = deadline_ms
             if best is not None:
                 return best
         return horizon_ms
 
-    def _collect(
-        self,
-        bucket: dict[TimerKey, None],
-        now_ms: int,
-        due: list[tuple[int, TimerKey]],
-    ) -> None:
-        wheel_size = self.wheel_size
-        for key in bucket:
-            deadline_ms = self._entries[key] // wheel_size
+    @staticmethod
+    def _collect(bucket: dict[TimerKey, int], now_ms: int,
+                 due: list[tuple[int, TimerKey]]) -> None:
+        for key, deadline_ms in bucket.items():
             if deadline_ms <= now_ms:
                 due.append((deadline_ms, key))
-
-    def _unlink(self, key: TimerKey) -> None:
-        entry = self._entries.pop(key, None)
-        if entry is not None:
-            del self._buckets[entry % self.wheel_size][key]

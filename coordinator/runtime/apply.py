@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("rebalanced.coordinator")
 
+# Entries past which an emptied dict of parked requests is made anew (see `ResultApplier`).
+_SHRINK_FROM = 1024
+
 
 class Timers(Protocol):
     """The broker's timer wheel, as the group runtime uses it."""
@@ -99,13 +102,21 @@ class ResultApplier:
         self._pending_by_connection: dict[int, RequestRef | list[RequestRef]] = {}
         # Groups with a metadata write not yet completed -> how many (see `apply`).
         self.group_writes: dict[str, int] = {}
+        # A dict keeps the table of its largest size when emptied: after a join storm (every
+        # member's JoinGroup parked at once) these three hold one to two MB of empty slots, so
+        # they are made anew when they empty after having grown past `_SHRINK_FROM` entries.
+        self._pending_grew = False
+        self._group_writes_grew = False
 
     # requests waiting for a reply -------------------------------------------------------------
 
     def park(self, ref: RequestRef, ctx: ClientRequest, module: ModuleType, command: Any
              ) -> None:
         """Remember whom a reply to `ref` answers, and how (the API's kio adapter)."""
-        self._pending[ref] = _Pending(ctx, module, command)
+        pending = self._pending
+        pending[ref] = _Pending(ctx, module, command)
+        if len(pending) > _SHRINK_FROM:
+            self._pending_grew = True
         index = self._pending_by_connection
         held = index.get(ref.connection_id)
         if held is None:
@@ -124,7 +135,14 @@ class ResultApplier:
         if held is not None and (held == ref if type(held) is not list
                                  else len(held) == 1 and held[0] == ref):
             del index[ref.connection_id]
+        if self._pending_grew and not self._pending:
+            self._shrink_pending()
         return pending
+
+    def _shrink_pending(self) -> None:
+        # Refs still in the index by connection were all answered.
+        self._pending, self._pending_by_connection = {}, {}
+        self._pending_grew = False
 
     def forget_connection(self, connection_id: int) -> None:
         held = self._pending_by_connection.pop(connection_id, None)
@@ -132,6 +150,8 @@ class ResultApplier:
             return
         for ref in (held if isinstance(held, list) else (held,)):
             self._pending.pop(ref, None)
+        if self._pending_grew and not self._pending:
+            self._shrink_pending()
 
     # applying ---------------------------------------------------------------------------------
 
@@ -186,8 +206,11 @@ class ResultApplier:
             if self._refuse_oversized(result, group_records, then):
                 return
             groups = [r.key.group for r in group_records]
+            writes = self.group_writes
             for group_id in groups:
-                self.group_writes[group_id] = self.group_writes.get(group_id, 0) + 1
+                writes[group_id] = writes.get(group_id, 0) + 1
+            if len(writes) > _SHRINK_FROM:
+                self._group_writes_grew = True
         try:
             durable = self.group_log.append(records, now_ms, group_id=one_group)
         except Exception as exc:
@@ -204,6 +227,9 @@ class ResultApplier:
                     self.group_writes[group_id] = left
                 else:
                     del self.group_writes[group_id]
+            if self._group_writes_grew and not self.group_writes:
+                self.group_writes = {}
+                self._group_writes_grew = False
             ok = not done.cancelled() and done.exception() is None  # `succeeded`
             if ok:
                 self._deliver(result)

@@ -40,9 +40,15 @@ def check_tallies(group: ClassicGroup) -> None:
     members = list(group.members.values())
     support = Counter(name for m in members for name in {p.name for p in m.protocols})
     candidates = {name for name, n in support.items() if n == len(members)}
-    assert group._protocol_support == support
+    # Kept from `_TALLY_FROM` members until the group falls below half of that.
+    kept = group._protocol_support is not None
+    assert (group._rebalance_timeouts is not None) == kept
+    assert kept or len(members) < group_module._TALLY_FROM
+    assert not kept or len(members) >= group_module._TALLY_FROM // 2
+    if kept:
+        assert group._protocol_support == support
+        assert group._rebalance_timeouts == Counter(m.rebalance_timeout_ms for m in members)
     assert group.candidate_protocols() == candidates
-    assert group._rebalance_timeouts == Counter(m.rebalance_timeout_ms for m in members)
     assert group.rebalance_timeout_ms() == max((m.rebalance_timeout_ms for m in members), default=0)
     awaiting = sum(1 for m in members if m.awaiting_join is not None)
     assert group.num_awaiting_join() == awaiting
@@ -216,16 +222,17 @@ TestGroupTallies = TallyMachine.TestCase
 
 
 class IndexedTallyMachine(TallyMachine):
-    """The same with groups of 3 members or more keeping the parked index (16 in the broker),
-    so that the index is built, kept up to date and dropped as the group grows and shrinks."""
+    """The same with groups of 3 members or more keeping the parked index and the tallies (16
+    in the broker; the tallies go below 2), so that both are built, kept up to date and dropped
+    as the group grows and shrinks."""
 
     def __init__(self) -> None:
-        self.saved_threshold = group_module._INDEX_PARKED_FROM
-        group_module._INDEX_PARKED_FROM = 3
+        self.saved_thresholds = group_module._INDEX_PARKED_FROM, group_module._TALLY_FROM
+        group_module._INDEX_PARKED_FROM = group_module._TALLY_FROM = 3
         super().__init__()
 
     def teardown(self) -> None:
-        group_module._INDEX_PARKED_FROM = self.saved_threshold
+        group_module._INDEX_PARKED_FROM, group_module._TALLY_FROM = self.saved_thresholds
 
 
 IndexedTallyMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=40,

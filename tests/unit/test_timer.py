@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import random
+import sys
 
 from coordinator.group.result import TimerKey
 from coordinator.group.timer import TimerWheel
@@ -111,3 +112,24 @@ def test_keys_due_at_the_same_time_fire_in_the_order_they_were_armed() -> None:
     assert wheel.deadline(("early",)) == -40
     assert wheel.poll(100) == [("early",), ("c",), ("b",), ("a",)]
     assert len(wheel) == 0
+
+
+def test_a_storm_s_tables_are_fitted_once_half_its_keys_are_gone() -> None:
+    """A join storm arms a key per member at once; once most have fired, the wheel's dicts are
+    made anew at their present size (a dict keeps its largest table), and the wheel goes on
+    firing the keys left, in order."""
+    wheel = TimerWheel(tick_ms=10, wheel_size=16)
+    for member in range(6_000):
+        wheel.schedule(("join", member), 100 + member % 50)
+    for member in range(1_000):
+        wheel.schedule(("heartbeat", member), 50_000 + member)
+    storm_bytes = sys.getsizeof(wheel._entries) + sum(map(sys.getsizeof, wheel._buckets))
+    fired = wheel.poll(200)
+    assert len(fired) == 6_000 and len(wheel) == 1_000
+    fitted_bytes = sys.getsizeof(wheel._entries) + sum(map(sys.getsizeof, wheel._buckets))
+    assert fitted_bytes * 4 < storm_bytes
+    assert wheel.deadline(("heartbeat", 7)) == 50_007
+    wheel.schedule(("heartbeat", 7), 60_000)
+    wheel.cancel(("heartbeat", 8))
+    assert wheel.poll(51_000) == [("heartbeat", m) for m in range(1_000) if m not in (7, 8)]
+    assert wheel.poll(60_000) == [("heartbeat", 7)]

@@ -14,6 +14,10 @@ in the join phase), so the group keeps running tallies over `members`, as Kafka'
 * `_protocol_support`: protocol name -> members supporting it (a repeated name counts once);
 * `_num_awaiting_join`: members with a parked JoinGroup;
 * `_rebalance_timeouts`: rebalance timeout -> members with it;
+  these two only from `_TALLY_FROM` members (None below; the queries then scan the few
+  members): two Counters cost 456 bytes in each of many small groups. Once kept, they go again
+  when the group falls below half of that, so that a group near the line does not recount
+  every time a member comes and goes;
 * `_votes`: protocol name -> members voting for it among the candidates `_votes_for`; None
   until `select_protocol` first needs it, and again whenever the candidate set changes. Groups
   under `_TALLY_VOTES_FROM` members never keep it: recounting a few members costs less than
@@ -46,6 +50,7 @@ from coordinator.grouplog.records import GroupMemberRecord, GroupMetadataValue
 
 __all__ = ["ClassicGroup", "InitialJoin"]
 
+_TALLY_FROM = 16  # members; see the module docstring
 _TALLY_VOTES_FROM = 16  # members; see the module docstring
 _INDEX_PARKED_FROM = 16  # members; see the module docstring
 
@@ -82,12 +87,12 @@ class ClassicGroup:
     sync_deadline_ms: int | None = None
     rebalance_started_ms: int | None = None
     # Tallies over `members` (module docstring); assigned by the bookkeeping methods only.
-    _protocol_support: Counter[str] = field(
-        default_factory=Counter, init=False, repr=False, compare=False
+    _protocol_support: Counter[str] | None = field(
+        default=None, init=False, repr=False, compare=False
     )
     _num_awaiting_join: int = field(default=0, init=False, repr=False, compare=False)
-    _rebalance_timeouts: Counter[int] = field(
-        default_factory=Counter, init=False, repr=False, compare=False
+    _rebalance_timeouts: Counter[int] | None = field(
+        default=None, init=False, repr=False, compare=False
     )
     _votes: Counter[str] | None = field(default=None, init=False, repr=False, compare=False)
     _votes_for: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)
@@ -101,8 +106,10 @@ class ClassicGroup:
     )
 
     def __post_init__(self) -> None:
-        for member in self.members.values():
-            self._tally(member, 1)
+        self._num_awaiting_join = sum(
+            1 for member in self.members.values() if member.awaiting_join is not None)
+        if len(self.members) >= _TALLY_FROM:
+            self._recount_tallies()
         self._fit_parked_index()
 
     # -- queries ------------------------------------------------------------------------------
@@ -130,7 +137,10 @@ class ClassicGroup:
 
     def rebalance_timeout_ms(self) -> int:
         """The longest rebalance timeout of the members (Kafka `rebalanceTimeoutMs`)."""
-        return max(self._rebalance_timeouts, default=0)
+        timeouts = self._rebalance_timeouts
+        if timeouts is None:
+            return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+        return max(timeouts, default=0)
 
     def candidate_protocols(self) -> set[str]:
         """The protocols every member supports."""
@@ -138,19 +148,24 @@ class ClassicGroup:
         first = next(iter(self.members.values()), None)
         if first is None:
             return set()
+        support = self._protocol_support
+        if support is None:
+            others = [m.supported_protocols() for m in self.members.values()]
+            return {n for n in first.supported_protocols() if all(n in o for o in others)}
         size = len(self.members)
-        return {n for n in first.supported_protocols() if self._protocol_support[n] == size}
+        return {n for n in first.supported_protocols() if support[n] == size}
 
     def supports_protocols(self, protocol_type: str, protocol_names: set[str]) -> bool:
         """Could a member with these protocols join? Empty groups take any non-empty set."""
         if self.state is GroupState.EMPTY:
             return protocol_type != "" and bool(protocol_names)
         size = len(self.members)
-        return (
-            self.protocol_type == protocol_type
-            and size > 0
-            and any(self._protocol_support[name] == size for name in protocol_names)
-        )
+        if self.protocol_type != protocol_type or size == 0:
+            return False
+        support = self._protocol_support
+        if support is None:
+            return bool(protocol_names & self.candidate_protocols())
+        return any(support[name] == size for name in protocol_names)
 
     def select_protocol(self) -> str:
         """Each member votes for its first supported candidate; most votes wins.
@@ -367,16 +382,23 @@ class ClassicGroup:
                 index = self._parked_by_connection = {}
 
     def _tally(self, member: ClassicGroupMember, sign: int) -> None:
-        """Count `member` in (+1) or out of (-1) every tally."""
+        """Count `member` in (+1) or out of (-1) every tally. Called with `member` in `members`
+        when counting in."""
         support = self._protocol_support
-        for name in member.supported_protocols():
-            support[name] += sign
-            if not support[name]:
-                del support[name]
         timeouts = self._rebalance_timeouts
-        timeouts[member.rebalance_timeout_ms] += sign
-        if not timeouts[member.rebalance_timeout_ms]:
-            del timeouts[member.rebalance_timeout_ms]
+        if support is None or timeouts is None:
+            if sign > 0 and len(self.members) >= _TALLY_FROM:
+                self._recount_tallies()  # `member` included
+        elif sign < 0 and len(self.members) < _TALLY_FROM // 2:
+            self._protocol_support = self._rebalance_timeouts = None
+        else:
+            for name in member.supported_protocols():
+                support[name] += sign
+                if not support[name]:
+                    del support[name]
+            timeouts[member.rebalance_timeout_ms] += sign
+            if not timeouts[member.rebalance_timeout_ms]:
+                del timeouts[member.rebalance_timeout_ms]
         if member.awaiting_join is not None:
             self._num_awaiting_join += sign
         votes = self._votes
@@ -389,6 +411,12 @@ class ClassicGroup:
         votes[vote] += sign
         if not votes[vote]:
             del votes[vote]
+
+    def _recount_tallies(self) -> None:
+        members = self.members.values()
+        self._protocol_support = Counter(
+            name for m in members for name in m.supported_protocols())
+        self._rebalance_timeouts = Counter(m.rebalance_timeout_ms for m in members)
 
     def _check_votes(self) -> None:
         """After a change: if the candidates moved, any member's vote may have; recount later."""
