@@ -84,7 +84,9 @@ class TimerWheel:
     def schedule(self, key: TimerKey, deadline_ms: int) -> None:
         """Arm `key` at `deadline_ms`, replacing its previous deadline if it had one."""
         entries = self._entries
-        old = entries.get(key)
+        # Popped, not overwritten: the entry and the bucket then hold the same key object
+        # (an overwrite keeps the old key in `_entries` and puts the new one in the bucket).
+        old = entries.pop(key, None)
         if old is not None:
             del old[key]
         bucket = self._buckets[max(deadline_ms // self.tick_ms, self._cursor) % self.wheel_size]
