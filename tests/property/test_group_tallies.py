@@ -202,9 +202,9 @@ class TallyMachine(RuleBasedStateMachine):
     @rule(pending=st.booleans())
     def pending_member(self, pending: bool) -> None:
         if pending:
-            self.group.pending_members["pending"] = 0
+            self.group.add_pending_member("pending", 0)
         else:
-            self.group.pending_members.pop("pending", None)
+            self.group.pop_pending_member("pending")
 
     @precondition(lambda self: bool(self.group.candidate_protocols()))
     @rule()

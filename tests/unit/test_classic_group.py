@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from coordinator.group.classic.group import ClassicGroup
+import copy
+import pickle
+
+import pytest
+
+from coordinator.group.classic.group import NO_ENTRIES, ClassicGroup
 from coordinator.group.classic.member import ClassicGroupMember, Parked
 from coordinator.group.classic.state import GroupState
 from coordinator.group.result import RequestRef
@@ -96,9 +101,9 @@ def test_all_members_joined_counts_parked_joins_and_pending_members() -> None:
     assert group.num_awaiting_join() == 1 and not group.has_all_members_joined()
     group.park_join(b, Parked(RequestRef(2, 2)))
     assert group.has_all_members_joined()
-    group.pending_members["c"] = 0
+    group.add_pending_member("c", 0)
     assert not group.has_all_members_joined()
-    del group.pending_members["c"]
+    group.pop_pending_member("c")
     assert group.unpark_join(a) is not None
     assert group.num_awaiting_join() == 1
 
@@ -114,3 +119,29 @@ def test_forget_connection_only_detaches_that_connections_requests() -> None:
     assert a.awaiting_sync is not None and a.awaiting_sync.ref is None
     assert b.awaiting_join is not None and b.awaiting_join.ref == RequestRef(2, 3)
     assert group.num_awaiting_join() == 2  # a still counts as having rejoined
+
+
+def test_small_groups_share_one_empty_mapping_until_they_need_their_own() -> None:
+    """A group's static, pending and pending-sync members are the shared `NO_ENTRIES` while
+    empty (no dict per group), a dict of the group's own while they have entries, and the
+    shared one again once emptied."""
+    one, other = group_of(member("a", "range")), group_of(member("b", "range"))
+    for group in (one, other):
+        assert group.static_members is NO_ENTRIES
+        assert group.pending_members is NO_ENTRIES
+        assert group.pending_sync_members is NO_ENTRIES
+    one.add_pending_member("p", 5)
+    one.add_pending_sync("a")
+    assert one.pending_members == {"p": 5} and one.pending_sync_members == {"a": None}
+    assert other.pending_members is NO_ENTRIES and other.pending_sync_members is NO_ENTRIES
+    assert one.pop_pending_member("p") == 5 and one.pop_pending_member("p") is None
+    one.discard_pending_sync("a")
+    assert one.pending_members is NO_ENTRIES and one.pending_sync_members is NO_ENTRIES
+    static = group_of(member("s", "range", instance="i"))
+    assert static.static_members == {"i": "s"}
+    static.remove_member("s")
+    assert static.static_members is NO_ENTRIES
+    with pytest.raises(TypeError):
+        NO_ENTRIES["x"] = 1  # type: ignore[index]
+    assert copy.deepcopy(one).pending_members is NO_ENTRIES
+    assert pickle.loads(pickle.dumps(NO_ENTRIES)) is NO_ENTRIES

@@ -41,6 +41,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from coordinator.group.classic.member import ClassicGroupMember, Parked
 from coordinator.group.classic.state import GroupState, can_rebalance, transition_to
@@ -51,6 +52,31 @@ from coordinator.grouplog.records import GroupMemberRecord, GroupMetadataValue
 __all__ = ["ClassicGroup", "InitialJoin"]
 
 _TALLY_FROM = 16  # members; see the module docstring
+
+
+class _NoEntries(dict[str, Any]):
+    """The empty mapping every group shares (`ClassicGroup`): a dict for reads at C speed that
+    refuses to be changed, and copies as itself."""
+
+    __slots__ = ()
+
+    def _refuse(self, *_: object, **__: object) -> Any:
+        raise TypeError("NO_ENTRIES is shared by every group and never changes")
+
+    __setitem__ = __delitem__ = pop = popitem = clear = update = setdefault = _refuse
+    __ior__ = _refuse
+
+    def __copy__(self) -> _NoEntries:
+        return self
+
+    def __deepcopy__(self, memo: object) -> _NoEntries:
+        return self
+
+    def __reduce__(self) -> str:
+        return "NO_ENTRIES"
+
+
+NO_ENTRIES: Mapping[str, Any] = _NoEntries()
 _TALLY_VOTES_FROM = 16  # members; see the module docstring
 _INDEX_PARKED_FROM = 16  # members; see the module docstring
 
@@ -74,13 +100,15 @@ class ClassicGroup:
     protocol_name: str | None = None
     leader_id: str | None = None
     members: dict[str, ClassicGroupMember] = field(default_factory=dict)
-    static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
+    # The three below are read anywhere and changed by this class's methods only. Empty, each
+    # is the shared read-only `NO_ENTRIES` (an empty dict cost 64 bytes, three in every one of
+    # many small groups); a dict while it has entries.
+    # Instance id -> member id.
+    static_members: Mapping[str, str] = field(default_factory=lambda: NO_ENTRIES)
     # KIP-394: member ids handed out with MEMBER_ID_REQUIRED, with their expiry deadline.
-    pending_members: dict[str, int] = field(default_factory=dict)
-    # Members that got the JoinGroup answer of this generation but have not synced yet. Keys
-    # of a dict, not a set: a set keeps its 216 bytes when emptied, in every group, while an
-    # emptied dict's `clear` gives its table back (64 bytes).
-    pending_sync_members: dict[str, None] = field(default_factory=dict)
+    pending_members: Mapping[str, int] = field(default_factory=lambda: NO_ENTRIES)
+    # Members that got the JoinGroup answer of this generation but have not synced yet (keys).
+    pending_sync_members: Mapping[str, None] = field(default_factory=lambda: NO_ENTRIES)
     new_member_added: bool = False
     initial_join: InitialJoin | None = None
     join_deadline_ms: int | None = None
@@ -193,16 +221,14 @@ class ClassicGroup:
         assert member.member_id not in self.members
         if member.group_instance_id is not None:
             assert member.group_instance_id not in self.static_members
-            self.static_members[member.group_instance_id] = member.member_id
+            self._set_static(member.group_instance_id, member.member_id)
         if not self.members:
             self.protocol_type = member.protocol_type
         assert self.protocol_type == member.protocol_type
         if self.leader_id is None:
             self.leader_id = member.member_id
         self.members[member.member_id] = member
-        if self.pending_members.pop(member.member_id, None) is not None and (
-                not self.pending_members):
-            self.pending_members = {}  # an emptied dict keeps its grown table; drop it
+        self.pop_pending_member(member.member_id)
         self._tally(member, 1)
         self._check_votes()
         self._index_parked(member.awaiting_join, member.awaiting_sync)
@@ -213,7 +239,7 @@ class ClassicGroup:
         assert member.member_id not in self.members
         self.members[member.member_id] = member
         if member.group_instance_id is not None:
-            self.static_members[member.group_instance_id] = member.member_id
+            self._set_static(member.group_instance_id, member.member_id)
         self._tally(member, 1)
         self._check_votes()
         self._fit_parked_index()
@@ -226,11 +252,11 @@ class ClassicGroup:
             self._unindex_parked(member.awaiting_join, member.awaiting_sync)
             self._fit_parked_index()
             if member.group_instance_id is not None:
-                self.static_members.pop(member.group_instance_id, None)
+                self.static_members = _without(self.static_members, member.group_instance_id)
         if self.leader_id == member_id:
             self.leader_id = next(iter(self.members), None)
-        self.pending_members.pop(member_id, None)
-        self.pending_sync_members.pop(member_id, None)
+        self.pop_pending_member(member_id)
+        self.discard_pending_sync(member_id)
         return member
 
     def replace_member(self, old_member_id: str, new: ClassicGroupMember) -> ClassicGroupMember:
@@ -249,10 +275,47 @@ class ClassicGroup:
         if self.leader_id == old_member_id:
             self.leader_id = new.member_id
         if old_member_id in self.pending_sync_members:
-            del self.pending_sync_members[old_member_id]
-            self.pending_sync_members[new.member_id] = None
-        self.static_members[new.group_instance_id] = new.member_id
+            self.discard_pending_sync(old_member_id)
+            self.add_pending_sync(new.member_id)
+        self._set_static(new.group_instance_id, new.member_id)
         return old
+
+    # -- the pending members and the static members' index -----------------------------------
+
+    def add_pending_member(self, member_id: str, deadline_ms: int) -> None:
+        pending = self.pending_members
+        if pending is NO_ENTRIES:
+            pending = self.pending_members = {}
+        pending[member_id] = deadline_ms  # type: ignore[index]  # a dict unless NO_ENTRIES
+
+    def pop_pending_member(self, member_id: str) -> int | None:
+        """Forget a KIP-394 id; its deadline if it was pending."""
+        deadline = self.pending_members.get(member_id)
+        if deadline is not None:
+            self.pending_members = _without(self.pending_members, member_id)
+        return deadline
+
+    def clear_pending_members(self) -> None:
+        self.pending_members = NO_ENTRIES
+
+    def add_pending_sync(self, member_id: str) -> None:
+        pending = self.pending_sync_members
+        if pending is NO_ENTRIES:
+            pending = self.pending_sync_members = {}
+        pending[member_id] = None  # type: ignore[index]  # a dict unless NO_ENTRIES
+
+    def discard_pending_sync(self, member_id: str) -> None:
+        if member_id in self.pending_sync_members:
+            self.pending_sync_members = _without(self.pending_sync_members, member_id)
+
+    def clear_pending_sync(self) -> None:
+        self.pending_sync_members = NO_ENTRIES
+
+    def _set_static(self, instance_id: str, member_id: str) -> None:
+        static = self.static_members
+        if static is NO_ENTRIES:
+            static = self.static_members = {}
+        static[instance_id] = member_id  # type: ignore[index]  # a dict unless NO_ENTRIES
 
     def update_member(
         self,
@@ -481,3 +544,11 @@ def group_from_record(group_id: str, value: GroupMetadataValue) -> ClassicGroup:
             assignment=m.assignment,
         ))
     return group
+
+
+def _without(entries: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """`entries` with `key` removed in place; `NO_ENTRIES` once empty (an emptied dict keeps
+    its grown table)."""
+    if key in entries:
+        del entries[key]  # type: ignore[attr-defined]  # present: a dict
+    return entries if entries else NO_ENTRIES

@@ -35,7 +35,7 @@ def join_group(env: rb.Env, group: ClassicGroup, cmd: c.JoinGroup) -> None:
         elif cmd.member_id in group.pending_members:
             # A KIP-394 id handed out before the group filled up: forgotten too, or the join
             # phase would wait for it until its session timeout.
-            group.pending_members.pop(cmd.member_id)
+            group.pop_pending_member(cmd.member_id)
             env.result.cancel(rb.heartbeat_key(group.group_id, cmd.member_id))
         reply(env, cmd, JoinGroupOutcome(error=ErrorCode.group_max_size_reached))
     elif cmd.member_id == c.UNKNOWN_MEMBER_ID:
@@ -83,7 +83,7 @@ def join_new_member(env: rb.Env, group: ClassicGroup, cmd: c.JoinGroup) -> None:
             add_member_and_rebalance(env, group, cmd, new_member_id)
     elif cmd.require_known_member_id:
         deadline = env.now_ms + cmd.session_timeout_ms
-        group.pending_members[new_member_id] = deadline
+        group.add_pending_member(new_member_id, deadline)
         env.result.schedule(rb.heartbeat_key(group.group_id, new_member_id), deadline)
         reply(
             env,

@@ -282,7 +282,7 @@ def remove_member_and_update_group(
 
 def remove_pending_member_and_update_group(env: Env, group: ClassicGroup, member_id: str) -> None:
     """Kafka `removePendingMemberAndUpdateGroup`: a KIP-394 id that never came back."""
-    if group.pending_members.pop(member_id, None) is not None:
+    if group.pop_pending_member(member_id) is not None:
         env.result.cancel(heartbeat_key(group.group_id, member_id))
     maybe_complete_join(env, group)
 
@@ -416,7 +416,7 @@ def complete_join(env: Env, group: ClassicGroup) -> None:
 
     started = group.rebalance_started_ms if group.rebalance_started_ms is not None else env.now_ms
     group.generation_id += 1
-    group.pending_sync_members.clear()
+    group.clear_pending_sync()
     if not group.members:
         group.protocol_name = None
         group.leader_id = None
@@ -452,7 +452,7 @@ def complete_join(env: Env, group: ClassicGroup) -> None:
         )
         schedule_heartbeat(env, group, member)
         member.is_new = False
-        group.pending_sync_members[member.member_id] = None
+        group.add_pending_sync(member.member_id)
     group.sync_deadline_ms = env.now_ms + group.rebalance_timeout_ms()
     env.result.schedule(sync_key(group.group_id), group.sync_deadline_ms)
 
@@ -475,17 +475,15 @@ def maybe_elect_new_joined_leader(group: ClassicGroup) -> bool:
 
 
 def remove_sync_expiration(env: Env, group: ClassicGroup) -> None:
-    group.pending_sync_members.clear()
+    group.clear_pending_sync()
     if group.sync_deadline_ms is not None:
         env.result.cancel(sync_key(group.group_id))
     group.sync_deadline_ms = None
 
 
 def remove_pending_sync_member(env: Env, group: ClassicGroup, member_id: str) -> None:
-    pending = group.pending_sync_members
-    pending.pop(member_id, None)
-    if not pending:
-        pending.clear()  # an emptied dict keeps its grown table until cleared
+    group.discard_pending_sync(member_id)
+    if not group.pending_sync_members:
         remove_sync_expiration(env, group)
 
 

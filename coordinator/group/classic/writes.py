@@ -93,7 +93,7 @@ def delete_empty_group(env: rb.Env, group: ClassicGroup, reason: str) -> None:
     )
     for member_id in list(group.pending_members):
         env.result.cancel(rb.heartbeat_key(group_id, member_id))
-    group.pending_members.clear()
+    group.clear_pending_members()
     if group.join_deadline_ms is not None:
         env.result.cancel(rb.join_key(group_id))
     group.transition_to(GroupState.DEAD, env.now_ms)
@@ -200,6 +200,6 @@ def _restore_deleted(env: rb.Env, write: GroupDeletionWrite) -> ClassicGroup:
     group.previous_state = GroupState.EMPTY
     group.state_timestamp_ms = write.state_timestamp_ms
     for member_id, deadline in write.pending_members.items():
-        group.pending_members[member_id] = deadline
+        group.add_pending_member(member_id, deadline)
         env.result.schedule(rb.heartbeat_key(group.group_id, member_id), deadline)
     return group
