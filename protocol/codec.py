@@ -201,7 +201,7 @@ def decode_peeked(frame: bytes, api_key: int, api_version: int) -> tuple[Request
         if decoded is not None:
             version, correlation_id, client_id, body = decoded
             return RequestHeader(api_key, version, correlation_id, client_id), body
-    codec = _request_codec(api_key, api_version)
+    codec = _request_codecs.get((api_key, api_version)) or _request_codec(api_key, api_version)
     try:
         header, offset = codec.header_reader(frame, 0)
         if codec.guard is not None:

@@ -162,6 +162,8 @@ class Broker:
         # routes requests, refuses other versions and is what ApiVersions advertises.
         self._handlers: dict[int, Handler] = {}
         self._served: dict[int, tuple[int, int]] = {}
+        # (api key, version) -> handler, for every version served: one lookup per request.
+        self._routes: dict[tuple[int, int], Handler] = {}
         self.register(produce.VERSIONS, lambda ctx, req: produce.handle(self, ctx, req))
         self.register(fetch.VERSIONS, lambda ctx, req: fetch.handle(self, ctx, req))
         self.register(list_offsets.VERSIONS,
@@ -575,11 +577,9 @@ class Broker:
         faults = self.faults
         if faults is not None and faults.intercept(connection, slot, header, request):
             return
-        handler = self._handlers.get(header.api_key)
-        served = self._served.get(header.api_key)
-        if served is not None and not served[0] <= header.api_version <= served[1]:
-            # kio knows versions we do not advertise; Kafka closes on a disabled version.
-            handler = None
+        # None also for a version kio knows but we do not advertise: Kafka closes on a
+        # disabled version.
+        handler = self._routes.get(header[:2])  # (api key, api version)
         if handler is None:
             self.refusals.supported = self.served_versions()
             self.refusals.refuse_version(
@@ -644,8 +644,15 @@ class Broker:
 
     def register(self, versions: ApiVersionRange, handler: Handler) -> None:
         """Serve `versions` of an API with `handler`: from now on ApiVersions advertises them."""
-        self._handlers[versions.api_key] = handler
-        self._served[versions.api_key] = (versions.min_version, versions.max_version)
+        api_key = versions.api_key
+        previous = self._served.get(api_key)
+        if previous is not None:
+            for version in range(previous[0], previous[1] + 1):
+                del self._routes[(api_key, version)]
+        self._handlers[api_key] = handler
+        self._served[api_key] = (versions.min_version, versions.max_version)
+        for version in range(versions.min_version, versions.max_version + 1):
+            self._routes[(api_key, version)] = handler
 
 
 _OVER_LIMITS_ADVICE = "send fewer elements in one request (README: Hostile input)"
