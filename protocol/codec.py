@@ -18,6 +18,8 @@ from typing import Any, NamedTuple
 
 from kio.index import KioIndexError, load_request_schema, load_response_schema
 from kio.schema.index import api_key_map, schema_name_map
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 from kio.static.primitive import i16, i32
@@ -28,6 +30,10 @@ from protocol.guard import ELEMENT_LIMITS, ElementsToAnswer, Guard, compile_guar
 from storage.varint import VarintError, read_uvarint
 
 _FIXED_HEADER = struct.Struct(">hhi")
+_CLIENT_ID_LENGTH = struct.Struct(">h")
+# kio's readers of request headers v1 and v2 (cached by kio: the codecs hold these objects).
+_HEADER_V1_READER = entity_reader(RequestHeaderV1)
+_HEADER_V2_READER = entity_reader(RequestHeaderV2)
 _SIZE = struct.Struct(">i")
 
 
@@ -225,6 +231,29 @@ def decode_peeked(frame: bytes, api_key: int, api_version: int) -> tuple[Request
         RequestHeader(api_key, api_version, header.correlation_id, header.client_id),
         body,
     )
+
+
+def plain_body(frame: bytes, api_key: int, api_version: int) -> Any | None:
+    """The body of a request already peeked, read without a header object, for a caller that
+    answers it at once: only when its codec is loaded and has no array guard, its header has
+    no tagged fields, and kio reads it; else None (`decode_request` then decodes it, and refuses
+    what it must)."""
+    codec = _request_codecs.get((api_key, api_version))
+    if codec is None or codec.guard is not None:
+        return None
+    try:
+        (client_length,) = _CLIENT_ID_LENGTH.unpack_from(frame, 8)
+        offset = 10 + max(client_length, 0)
+        if codec.header_reader is _HEADER_V2_READER:
+            if frame[offset] != 0:  # header tags
+                return None
+            offset += 1
+        elif codec.header_reader is not _HEADER_V1_READER:
+            return None
+        return codec.body_reader(frame, offset)[0]
+    except (SerialError, KeyError, ValueError, TypeError, IndexError, OverflowError,
+            struct.error):
+        return None
 
 
 def _decode_skipping_unknown_tags(frame: bytes, codec: _RequestCodec) -> tuple[RequestHeader, Any]:

@@ -14,6 +14,7 @@ import concurrent.futures
 import gc
 import itertools
 import sys
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import structlog
@@ -155,6 +156,11 @@ class SaslGate(Protocol):
         """Answer a bare token by completing `slot` with a size-prefixed bare token."""
 
 
+# Answers a request from its frame at once, or declines (None) and the request goes the way
+# of every request: (connection, frame, api version, correlation id) -> the framed answer.
+ImmediateAnswer = Callable[["Connection", bytes, int, int], "bytes | None"]
+
+
 class RequestHandler(Protocol):
     def handle(self, connection: Connection, slot: ResponseSlot, header: RequestHeader,
                request: Any) -> None:
@@ -182,9 +188,10 @@ class Connection(asyncio.Protocol):
 
     __slots__ = (
         "_backlog", "_backlog_bytes", "_budget", "_decoder", "_drained", "_handler", "_held",
-        "_loading_codec", "_max_in_flight", "_out", "_processing", "_queue", "_reading_paused",
-        "_refusals", "_transport", "_write_scheduled", "_writing_paused", "active",
-        "client_host", "closed", "closing", "id", "last_active", "listener", "principal", "sasl",
+        "_immediate", "_loading_codec", "_max_in_flight", "_out", "_processing", "_queue",
+        "_reading_paused", "_refusals", "_transport", "_write_scheduled", "_writing_paused",
+        "active", "client_host", "closed", "closing", "id", "last_active", "listener",
+        "principal", "sasl",
     )
 
     def __init__(self, handler: RequestHandler, *, max_frame_bytes: int,
@@ -192,6 +199,10 @@ class Connection(asyncio.Protocol):
                  refusals: RefusalLog | None = None) -> None:
         self.id = next(_connection_ids)
         self._handler = handler
+        # API key -> the handler's answer at once (`ImmediateAnswer`), tried before decoding
+        # when no earlier response is owed: the steady heartbeat, the hottest request.
+        self._immediate: Mapping[int, ImmediateAnswer] | None = getattr(
+            handler, "immediate_answers", None) or None
         # Where refused frames are logged: the server's (its broker's) log, shared by all.
         self._refusals = refusals if refusals is not None else RefusalLog()
         self._decoder = FrameDecoder(max_frame_bytes)
@@ -354,6 +365,15 @@ class Connection(asyncio.Protocol):
         except MalformedRequest as exc:
             self._reject(str(exc))
             return True
+        immediate = self._immediate
+        if immediate is not None and not self._queue:
+            # Nothing answered before it is still owed, so an answer now keeps the order.
+            answer_now = immediate.get(api_key)
+            if answer_now is not None:
+                answer = answer_now(self, body, api_version, correlation_id)
+                if answer is not None:
+                    self._out.append(answer)
+                    return True
         if ((api_key, api_version) not in LOADED_REQUEST_CODECS
                 and codec_needs_loading(api_key, api_version)):
             # The first request of a version imports its schema: not on the event loop,

@@ -20,7 +20,13 @@ from typing import IO, Any
 import structlog
 from kio.schema.errors import ErrorCode
 
-from coordinator.api import consumer_group_describe, delete_groups, describe_groups, offset_fetch
+from coordinator.api import (
+    consumer_group_describe,
+    delete_groups,
+    describe_groups,
+    heartbeat,
+    offset_fetch,
+)
 from coordinator.api.context import (
     ApiVersionRange,
     ClientRequest,
@@ -51,7 +57,7 @@ from coordinator.security.scram_store import ScramStore
 from coordinator.settings import BrokerSettings
 from coordinator.txn.coordinator import TxnConfig
 from protocol.codec import RequestHeader
-from protocol.connection import Connection, ResponseSlot
+from protocol.connection import Connection, ImmediateAnswer, ResponseSlot
 from protocol.refusals import RefusalLog
 from storage.descriptors import DescriptorBudget
 from storage.fs import REAL_FS, FileSystem, filesystem_from_env
@@ -221,6 +227,10 @@ class Broker:
         self.authorizer = authorization.install(self, settings)
         if self.authorizer is not None:
             self.authorizer.on_denial = self._authorization_denied
+        # What connections may answer from the frame before decoding it (see `_heartbeat_now`);
+        # none where every request must pass the authorizer.
+        self.immediate_answers: dict[int, ImmediateAnswer] = (
+            {heartbeat.API_KEY: self._heartbeat_now} if self.authorizer is None else {})
         planned = filesystem_from_env()  # a test's fault plan; None in production
         if planned is not None:
             log.warning("disk fault plan active", rules=len(planned.rules))
@@ -598,6 +608,23 @@ class Broker:
             log.exception("request failed", api_key=header.api_key, version=header.api_version,
                           client_id=header.client_id)
             connection.close()
+
+    def _heartbeat_now(self, connection: Connection, frame: bytes, api_version: int,
+                       correlation_id: int) -> bytes | None:
+        """A steady Heartbeat answered from its frame (`GroupRuntime.heartbeat_now`), counted
+        in the metrics as `handle` counts it; None while the test kit's faults are installed,
+        for a request the metrics would time (it goes through `handle`, which times it), and
+        for anything the runtime declines."""
+        if self.faults is not None or not (
+                heartbeat.MIN_VERSION <= api_version <= heartbeat.MAX_VERSION):
+            return None
+        metrics = self.metrics
+        if metrics is not None and metrics.timed_next(heartbeat.API_KEY, api_version):
+            return None
+        answer = self.groups.heartbeat_now(connection, frame, api_version, correlation_id)
+        if answer is not None and metrics is not None:
+            metrics.count(heartbeat.API_KEY, api_version)
+        return answer
 
     def unsupported(self, connection: Connection, slot: ResponseSlot, api_key: int,
                     api_version: int, correlation_id: int) -> bool:

@@ -34,7 +34,12 @@ from coordinator.api import (
     offset_fetch,
     sync_group,
 )
-from coordinator.api.context import ApiVersionRange, ClientRequest, respond_in_slices
+from coordinator.api.context import (
+    ApiVersionRange,
+    ClientRequest,
+    ConnectionView,
+    respond_in_slices,
+)
 from coordinator.group import offset_commands as oc
 from coordinator.group.config import GroupConfig
 from coordinator.group.consumer.config import ConsumerGroupConfig
@@ -53,6 +58,7 @@ from coordinator.runtime.loading import GroupLogLoader
 from coordinator.runtime.maintenance import GroupLogMaintenance
 from coordinator.runtime.txn_offsets import TransactionalOffsets
 from coordinator.settings import BrokerSettings
+from protocol.codec import plain_body
 from protocol.refusals import RefusalLog
 from storage.fs import REAL_FS, FileSystem
 from storage.log import LogConfig
@@ -237,6 +243,25 @@ class GroupRuntime:
                                                    header.correlation_id))
             return
         self.member_request(ctx, request)
+
+    def heartbeat_now(self, connection: ConnectionView, frame: bytes, api_version: int,
+                      correlation_id: int) -> bytes | None:
+        """`heartbeat`'s steady state answered from the frame, before any request object,
+        response slot or context is made (the connection's immediate answers): the same
+        conditions and the same move of the session; None, with nothing changed, for anything
+        else, which the connection then decodes and hands to `heartbeat`."""
+        if self.loader.loading:
+            return None
+        request = plain_body(frame, heartbeat.API_KEY, api_version)
+        if request is None:
+            return None
+        group_id = request.group_id
+        if group_id in self.applier.group_writes or not self.service.steady_heartbeat(
+                group_id, request.member_id, request.generation_id,
+                getattr(request, "group_instance_id", None), connection.id,
+                self.clock.now_ms()):
+            return None
+        return heartbeat.encode_error(_NONE, api_version, correlation_id)
 
     def offset_commit(self, ctx: ClientRequest, request: Any) -> None:
         command = offset_commit.to_command(request, ctx.version, self._ref(ctx))

@@ -143,6 +143,16 @@ class RequestCounters:
             histogram = self._latency[index] = Histogram(LATENCY_BOUNDS)
         return TimedRequestContext(connection, slot, header, histogram)
 
+    def timed_next(self, api_key: int, api_version: int) -> bool:
+        """Whether `context` would time the next request of this (key, version): a request
+        answered without a context (`count`) must leave those to it."""
+        index = api_key << _VERSION_BITS | api_version
+        return not (self.request_counts[index] + 1) & self._sample_masks[index]
+
+    def count(self, api_key: int, api_version: int) -> None:
+        """A request answered without a context (one `timed_next` said is not timed)."""
+        self.request_counts[api_key << _VERSION_BITS | api_version] += 1
+
     @staticmethod
     def slot_of(api_key: int, api_version: int) -> int | None:
         """A request's counter slot, or None for keys and versions beyond the table."""
