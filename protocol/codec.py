@@ -243,7 +243,11 @@ def plain_body(frame: bytes, api_key: int, api_version: int) -> Any | None:
         return None
     try:
         (client_length,) = _CLIENT_ID_LENGTH.unpack_from(frame, 8)
+        if client_length < -1:
+            return None
         offset = 10 + max(client_length, 0)
+        if client_length > 0:
+            frame[10:offset].decode()  # a client id that is not UTF-8 is refused as before
         if codec.header_reader is _HEADER_V2_READER:
             if frame[offset] != 0:  # header tags
                 return None
