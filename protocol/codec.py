@@ -291,9 +291,7 @@ def _read_uvarint(data: bytes, pos: int) -> tuple[int, int]:
 
 def _header_without_tags(frame: bytes) -> tuple[Any, int]:
     # Header v2: 8 fixed bytes, int16-length client id, then tags.
-    from kio.schema.request_header.v2.header import RequestHeader as HeaderV2
-
-    (length,) = struct.unpack_from(">h", frame, 8)
+    (length,) = _CLIENT_ID_LENGTH.unpack_from(frame, 8)
     pos = 10 + max(length, 0)
     client_id = None if length < 0 else frame[10:pos].decode()
     count, pos = _read_uvarint(frame, pos)
@@ -303,7 +301,7 @@ def _header_without_tags(frame: bytes) -> tuple[Any, int]:
         pos += size
     _, api_version, correlation_id = peek_header(frame)
     api_key = struct.unpack_from(">h", frame, 0)[0]
-    header = HeaderV2(
+    header = RequestHeaderV2(
         request_api_key=api_key,
         request_api_version=i16(api_version),
         correlation_id=i32(correlation_id),

@@ -229,15 +229,9 @@ class GroupRuntime:
 
     def heartbeat(self, ctx: ClientRequest, request: Any) -> None:
         """A classic Heartbeat: in the steady state the core moves the member's session in
-        place and the answer is NONE (`GroupCoordinatorService.steady_heartbeat`); anything else, or
-        while the group log loads or the group's metadata write is pending (the answer must
-        then wait for it), goes the way of every member request."""
-        group_id = request.group_id
-        if (not self.loader.loading and group_id not in self.applier.group_writes
-                and self.service.steady_heartbeat(
-                    group_id, request.member_id, request.generation_id,
-                    getattr(request, "group_instance_id", None), ctx.connection.id,
-                    self.clock.now_ms())):
+        place and the answer is NONE (`_steady_heartbeat`); anything else goes the way of every
+        member request."""
+        if self._steady_heartbeat(request, ctx.connection.id):
             header = ctx.header
             ctx.respond_raw(heartbeat.encode_error(_NONE, header.api_version,
                                                    header.correlation_id))
@@ -250,18 +244,21 @@ class GroupRuntime:
         response slot or context is made (the connection's immediate answers): the same
         conditions and the same move of the session; None, with nothing changed, for anything
         else, which the connection then decodes and hands to `heartbeat`."""
-        if self.loader.loading:
-            return None
         request = plain_body(frame, heartbeat.API_KEY, api_version)
-        if request is None:
-            return None
-        group_id = request.group_id
-        if group_id in self.applier.group_writes or not self.service.steady_heartbeat(
-                group_id, request.member_id, request.generation_id,
-                getattr(request, "group_instance_id", None), connection.id,
-                self.clock.now_ms()):
+        if request is None or not self._steady_heartbeat(request, connection.id):
             return None
         return heartbeat.encode_error(_NONE, api_version, correlation_id)
+
+    def _steady_heartbeat(self, request: Any, connection_id: int) -> bool:
+        """The member's session moved in place (`GroupCoordinatorService.steady_heartbeat`):
+        never while the group log loads or the group's metadata write is pending (the answer
+        must then wait for it)."""
+        group_id = request.group_id
+        return (not self.loader.loading and group_id not in self.applier.group_writes
+                and self.service.steady_heartbeat(
+                    group_id, request.member_id, request.generation_id,
+                    getattr(request, "group_instance_id", None), connection_id,
+                    self.clock.now_ms()))
 
     def offset_commit(self, ctx: ClientRequest, request: Any) -> None:
         command = offset_commit.to_command(request, ctx.version, self._ref(ctx))
