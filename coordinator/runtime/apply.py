@@ -38,6 +38,7 @@ from coordinator.grouplog.log import GroupLog
 from coordinator.grouplog.records import CoordinatorRecord, OffsetCommitRecord
 from coordinator.runtime.clock import Clock
 from coordinator.runtime.event_journal import EventJournal
+from coordinator.runtime.heap import HeapTrimmer
 
 if TYPE_CHECKING:
     from coordinator.ops.metrics import BrokerMetrics
@@ -107,6 +108,8 @@ class ResultApplier:
         # they are made anew when they empty after having grown past `_SHRINK_FROM` entries.
         self._pending_grew = False
         self._group_writes_grew = False
+        # When such a burst is over, its freed memory goes back to the system (see heap.py).
+        self.heap = HeapTrimmer()
 
     # requests waiting for a reply -------------------------------------------------------------
 
@@ -143,6 +146,7 @@ class ResultApplier:
         # Refs still in the index by connection were all answered.
         self._pending, self._pending_by_connection = {}, {}
         self._pending_grew = False
+        self.heap.after_burst()
 
     def forget_connection(self, connection_id: int) -> None:
         held = self._pending_by_connection.pop(connection_id, None)
@@ -230,6 +234,7 @@ class ResultApplier:
             if self._group_writes_grew and not self.group_writes:
                 self.group_writes = {}
                 self._group_writes_grew = False
+                self.heap.after_burst()
             ok = not done.cancelled() and done.exception() is None  # `succeeded`
             if ok:
                 self._deliver(result)

@@ -191,6 +191,7 @@ class GroupRuntime:
     def close(self) -> None:
         for task in self._tasks:
             task.cancel()
+        self.applier.heap.close()
         self.group_log.close()
         self.journal.close()
 

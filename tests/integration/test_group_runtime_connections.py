@@ -11,6 +11,7 @@ from typing import Any
 from kio.index import load_request_schema
 
 from coordinator.runtime.broker import Broker
+from coordinator.runtime.heap import HeapTrimmer
 from coordinator.settings import defaults
 from protocol.build import build
 from tests.fakes import FakeConnection, FakeContext, FakeHeader
@@ -55,5 +56,39 @@ async def test_closed_connections_drop_only_their_parked_joins(tmp_path: Path) -
             broker.groups.connection_closed(connection)
         assert ScanCountingDict.scans == 0
         assert not runtime._pending and not runtime._pending_by_connection
+    finally:
+        await broker.stop()
+
+
+async def test_the_end_of_a_burst_gives_the_heap_back(tmp_path: Path) -> None:
+    """Past `_SHRINK_FROM` parked requests, the applier's tables are made anew once they are
+    all answered, and the C heap is trimmed once, on a worker thread, a little later."""
+    settings = defaults().with_overrides({"log.dirs": str(tmp_path / "data"),
+                                          "group.initial.rebalance.delay.ms": "60000"})
+    broker = Broker(settings)
+    await broker.start()
+    try:
+        for _ in range(300):
+            if not broker.groups.loading:
+                break
+            await asyncio.sleep(0.01)
+        applier = broker.groups.applier
+        trims: list[int] = []
+
+        def trim(pad: int) -> int:
+            trims.append(pad)
+            return 1
+
+        applier.heap = HeapTrimmer(trim, delay_s=0.05)
+        for i in range(1_100):
+            join(broker, f"g{i}", connection=i)
+        for connection in range(1_099):
+            broker.groups.connection_closed(connection)
+        await asyncio.sleep(0.2)
+        assert trims == []  # one request still parked: the burst is not over
+        broker.groups.connection_closed(1_099)
+        await asyncio.sleep(0.2)
+        assert trims == [0]
+        assert applier.heap.trims == 1
     finally:
         await broker.stop()
