@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from coordinator.ops.log_output import BufferedLines, BufferedLoggerFactory
+
 # The broker's modules are imported when the broker runs, not here: loading kio's protocol
 # tables takes most of a second, which `rebalanced groups ...` (an admin client) does not need.
 if TYPE_CHECKING:
@@ -23,10 +25,11 @@ if TYPE_CHECKING:
     from coordinator.runtime.test_control import TestControl
     from protocol.server import KafkaServer, ListenerSecurity
 
-# Log lines are written through a buffer flushed every 100 ms (and at exit) rather than one
-# write syscall per line: a join storm logs an event per member.
+# Log lines are written through a buffer flushed once per 100 ms burst of lines (and at exit)
+# rather than one write syscall per line: a join storm logs an event per member
+# (`coordinator/ops/log_output.py`).
 _LOG_STREAM = open(sys.stderr.fileno(), "w", buffering=1 << 16, closefd=False)  # noqa: SIM115
-_LOG_FLUSH_SECONDS = 0.1
+_LOG_LINES = BufferedLines(_LOG_STREAM)
 
 
 def configure_logging(level: int = logging.INFO, log_format: str = "auto") -> None:
@@ -44,15 +47,9 @@ def configure_logging(level: int = logging.INFO, log_format: str = "auto") -> No
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.WriteLoggerFactory(_LOG_STREAM),
+        logger_factory=BufferedLoggerFactory(_LOG_LINES),
         cache_logger_on_first_use=True,
     )
-
-
-async def _flush_logs_periodically() -> None:
-    while True:
-        await asyncio.sleep(_LOG_FLUSH_SECONDS)
-        _LOG_STREAM.flush()
 
 
 def _tune_gc() -> None:
@@ -100,10 +97,11 @@ def raise_open_files_limit() -> int:
 def _watch_loop(broker: Broker) -> LoopLagMonitor:
     """The event-loop lag monitor, on this (the loop's) thread, exported at /metrics."""
     from coordinator.ops.loop_lag import LoopLagMonitor, schedstat_reader
+    from protocol.connection import ACTIVITY
 
     monitor = LoopLagMonitor(warn_ms=broker.settings["loop.lag.warn.ms"],
                              runqueue_wait=schedstat_reader())
-    monitor.start(asyncio.get_running_loop().call_later)
+    monitor.start(asyncio.get_running_loop().call_later, activity=ACTIVITY)
     if broker.metrics is not None:
         broker.metrics.loop_lag = monitor
     return monitor
@@ -118,7 +116,6 @@ async def serve(broker: Broker, server_factory: type[KafkaServer] | None = None,
     server_factory = server_factory or KafkaServer
     started = time.monotonic()
     open_files = raise_open_files_limit()
-    flusher = asyncio.get_running_loop().create_task(_flush_logs_periodically())
     settings = broker.settings
     if security is None:
         security = listener_security(settings)
@@ -165,7 +162,6 @@ async def serve(broker: Broker, server_factory: type[KafkaServer] | None = None,
     await broker.stop()
     loop_lag.stop()
     log.info("broker stopped")
-    flusher.cancel()
     if broker.failure is not None:
         raise broker.failure
 
@@ -352,7 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if pending:
             loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         loop.close()
-        _LOG_STREAM.flush()
+        _LOG_LINES.flush()
     return 0
 
 
