@@ -138,3 +138,22 @@ def test_bad_frames_leave_no_garbage_cycles_for_the_collector() -> None:
         assert gc.collect() == 0
     finally:
         gc.enable()
+
+
+async def test_received_bytes_call_who_waits_for_activity_once() -> None:
+    """The loop-lag monitor, backed off while the loop idles, waits for the next bytes."""
+    from protocol.connection import ACTIVITY
+
+    connection, _ = _connection(ParkingHandler())
+    woken: list[int] = []
+
+    def wake() -> None:
+        woken.append(1)
+
+    ACTIVITY.notify_next(wake)
+    try:
+        connection.data_received(heartbeat_frame(1, 0)[:3])  # any bytes, even part of a frame
+        connection.data_received(heartbeat_frame(1, 0)[3:])
+        assert woken == [1] and ACTIVITY.waiting is None
+    finally:
+        ACTIVITY.forget(wake)

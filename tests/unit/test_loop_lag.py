@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from coordinator.ops import metrics as om
 from coordinator.ops.loop_lag import LoopLag, LoopLagMonitor, schedstat_reader
 from coordinator.runtime.clock import ManualClock
+from protocol.connection import Activity
 
 
 class Timers:
@@ -179,3 +180,120 @@ def test_a_blocking_callback_on_a_real_loop_is_seen_as_the_brokers_lag() -> None
     asyncio.run(hold_the_loop())
     assert lags, "the held loop was not seen"
     assert lags[0].lag_ms >= 100 and lags[0].busy_ms >= 140
+
+
+@pytest.fixture
+def idle_rig() -> Any:
+    clock, thread, timers = ManualClock(), Thread(), Timers()
+    lags: list[LoopLag] = []
+    activity = Activity()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    monitor = LoopLagMonitor(interval_s=0.025, idle_interval_s=1.0, warn_ms=100,
+                             clock=lambda: clock.monotonic_ms() / 1000,
+                             cpu_clock=lambda: thread.cpu_ms / 1000,
+                             runqueue_wait=lambda: thread.waited_ms / 1000,
+                             on_lag=lags.append).start(timers, activity=activity)
+    try:
+        yield clock, thread, timers, monitor, lags, activity
+    finally:
+        monitor.stop()
+        if was_enabled:
+            gc.enable()
+
+
+def test_an_idle_loop_backs_the_timer_off_until_a_connection_reads(idle_rig: Any) -> None:
+    clock, thread, timers, monitor, lags, activity = idle_rig
+    clock.advance(25)
+    thread.cpu_ms += 5  # busy: the short interval again
+    timers.fire()
+    assert timers.pending[-1][0] == pytest.approx(0.025) and not monitor.idle
+    assert activity.waiting is None
+
+    clock.advance(25)  # no CPU used: idle, one firing a second, waiting for bytes
+    timers.fire()
+    assert timers.pending[-1][0] == pytest.approx(1.0) and monitor.idle
+    assert activity.waiting is not None
+    clock.advance(1000)
+    timers.fire()
+    assert timers.pending[-1][0] == pytest.approx(1.0) and monitor.lag_max_s == 0
+
+    # Bytes arrive 300 ms into the idle second: the short interval from now on, and the
+    # request they carry holds the loop 160 ms: seen as in the steady state, not 1 s later.
+    clock.advance(300)
+    activity.waiting()
+    assert not monitor.idle and activity.waiting is None
+    assert [delay for delay, _ in timers.pending] == [pytest.approx(0.025)]
+    clock.advance(185)
+    thread.cpu_ms += 160
+    timers.fire()
+    [lag] = lags
+    assert lag.lag_ms == pytest.approx(160) and lag.busy_ms == pytest.approx(160)
+    assert lag.interval_ms == pytest.approx(185)
+    assert timers.pending[-1][0] == pytest.approx(0.025)
+
+
+def test_timer_work_during_an_idle_stretch_brings_the_short_interval_back(
+        idle_rig: Any) -> None:
+    clock, thread, timers, monitor, _, activity = idle_rig
+    clock.advance(25)
+    timers.fire()
+    assert monitor.idle
+    clock.advance(1000)
+    thread.cpu_ms += 30  # a session expiry or a maintenance pass ran
+    timers.fire()
+    assert not monitor.idle and activity.waiting is None
+    assert timers.pending[-1][0] == pytest.approx(0.025)
+
+
+def test_without_activity_the_interval_never_changes(rig: Any) -> None:
+    clock, _, timers, monitor, _ = rig
+    for _ in range(3):
+        clock.advance(25)
+        timers.fire()
+    assert not monitor.idle and timers.pending[-1][0] == pytest.approx(0.025)
+
+
+def test_a_stall_right_after_an_idle_stretch_is_seen_on_a_real_loop() -> None:
+    lags: list[LoopLag] = []
+    activity = Activity()
+
+    async def idle_then_hold() -> None:
+        loop = asyncio.get_running_loop()
+        monitor = LoopLagMonitor(interval_s=0.01, idle_interval_s=5.0, warn_ms=100,
+                                 runqueue_wait=schedstat_reader(),
+                                 on_lag=lags.append).start(loop.call_later, activity=activity)
+        try:
+            deadline = loop.time() + 5
+            while not monitor.idle and loop.time() < deadline:
+                await asyncio.sleep(0.005)
+            assert monitor.idle, "an idle loop kept the short interval"
+            assert activity.waiting is not None
+            activity.waiting()  # what a connection's data_received does
+            busy_until = time.thread_time() + 0.15
+            while time.thread_time() < busy_until:  # the request it carries holds the loop
+                pass
+            deadline = loop.time() + 5
+            while not lags and loop.time() < deadline:
+                await asyncio.sleep(0.01)
+        finally:
+            monitor.stop()
+
+    asyncio.run(idle_then_hold())
+    assert lags, "the stall after the idle stretch was not seen"
+    assert lags[0].lag_ms >= 100 and lags[0].busy_ms >= 140
+
+
+def test_activity_calls_each_waiting_callback_once() -> None:
+    activity = Activity()
+    calls: list[str] = []
+    activity.notify_next(lambda: calls.append("a"))
+    second = lambda: calls.append("b")  # noqa: E731
+    activity.notify_next(second)
+    activity.notify_next(second)
+    assert activity.waiting is not None
+    activity.waiting()
+    assert calls == ["a", "b"] and activity.waiting is None
+    activity.notify_next(second)
+    activity.forget(second)
+    assert activity.waiting is None
