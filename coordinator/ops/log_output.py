@@ -1,12 +1,15 @@
 """The broker's log lines, written through a buffer and flushed once per burst of lines.
 
 structlog's `WriteLogger` flushes after every line: one `write` system call per line, and a
-join storm logs an event per member. Here a line goes into the stream's buffer, and the first
-line after a flush schedules the next flush `FLUSH_S` later on the event loop, so a burst costs
-one `write` per `FLUSH_S` and a quiet broker has no timer at all. Off the loop (a worker
-thread, start-up before the loop runs) a line is flushed at once. The process flushes what is
-left when it exits (`coordinator.__main__`), so only a SIGKILL can lose the last `FLUSH_S` of
-lines; the journal and the group log do not go through here.
+join storm logs an event per member. Here an info or debug line goes into the stream's buffer,
+and the first line after a flush schedules the next flush `FLUSH_S` later on the event loop,
+so a burst costs one `write` per `FLUSH_S` and a quiet broker has no timer at all. A warning or
+an error is flushed at once, with whatever is buffered before it: they are rare (the refusals
+of bad input are rate-limited), and an operator, or a process stopping right after, must not
+wait for them. Off the loop (a worker thread, start-up before the loop runs) every line is
+flushed at once. The process flushes what is left when it exits (`coordinator.__main__`), so
+only a SIGKILL can lose the last `FLUSH_S` of info lines; the journal and the group log do not
+go through here.
 """
 
 from __future__ import annotations
@@ -27,6 +30,11 @@ class BufferedLines:
         self._lock = threading.Lock()
         # The loop a flush is scheduled on, if any.
         self._pending: asyncio.AbstractEventLoop | None = None
+
+    def write_now(self, line: str) -> None:
+        with self._lock:
+            self.stream.write(line)
+            self.stream.flush()
 
     def write(self, line: str) -> None:
         with self._lock:
@@ -67,8 +75,11 @@ class BufferedLogger:
     def msg(self, message: str) -> None:
         self._lines.write(message + "\n")
 
-    log = debug = info = warn = warning = msg
-    fatal = failure = err = error = critical = exception = msg
+    def msg_now(self, message: str) -> None:
+        self._lines.write_now(message + "\n")
+
+    log = debug = info = msg
+    warn = warning = fatal = failure = err = error = critical = exception = msg_now
 
 
 class BufferedLoggerFactory:

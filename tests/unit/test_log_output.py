@@ -74,14 +74,18 @@ def test_a_flush_left_pending_on_a_closed_loop_does_not_hold_later_lines() -> No
     assert stream.flushed.endswith("second loop\n")
 
 
-async def test_structlog_writes_through_the_buffer() -> None:
+async def test_info_lines_wait_for_the_flush_and_a_warning_goes_out_at_once() -> None:
     stream = CountingStream()
-    lines = BufferedLines(stream, flush_s=0.01)
+    lines = BufferedLines(stream, flush_s=0.05)
     logger = structlog.wrap_logger(BufferedLoggerFactory(lines)(),
                                    processors=[structlog.processors.JSONRenderer()])
     logger.info("member joined", group="g")
-    logger.warning("event loop lagged", lag_ms=120)
-    await asyncio.sleep(0.05)
-    assert stream.flushes == 1
+    assert stream.flushes == 0
+    logger.warning("connection closed on bad input", problem="garbage")
+    assert stream.flushes == 1  # with the info line before it, in order
     assert stream.flushed.splitlines() == [
-        '{"group": "g", "event": "member joined"}', '{"lag_ms": 120, "event": "event loop lagged"}']
+        '{"group": "g", "event": "member joined"}',
+        '{"problem": "garbage", "event": "connection closed on bad input"}']
+    logger.info("member left", group="g")
+    await asyncio.sleep(0.15)
+    assert stream.flushes == 2 and stream.flushed.endswith('"event": "member left"}\n')
