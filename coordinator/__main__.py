@@ -101,7 +101,8 @@ def _watch_loop(broker: Broker) -> LoopLagMonitor:
 
     monitor = LoopLagMonitor(warn_ms=broker.settings["loop.lag.warn.ms"],
                              runqueue_wait=schedstat_reader())
-    monitor.start(asyncio.get_running_loop().call_later, activity=ACTIVITY)
+    loop = asyncio.get_running_loop()
+    monitor.start(loop.call_later, activity=ACTIVITY, call_soon=loop.call_soon)
     if broker.metrics is not None:
         broker.metrics.loop_lag = monitor
     return monitor

@@ -16,14 +16,16 @@ histogram of lags and every collection a histogram of pauses per generation, exp
 `/metrics`. The cost is one timer callback per interval (three clock reads and one `pread`)
 and one callback per collection.
 
-While the loop idles (its thread used under `IDLE_BUSY_S` of CPU between two firings), the
+While the loop idles (its thread busy under `IDLE_BUSY_SHARE` of the time between two firings), the
 timer backs off to `IDLE_INTERVAL_S`: each firing is a wake-up of the process, which costs
 about 0.1 ms of CPU on a virtual machine, and at 40 a second that was most of an idle broker's
-CPU. The next bytes any connection receives (`protocol.connection.ACTIVITY`, one None check
-per read) bring the timer back to `interval_s` before the request they carry runs, so a stall
-caused by a request is measured as in the steady state; only a stall that timer work (a
-session expiry, a maintenance pass) starts during an idle stretch is measured against the
-longer interval.
+CPU. Meanwhile the first bytes any connection receives (`protocol.connection.ACTIVITY`, one
+None check per read) are timed to the end of the loop's turn that handles them (`call_soon`,
+no extra wake-up): a turn of `interval_s` or longer is a stall, reported as a lag as long as
+the turn, and the short interval resumes; a shorter one leaves the timer backed off. So a
+stall a request causes is seen after an idle stretch too; only a stall that timer work (a
+session expiry, an offset expiry pass) starts during one is measured against the longer
+interval, until the next firing sees the loop busy.
 """
 
 from __future__ import annotations
@@ -51,9 +53,9 @@ class Activity(Protocol):
 
 INTERVAL_S = 0.025
 IDLE_INTERVAL_S = 1.0
-# Thread CPU between two firings under which the loop counts as idle: a firing's own cost (the
-# wake-up, the clock reads, the pread) is 0.1-0.2 ms.
-IDLE_BUSY_S = 0.001
+# The share of the time between two firings under which the loop's thread counts as idle: a
+# firing's own cost (the wake-up, the clock reads, the pread) is 0.1-0.2 ms of 25.
+IDLE_BUSY_SHARE = 0.04
 # Seconds. A lag under a few ms is the timer's own granularity and an ordinary busy loop.
 LAG_BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 GC_BOUNDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
@@ -135,7 +137,9 @@ class LoopLagMonitor:
         self._call_later: Callable[..., Any] | None = None
         self._handle: Any = None
         self._activity: Activity | None = None
+        self._call_soon: Callable[..., Any] | None = None
         self._thread = 0
+        self._woke = self._woke_cpu = self._woke_wait = 0.0
         # Backed off to `idle_interval_s`, waiting for a connection's bytes.
         self.idle = False
         self._due = self._last = self._last_cpu = self._last_wait = 0.0
@@ -144,12 +148,13 @@ class LoopLagMonitor:
         self._gc_s = self._gc_gen2_s = 0.0
         self._collections = 0
 
-    def start(self, call_later: Callable[..., Any], activity: Activity | None = None
-              ) -> LoopLagMonitor:
-        """With `activity`, the timer backs off while the loop idles and comes back to
-        `interval_s` on the next bytes a connection receives (see the module's doc)."""
+    def start(self, call_later: Callable[..., Any], activity: Activity | None = None,
+              call_soon: Callable[..., Any] | None = None) -> LoopLagMonitor:
+        """With `activity` and `call_soon`, the timer backs off while the loop idles (see the
+        module's doc)."""
         self._call_later = call_later
-        self._activity = activity
+        self._call_soon = call_soon
+        self._activity = activity if call_soon is not None else None
         self._thread = threading.get_ident()
         self._restart_interval()
         gc.callbacks.append(self.on_gc)
@@ -164,16 +169,40 @@ class LoopLagMonitor:
         self._handle = self._call_later(self.interval_s, self._fire)
 
     def _wake(self) -> None:
-        """A connection received bytes while the timer was backed off."""
-        if not self.idle or self._call_later is None:
+        """A connection received bytes while the timer was backed off: note when, and look
+        again once this turn of the loop has run what they brought (`_after_wake`)."""
+        if not self.idle or self._call_soon is None:
             return
         if threading.get_ident() != self._thread:  # another loop's connection (tests)
             if self._activity is not None:
                 self._activity.notify_next(self._wake)
             return
+        self._woke = self._clock()
+        self._woke_cpu = self._cpu_clock()
+        self._woke_wait = self._runqueue_wait() if self._runqueue_wait else 0.0
+        self._call_soon(self._after_wake)
+
+    def _after_wake(self) -> None:
+        """The turn that read the bytes is over. Shorter than `interval_s`: no timer set then
+        would have run late, so the timer stays backed off (and no wake-up was spent). Longer:
+        that was a stall, a lag as long as the turn, and the short interval resumes."""
+        if not self.idle or self._call_later is None:
+            return
+        now = self._clock()
+        held = now - self._woke
+        if held < self.interval_s:
+            if self._activity is not None:
+                self._activity.notify_next(self._wake)
+            return
         self.idle = False
         self._handle.cancel()
-        self._restart_interval()
+        cpu = self._cpu_clock()
+        waited = self._runqueue_wait() if self._runqueue_wait else None
+        self._last, self._last_cpu = self._woke, self._woke_cpu
+        self._last_wait = self._woke_wait
+        self._due = self._woke
+        self._observe(now, cpu, waited)
+        self._next(now, self.interval_s)
 
     def stop(self) -> None:
         if self._activity is not None:
@@ -210,26 +239,10 @@ class LoopLagMonitor:
         now = self._clock()
         cpu = self._cpu_clock()
         waited = self._runqueue_wait() if self._runqueue_wait else None
-        lag = max(now - self._due, 0.0)
-        busy = cpu - self._last_cpu
-        self.lag.observe(lag)
-        if lag > self.lag_max_s:
-            self.lag_max_s = lag
-        if lag * 1000 >= self.warn_ms:
-            self.lags_over_warn += 1
-            self._on_lag(LoopLag(
-                lag_ms=lag * 1000, interval_ms=(now - self._last) * 1000,
-                busy_ms=busy * 1000,
-                runqueue_wait_ms=None if waited is None else (waited - self._last_wait) * 1000,
-                gc_ms=self._gc_s * 1000, gc_gen2_ms=self._gc_gen2_s * 1000,
-                collections=self._collections))
-        self._last, self._last_cpu = now, cpu
-        if waited is not None:
-            self._last_wait = waited
-        self._gc_s = self._gc_gen2_s = 0.0
-        self._collections = 0
+        idle = cpu - self._last_cpu < IDLE_BUSY_SHARE * (now - self._last)
+        self._observe(now, cpu, waited)
         interval = self.interval_s
-        if self._activity is not None and busy < IDLE_BUSY_S:
+        if self._activity is not None and idle:
             interval = self.idle_interval_s
             if not self.idle:
                 self.idle = True
@@ -238,6 +251,29 @@ class LoopLagMonitor:
             self.idle = False
             if self._activity is not None:
                 self._activity.forget(self._wake)
+        self._next(now, interval)
+
+    def _observe(self, now: float, cpu: float, waited: float | None) -> None:
+        """A lag from `_due` to `now`, with what the thread did since `_last`."""
+        lag = max(now - self._due, 0.0)
+        self.lag.observe(lag)
+        if lag > self.lag_max_s:
+            self.lag_max_s = lag
+        if lag * 1000 >= self.warn_ms:
+            self.lags_over_warn += 1
+            self._on_lag(LoopLag(
+                lag_ms=lag * 1000, interval_ms=(now - self._last) * 1000,
+                busy_ms=(cpu - self._last_cpu) * 1000,
+                runqueue_wait_ms=None if waited is None else (waited - self._last_wait) * 1000,
+                gc_ms=self._gc_s * 1000, gc_gen2_ms=self._gc_gen2_s * 1000,
+                collections=self._collections))
+        self._last, self._last_cpu = now, cpu
+        if waited is not None:
+            self._last_wait = waited
+        self._gc_s = self._gc_gen2_s = 0.0
+        self._collections = 0
+
+    def _next(self, now: float, interval: float) -> None:
         self._due = now + interval
         if self._call_later is not None:
             self._handle = self._call_later(interval, self._fire)
