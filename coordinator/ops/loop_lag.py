@@ -16,16 +16,16 @@ histogram of lags and every collection a histogram of pauses per generation, exp
 `/metrics`. The cost is one timer callback per interval (three clock reads and one `pread`)
 and one callback per collection.
 
-While the loop idles (its thread busy under `IDLE_BUSY_SHARE` of the time between two firings), the
-timer backs off to `IDLE_INTERVAL_S`: each firing is a wake-up of the process, which costs
+While the loop idles (its thread busy under `IDLE_BUSY_SHARE` of the time between two firings),
+the timer backs off to `IDLE_INTERVAL_S`: each firing is a wake-up of the process, which costs
 about 0.1 ms of CPU on a virtual machine, and at 40 a second that was most of an idle broker's
 CPU. Meanwhile the first bytes any connection receives (`protocol.connection.ACTIVITY`, one
-None check per read) are timed to the end of the loop's turn that handles them (`call_soon`,
-no extra wake-up): a turn of `interval_s` or longer is a stall, reported as a lag as long as
-the turn, and the short interval resumes; a shorter one leaves the timer backed off. So a
-stall a request causes is seen after an idle stretch too; only a stall that timer work (a
-session expiry, an offset expiry pass) starts during one is measured against the longer
-interval, until the next firing sees the loop busy.
+None check per read) are timed to the end of the loop's turn that handles them (`call_soon`, no
+extra wake-up): a turn of `interval_s` or longer is a stall, reported as a lag as long as the
+turn, and the short interval resumes; a shorter one leaves the timer backed off. So a stall a
+request causes is seen after an idle stretch too; only a stall that timer work (a session
+expiry, an offset expiry pass) starts during one is measured against the longer interval, until
+the next firing sees the loop busy.
 """
 
 from __future__ import annotations
@@ -42,15 +42,6 @@ import structlog
 
 from coordinator.ops.metrics.counters import Histogram
 
-
-class Activity(Protocol):
-    """Where the monitor asks to be told of the next bytes a connection receives (the wire
-    layer's `protocol.connection.ACTIVITY`, given by the broker's entry point)."""
-
-    def notify_next(self, callback: Callable[[], None]) -> None: ...
-
-    def forget(self, callback: Callable[[], None]) -> None: ...
-
 INTERVAL_S = 0.025
 IDLE_INTERVAL_S = 1.0
 # The share of the time between two firings under which the loop's thread counts as idle: a
@@ -62,6 +53,15 @@ GC_BOUNDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
 GENERATIONS = (0, 1, 2)
 
 log = structlog.get_logger("rebalanced.loop")
+
+
+class Activity(Protocol):
+    """Where the monitor asks to be told of the next bytes a connection receives (the wire
+    layer's `protocol.connection.ACTIVITY`, given by the broker's entry point)."""
+
+    def notify_next(self, callback: Callable[[], None]) -> None: ...
+
+    def forget(self, callback: Callable[[], None]) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
