@@ -4,7 +4,9 @@ index: thousands of connections closing at once cost time linear in their number
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -28,15 +30,9 @@ def join(broker: Broker, group: str, connection: int) -> FakeContext:
     return ctx
 
 
-class ScanCountingDict(dict):  # type: ignore[type-arg]
-    scans = 0
-
-    def __iter__(self) -> Any:
-        ScanCountingDict.scans += 1
-        return super().__iter__()
-
-
-async def test_closed_connections_drop_only_their_parked_joins(tmp_path: Path) -> None:
+@contextlib.asynccontextmanager
+async def loaded_broker(tmp_path: Path) -> AsyncIterator[Broker]:
+    """A broker in this process, its group log loaded, joins parked in a long initial delay."""
     settings = defaults().with_overrides({"log.dirs": str(tmp_path / "data"),
                                           "group.initial.rebalance.delay.ms": "60000"})
     broker = Broker(settings)
@@ -46,6 +42,21 @@ async def test_closed_connections_drop_only_their_parked_joins(tmp_path: Path) -
             if not broker.groups.loading:
                 break
             await asyncio.sleep(0.01)
+        yield broker
+    finally:
+        await broker.stop()
+
+
+class ScanCountingDict(dict):  # type: ignore[type-arg]
+    scans = 0
+
+    def __iter__(self) -> Any:
+        ScanCountingDict.scans += 1
+        return super().__iter__()
+
+
+async def test_closed_connections_drop_only_their_parked_joins(tmp_path: Path) -> None:
+    async with loaded_broker(tmp_path) as broker:
         runtime = broker.groups.applier  # where requests wait for their replies
         runtime._pending = ScanCountingDict()
         connections = 2_000
@@ -56,22 +67,12 @@ async def test_closed_connections_drop_only_their_parked_joins(tmp_path: Path) -
             broker.groups.connection_closed(connection)
         assert ScanCountingDict.scans == 0
         assert not runtime._pending and not runtime._pending_by_connection
-    finally:
-        await broker.stop()
 
 
 async def test_the_end_of_a_burst_gives_the_heap_back(tmp_path: Path) -> None:
     """Past `_SHRINK_FROM` parked requests, the applier's tables are made anew once they are
     all answered, and the C heap is trimmed once, on a worker thread, a little later."""
-    settings = defaults().with_overrides({"log.dirs": str(tmp_path / "data"),
-                                          "group.initial.rebalance.delay.ms": "60000"})
-    broker = Broker(settings)
-    await broker.start()
-    try:
-        for _ in range(300):
-            if not broker.groups.loading:
-                break
-            await asyncio.sleep(0.01)
+    async with loaded_broker(tmp_path) as broker:
         applier = broker.groups.applier
         trims: list[int] = []
 
@@ -90,5 +91,3 @@ async def test_the_end_of_a_burst_gives_the_heap_back(tmp_path: Path) -> None:
         await asyncio.sleep(0.2)
         assert trims == [0]
         assert applier.heap.trims == 1
-    finally:
-        await broker.stop()
