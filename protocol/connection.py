@@ -40,8 +40,8 @@ _connection_ids = itertools.count(1)
 
 class Activity:
     """Callbacks that want to know when any connection next receives bytes: the event-loop
-    lag monitor, whose timer backs off while the loop idles and must be back at its short
-    interval before a request runs. While none waits, a read pays one None check."""
+    lag monitor, whose timer backs off while the loop idles and which then times the loop's
+    turn that handles those bytes. While none waits, a read pays one None check."""
 
     __slots__ = ("_callbacks", "waiting")
 
