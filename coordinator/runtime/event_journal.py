@@ -3,7 +3,8 @@
 Events are also logged (structlog, `rebalanced.events`) unless quiet. The journal file itself
 (rotation, retention, failed writes) is `coordinator/runtime/journal_files.py`; this module decides
 what goes in it and when it is flushed: every 100 ms while lines are waiting, one `os.write`
-instead of a syscall per event.
+instead of a syscall per event; with none waiting, once more when the active file is due to
+rotate (not every 100 ms: each timer is a wake-up of an otherwise idle broker).
 """
 
 from __future__ import annotations
@@ -52,11 +53,16 @@ class EventJournal:
         self.wall_ms = wall_ms
         self.journal: Journal | None = None  # set by `open`; events before it are only logged
         self._flush_pending = False
+        # With no line waiting: the flush that rotates the active file when it is old enough.
+        self._rotation: asyncio.TimerHandle | None = None
 
     def open(self, journal: Journal) -> None:
         self.journal = journal
 
     def close(self) -> None:
+        if self._rotation is not None:
+            self._rotation.cancel()
+            self._rotation = None
         if self.journal is not None:
             self.journal.close()
 
@@ -85,12 +91,23 @@ class EventJournal:
         if not self._flush_pending:
             # Batch journal writes: one write per 100 ms instead of a syscall per event.
             self._flush_pending = True
+            if self._rotation is not None:
+                self._rotation.cancel()
+                self._rotation = None
             asyncio.get_running_loop().call_later(0.1, self._flush)
 
     def _flush(self) -> None:
         self._flush_pending = False
-        if self.journal is not None:
-            self.journal.flush()
-            if self.journal.pending or self.journal.active_size:
-                # Keep ticking while the active file holds lines, so it rotates on time.
-                self._schedule_flush()
+        self._rotation = None
+        journal = self.journal
+        if journal is None:
+            return
+        journal.flush()
+        if journal.pending:
+            self._schedule_flush()
+            return
+        due_ms = journal.rotation_due_ms()
+        if due_ms is not None:
+            # The active file holds lines: rotate it on time even if no event comes.
+            self._rotation = asyncio.get_running_loop().call_later(
+                max(due_ms, 100) / 1000, self._flush)

@@ -75,6 +75,13 @@ class Journal:
     def active_size(self) -> int:
         return self._size
 
+    def rotation_due_ms(self) -> int | None:
+        """Milliseconds until the active file is old enough to rotate; None while it is
+        empty (an empty file is never rotated)."""
+        if self._closed or not self._size:
+            return None
+        return max(self.segment_ms - (self._wall_ms() - self._opened_ms), 0)
+
     def flush(self) -> None:
         if self._closed:
             return

@@ -217,3 +217,36 @@ def test_rebalance_causes(reason: str, cause: str) -> None:
                                cause=RebalanceCause(cause))
     assert rebalance_cause(started) == cause
     assert journal_record(started.as_dict(), 1)["cause"] == cause
+
+
+async def test_an_idle_journal_wakes_only_to_rotate(tmp_path: Path) -> None:
+    """Lines are written within 100 ms of their event; with none waiting, the next timer is
+    the active file's rotation, not a 100 ms tick, and the file still rotates on time."""
+    import asyncio
+    import time
+
+    from coordinator.runtime.event_journal import EventJournal
+
+    def wall_ms() -> int:
+        return int(time.time() * 1000)
+
+    journal = Journal(tmp_path / "events", wall_ms=wall_ms, segment_bytes=1 << 20,
+                      segment_ms=400, retention_bytes=-1)
+    events = EventJournal(wall_ms)
+    events.open(journal)
+    try:
+        events.offsets_committed("g", "m", 1, 10)
+        await asyncio.sleep(0.2)
+        assert [e["event_type"] for e in all_lines(journal)] == ["offsets_committed"]
+        assert not events._flush_pending  # no 100 ms tick while nothing waits
+        rotation = events._rotation
+        assert rotation is not None
+        assert 0.05 < rotation.when() - asyncio.get_running_loop().time() < 0.35
+        events.offsets_committed("g", "m", 1, 10)  # a new line: written within 100 ms again
+        assert events._rotation is None and events._flush_pending
+        await asyncio.sleep(0.5)
+        assert len(journal.closed_files()) == 1 and journal.active_size == 0
+        assert events._rotation is None and not events._flush_pending  # empty: no timer
+        assert len(all_lines(journal)) == 2
+    finally:
+        events.close()
