@@ -156,17 +156,13 @@ class LoopLagMonitor:
         self._call_soon = call_soon
         self._activity = activity if call_soon is not None else None
         self._thread = threading.get_ident()
-        self._restart_interval()
-        gc.callbacks.append(self.on_gc)
-        return self
-
-    def _restart_interval(self) -> None:
-        assert self._call_later is not None
         self._last = self._clock()
         self._last_cpu = self._cpu_clock()
         self._last_wait = self._runqueue_wait() if self._runqueue_wait else 0.0
         self._due = self._last + self.interval_s
-        self._handle = self._call_later(self.interval_s, self._fire)
+        self._handle = call_later(self.interval_s, self._fire)
+        gc.callbacks.append(self.on_gc)
+        return self
 
     def _wake(self) -> None:
         """A connection received bytes while the timer was backed off: note when, and look
