@@ -4,9 +4,10 @@ the collector's pauses; then one real loop held by a blocking callback."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -44,25 +45,33 @@ class Thread:
         self.waited_ms = 0
 
 
-@pytest.fixture
-def rig() -> Any:
+@contextlib.contextmanager
+def _monitored(**start: Any) -> Iterator[tuple[ManualClock, Thread, Timers, LoopLagMonitor,
+                                                list[LoopLag]]]:
+    """A monitor on the test clock and the fake thread, started with `start`'s hooks."""
     clock, thread, timers = ManualClock(), Thread(), Timers()
     lags: list[LoopLag] = []
     # The monitor hooks the interpreter's real collections; the tests feed it theirs, so a
     # real collection in between must not be counted.
     was_enabled = gc.isenabled()
     gc.disable()
-    monitor = LoopLagMonitor(interval_s=0.025, warn_ms=100,
+    monitor = LoopLagMonitor(interval_s=0.025, idle_interval_s=1.0, warn_ms=100,
                              clock=lambda: clock.monotonic_ms() / 1000,
                              cpu_clock=lambda: thread.cpu_ms / 1000,
                              runqueue_wait=lambda: thread.waited_ms / 1000,
-                             on_lag=lags.append).start(timers)
+                             on_lag=lags.append).start(timers, **start)
     try:
         yield clock, thread, timers, monitor, lags
     finally:
         monitor.stop()
         if was_enabled:
             gc.enable()
+
+
+@pytest.fixture
+def rig() -> Any:
+    with _monitored() as monitored:
+        yield monitored
 
 
 def test_a_timer_on_time_is_no_lag_and_a_late_one_says_what_held_the_loop(rig: Any) -> None:
@@ -184,24 +193,10 @@ def test_a_blocking_callback_on_a_real_loop_is_seen_as_the_brokers_lag() -> None
 
 @pytest.fixture
 def idle_rig() -> Any:
-    clock, thread, timers = ManualClock(), Thread(), Timers()
     soon: list[Callable[[], None]] = []
-    lags: list[LoopLag] = []
     activity = Activity()
-    was_enabled = gc.isenabled()
-    gc.disable()
-    monitor = LoopLagMonitor(interval_s=0.025, idle_interval_s=1.0, warn_ms=100,
-                             clock=lambda: clock.monotonic_ms() / 1000,
-                             cpu_clock=lambda: thread.cpu_ms / 1000,
-                             runqueue_wait=lambda: thread.waited_ms / 1000,
-                             on_lag=lags.append).start(timers, activity=activity,
-                                                       call_soon=soon.append)
-    try:
-        yield clock, thread, timers, monitor, lags, activity, soon
-    finally:
-        monitor.stop()
-        if was_enabled:
-            gc.enable()
+    with _monitored(activity=activity, call_soon=soon.append) as monitored:
+        yield (*monitored, activity, soon)
 
 
 def _go_idle(clock: ManualClock, timers: Timers, monitor: LoopLagMonitor) -> None:
