@@ -1,0 +1,235 @@
+"""What one member's 10-partition OffsetCommit costs the broker's own code, durable or not.
+
+    python -m tests.bench.commit_floor --commits 3000 --rounds 5
+
+In this process, on uvloop: a real `Broker` (data directory under `--dir`, default the current
+directory, where `make run` keeps `./data`), a topic of 10 partitions, one member of one stable
+group on a `Connection` whose transport keeps what it is given (no socket, so no socket system
+calls and no client), committing OffsetCommit v9 frames one at a time, each with new offsets,
+the next sent once the answer is written. Two brokers, alternated round by round:
+
+* `offsets.commit.fsync=always`: every commit is its own group commit (nothing else is in
+  flight), so it pays the fsync and the hand-offs to the fsync thread and back;
+* `offsets.commit.fsync=100`: the commit is answered once written, within `data_received`.
+
+Per commit: CPU of the event loop's thread (`time.thread_time`), of the whole process (the fsync
+threads too) and wall time; medians of the rounds. The difference between the two is what
+durability costs a lone committer; the interval figure is the Python path from frame to answer.
+
+`--split` also times, on the loop's thread, where a durable commit's CPU goes between the frame
+and its answer: handling the frame (`Connection.data_received`: decode, the group core, the
+records, the group-log write), the loop's sleep and wake until the fsync thread's completion is
+read (with the hand-off of the fsync), the completion (`FsyncOffload._collect`), what runs
+between it and the answer's write (the append's callbacks: offsets applied, the answer encoded,
+the journal line), the write, and from the write to the next frame (this process's own turn).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import statistics
+import struct
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import structlog
+import uvloop
+
+from coordinator.runtime.broker import Broker
+from coordinator.settings import defaults
+from protocol.connection import Connection
+from storage import fsync_offload
+from tests.bench.members import assignment, subscription
+from tests.bench.wire import decode, encode
+
+_PARTITIONS = 10
+_WARMUP = 500
+_OFFSET_COMMIT, _JOIN_GROUP, _SYNC_GROUP, _CREATE_TOPICS = 8, 11, 14, 19
+
+
+class _KeptTransport:
+    """A transport that keeps the bytes written and wakes whoever waits for them."""
+
+    def __init__(self) -> None:
+        self.out: list[bytes] = []
+        self.written: asyncio.Future[None] | None = None
+
+    def get_extra_info(self, name: str) -> Any:
+        return ("127.0.0.1", 5555) if name == "peername" else None
+
+    def write(self, data: bytes) -> None:
+        self.out.append(bytes(data))
+        if self.written is not None and not self.written.done():
+            self.written.set_result(None)
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class _Member:
+    def __init__(self, broker: Broker) -> None:
+        self.transport = _KeptTransport()
+        self.connection = Connection(broker, max_frame_bytes=1 << 20)
+        self.connection.connection_made(self.transport)  # type: ignore[arg-type]
+
+    async def send(self, frame: bytes) -> bytes:
+        self.transport.out.clear()
+        self.transport.written = asyncio.get_running_loop().create_future()
+        self.connection.data_received(frame)
+        await self.transport.written
+        return self.transport.out[0]
+
+    async def call(self, api_key: int, version: int, body: dict[str, Any]) -> Any:
+        return decode(api_key, version, (await self.send(bytes(encode(api_key, version,
+                                                                       body))))[4:])
+
+
+async def _commit_cost(directory: str, fsync: str, commits: int,
+                       split: _Split | None = None) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix="commit-floor-", dir=directory) as scratch:
+        broker = Broker(defaults().with_overrides({
+            "log.dirs": str(Path(scratch) / "data"), "group.initial.rebalance.delay.ms": "0",
+            "offsets.commit.fsync": fsync}))
+        await broker.start()
+        try:
+            while broker.groups.loader.loading:
+                await asyncio.sleep(0.01)
+            member = _Member(broker)
+            created = await member.call(_CREATE_TOPICS, 4, {
+                "topics": [{"name": "t", "num_partitions": _PARTITIONS, "replication_factor": 1,
+                            "assignments": [], "configs": []}],
+                "timeout_ms": 10_000, "validate_only": False})
+            assert created.topics[0].error_code.value == 0, created
+            join = {"group_id": "g", "session_timeout": 45_000, "rebalance_timeout": 60_000,
+                    "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
+                    "protocols": [{"name": "range", "metadata": subscription(["t"])}]}
+            join["member_id"] = (await member.call(_JOIN_GROUP, 5, join)).member_id
+            joined = await member.call(_JOIN_GROUP, 5, join)
+            await member.call(_SYNC_GROUP, 3, {
+                "group_id": "g", "generation_id": joined.generation_id,
+                "member_id": joined.member_id, "group_instance_id": None,
+                "assignments": [{"member_id": joined.member_id,
+                                 "assignment": assignment("t", list(range(_PARTITIONS)))}]})
+            frame = bytearray(encode(_OFFSET_COMMIT, 9, {
+                "group_id": "g", "generation_id_or_member_epoch": joined.generation_id,
+                "member_id": joined.member_id, "group_instance_id": None,
+                "topics": [{"name": "t", "partitions": [
+                    {"partition_index": p, "committed_offset": 1 << 40 | p,
+                     "committed_leader_epoch": -1, "committed_metadata": ""}
+                    for p in range(_PARTITIONS)]}]}))
+            positions = [bytes(frame).index(struct.pack(">q", 1 << 40 | p))
+                         for p in range(_PARTITIONS)]
+            ok = await member.send(_next(frame, positions, 0))
+            reply = decode(_OFFSET_COMMIT, 9, ok[4:])
+            assert all(p.error_code.value == 0 for t in reply.topics for p in t.partitions), reply
+            for n in range(1, _WARMUP):
+                await member.send(_next(frame, positions, n))
+            if split is not None:
+                split.reset()
+            thread_before, process_before = time.thread_time(), time.process_time()
+            wall_before = time.perf_counter()
+            for n in range(_WARMUP, _WARMUP + commits):
+                await member.send(_next(frame, positions, n))
+            figures = {
+                "loop_thread_us": (time.thread_time() - thread_before) / commits * 1e6,
+                "process_us": (time.process_time() - process_before) / commits * 1e6,
+                "wall_us": (time.perf_counter() - wall_before) / commits * 1e6,
+            }
+            if split is not None:
+                figures.update({f"{part} (loop thread µs)": spent / commits * 1e6
+                                for part, spent in split.spent.items()})
+            return figures
+        finally:
+            await broker.stop()
+
+
+class _Split:
+    """Loop-thread CPU between the points of a durable commit named in the module docstring,
+    measured by wrapping the methods that mark them (for this process only)."""
+
+    def __init__(self) -> None:
+        self.spent: dict[str, float] = dict.fromkeys(
+            ("frame handled", "sleep and wake until the fsync's completion", "completion read",
+             "completion to the answer's write", "answer written", "to the next frame"), 0.0)
+        self._last: dict[str, float] = {}
+
+    def install(self) -> None:
+        clock, spent, last = time.thread_time, self.spent, self._last
+
+        def timed(owner: Any, name: str, before: str | None, gap: str, during: str) -> None:
+            original = getattr(owner, name)
+
+            def wrapper(*args: Any) -> Any:
+                started = clock()
+                if before is not None and before in last:
+                    spent[gap] += started - last.pop(before)
+                try:
+                    return original(*args)
+                finally:
+                    ended = clock()
+                    spent[during] += ended - started
+                    last[name] = ended
+            setattr(owner, name, wrapper)
+
+        timed(Connection, "data_received", "_scheduled_write", "to the next frame",
+              "frame handled")
+        timed(fsync_offload.FsyncOffload, "_collect", "data_received",
+              "sleep and wake until the fsync's completion", "completion read")
+        timed(Connection, "_scheduled_write", "_collect", "completion to the answer's write",
+              "answer written")
+
+    def reset(self) -> None:
+        for key in self.spent:
+            self.spent[key] = 0.0
+        self._last.clear()
+
+
+def _next(frame: bytearray, positions: list[int], n: int) -> bytes:
+    struct.pack_into(">i", frame, 8, n)  # correlation id
+    for position in positions:
+        struct.pack_into(">q", frame, position, n)
+    return bytes(frame)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.bench.commit_floor",
+                                     description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--commits", type=int, default=3000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--dir", default=".", help="where the scratch data directory goes")
+    parser.add_argument("--split", action="store_true",
+                        help="also split the durable commit's loop-thread CPU (see above)")
+    args = parser.parse_args(argv)
+    split = None
+    if args.split:
+        split = _Split()
+        split.install()
+    # The broker's info lines would time the terminal, not the broker.
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    rounds: dict[str, list[dict[str, float]]] = {"always": [], "100": []}
+    for round_no in range(args.rounds):
+        order = ["always", "100"] if round_no % 2 == 0 else ["100", "always"]
+        for fsync in order:
+            figures = uvloop.run(_commit_cost(args.dir, fsync, args.commits,
+                                              split if fsync == "always" else None))
+            rounds[fsync].append(figures)
+            print(f"round {round_no + 1} fsync={fsync}: " + ", ".join(
+                f"{k} {v:.1f}" for k, v in figures.items()), flush=True)
+    summary = {f"fsync={fsync}": {key: round(statistics.median(r[key] for r in runs), 1)
+                                  for key in runs[0]}
+               for fsync, runs in rounds.items()}
+    print(json.dumps(summary, indent=1, ensure_ascii=False))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
