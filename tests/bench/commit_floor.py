@@ -20,6 +20,10 @@ durability costs a lone committer; the interval figure is the Python path from f
 that commits now and then does: the same code then runs on caches and predictors that the idle
 time and other work have cooled.
 
+`--pin-fsync-threads` keeps the event loop's thread on the first CPU and the group log's fsync
+threads (`group-log-fsync`, started by the first durable commit) on the second, so that the
+fsync's work in the kernel never runs on the loop's CPU (for the rest of the run, once set).
+
 `--split` also times, on the loop's thread, where a durable commit's CPU goes between the frame
 and its answer: handling the frame (`Connection.data_received`: decode, the group core, the
 records, the group-log write), the loop's sleep and wake until the fsync thread's completion is
@@ -34,6 +38,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import statistics
 import struct
 import tempfile
@@ -97,7 +102,8 @@ class _Member:
 
 
 async def _commit_cost(directory: str, fsync: str, commits: int,
-                       split: _Split | None = None, gap_s: float = 0.0) -> dict[str, float]:
+                       split: _Split | None = None, gap_s: float = 0.0,
+                       pin: bool = False) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="commit-floor-", dir=directory) as scratch:
         broker = Broker(defaults().with_overrides({
             "log.dirs": str(Path(scratch) / "data"), "group.initial.rebalance.delay.ms": "0",
@@ -132,6 +138,8 @@ async def _commit_cost(directory: str, fsync: str, commits: int,
             positions = [bytes(frame).index(struct.pack(">q", 1 << 40 | p))
                          for p in range(_PARTITIONS)]
             ok = await member.send(_next(frame, positions, 0))
+            if pin:
+                _pin_fsync_threads()
             reply = decode(_OFFSET_COMMIT, 9, ok[4:])
             assert all(p.error_code.value == 0 for t in reply.topics for p in t.partitions), reply
             for n in range(1, _WARMUP):
@@ -200,6 +208,13 @@ class _Split:
         self._last.clear()
 
 
+def _pin_fsync_threads() -> None:
+    os.sched_setaffinity(0, {0})  # this thread: the event loop's
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        if (task / "comm").read_text().strip() == "group-log-fsync":
+            os.sched_setaffinity(int(task.name), {1})
+
+
 def _next(frame: bytearray, positions: list[int], n: int) -> bytes:
     struct.pack_into(">i", frame, 8, n)  # correlation id
     for position in positions:
@@ -216,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", default=".", help="where the scratch data directory goes")
     parser.add_argument("--gap-ms", type=float, default=0.0,
                         help="idle time after each answer (see above)")
+    parser.add_argument("--pin-fsync-threads", action="store_true",
+                        help="the loop on CPU 0, the fsync threads on CPU 1 (see above)")
     parser.add_argument("--split", action="store_true",
                         help="also split the durable commit's loop-thread CPU (see above)")
     args = parser.parse_args(argv)
@@ -230,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         order = ["always", "100"] if round_no % 2 == 0 else ["100", "always"]
         for fsync in order:
             figures = uvloop.run(_commit_cost(args.dir, fsync, args.commits, split,
-                                              args.gap_ms / 1000))
+                                              args.gap_ms / 1000, args.pin_fsync_threads))
             rounds[fsync].append(figures)
             print(f"round {round_no + 1} fsync={fsync}: " + ", ".join(
                 f"{k} {v:.1f}" for k, v in figures.items()), flush=True)
