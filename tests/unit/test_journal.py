@@ -250,3 +250,39 @@ async def test_an_idle_journal_wakes_only_to_rotate(tmp_path: Path) -> None:
         assert len(all_lines(journal)) == 2
     finally:
         events.close()
+
+
+async def test_the_active_file_rotates_soon_after_the_wall_clock_steps(tmp_path: Path) -> None:
+    """The file's age is wall-clock time: stepped forward past the rotation age (NTP, the test
+    kit's clock) the file rotates within about a second, not a whole `segment.ms` later;
+    stepped back it is closed within about a second too."""
+    import asyncio
+
+    from coordinator.runtime.event_journal import EventJournal
+
+    now = [1_000_000]
+
+    def wall_ms() -> int:
+        return now[0]
+
+    journal = Journal(tmp_path / "events", wall_ms=wall_ms, segment_bytes=1 << 20,
+                      segment_ms=60_000, retention_bytes=-1)
+    events = EventJournal(wall_ms)
+    events.open(journal)
+    try:
+        events.offsets_committed("g", "m", 1, 10)
+        await asyncio.sleep(0.2)
+        rotation = events._rotation
+        assert rotation is not None
+        assert rotation.when() - asyncio.get_running_loop().time() < 1.0
+        now[0] += 61_000  # forward, past the 60 s rotation age
+        await asyncio.sleep(1.1)
+        assert len(journal.closed_files()) == 1 and journal.active_size == 0
+        events.offsets_committed("g", "m", 1, 10)
+        await asyncio.sleep(0.2)
+        now[0] -= 3_600_000  # back an hour
+        await asyncio.sleep(1.1)
+        assert len(journal.closed_files()) == 2 and journal.active_size == 0
+        assert events._rotation is None  # the active file is empty: no timer
+    finally:
+        events.close()
