@@ -52,6 +52,17 @@ def configure_logging(level: int = logging.INFO, log_format: str = "auto") -> No
     )
 
 
+def _log_loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """An error no callback caught, logged as the broker's other lines are (asyncio's own
+    handler writes to stderr directly, ahead of the info lines still in the log's buffer)."""
+    exception = context.get("exception")
+    fields = {key: repr(value) for key, value in context.items()
+              if key not in ("message", "exception")}
+    structlog.get_logger("rebalanced.loop").error(
+        "unhandled error in the event loop", detail=context.get("message"),
+        exc_info=exception if isinstance(exception, BaseException) else False, **fields)
+
+
 def _tune_gc() -> None:
     """Keep the collector's pauses short under load.
 
@@ -335,6 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         prepare(broker)
     loop = new_event_loop()
+    loop.set_exception_handler(_log_loop_error)
     asyncio.set_event_loop(loop)
     try:
         loop.run_until_complete(serve(broker, security=security))

@@ -382,8 +382,11 @@ class _TlsAcceptor(TlsLayer):
 
 
 def install_signal_handlers(stop: Callable[[], None]) -> None:
+    """SIGTERM, SIGINT and SIGHUP stop the broker gracefully (SIGHUP as the JVM's shutdown
+    hooks take it for Kafka: a closed terminal or session stops the broker cleanly rather than
+    killing it mid-write)."""
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(sig, stop)
 
 

@@ -2,66 +2,72 @@
 
 structlog's `WriteLogger` flushes after every line: one `write` system call per line, and a
 join storm logs an event per member. Here an info or debug line goes into the stream's buffer,
-and the first line after a flush schedules the next flush `FLUSH_S` later on the event loop,
-so a burst costs one `write` per `FLUSH_S` and a quiet broker has no timer at all. A warning or
-an error is flushed at once, with whatever is buffered before it: they are rare (the refusals
-of bad input are rate-limited), and an operator, or a process stopping right after, must not
-wait for them. Off the loop (a worker thread, start-up before the loop runs) every line is
-flushed at once. The process flushes what is left when it exits (`coordinator.__main__`), so
-only a SIGKILL can lose the last `FLUSH_S` of info lines; the journal and the group log do not
-go through here.
+and the first line after a flush wakes a flusher thread (`log-flush`), which writes the burst
+out `FLUSH_S` later: a burst costs one `write` per `FLUSH_S`, and a quiet broker's flusher
+sleeps without a timer. The flusher is a thread, not a timer on the event loop, so that the
+lines logged before the loop stalls or hangs come out within `FLUSH_S` all the same. A warning
+or an error is flushed at once, with whatever is buffered before it: they are rare (the
+refusals of bad input are rate-limited), and an operator, or a process stopping right after,
+must not wait for them. The process flushes what is left when it exits (`coordinator.__main__`,
+which also stops cleanly on SIGHUP, as on SIGTERM and SIGINT), so only a process killed outright
+(SIGKILL, a crash) can lose the info lines of its last `FLUSH_S`; the journal and the group log
+do not go through here.
 """
 
 from __future__ import annotations
 
-import asyncio
 import threading
+import time
 from typing import Any, TextIO
 
 FLUSH_S = 0.1
 
 
 class BufferedLines:
-    """One stream's buffer and its pending flush, shared by every logger writing to it."""
+    """One stream's buffer and its flusher, shared by every logger writing to it."""
 
     def __init__(self, stream: TextIO, flush_s: float = FLUSH_S) -> None:
         self.stream = stream
         self.flush_s = flush_s
         self._lock = threading.Lock()
-        # The loop a flush is scheduled on, if any.
-        self._pending: asyncio.AbstractEventLoop | None = None
+        # Lines were written since the last flush (the flusher has been or is being woken).
+        self._unflushed = False
+        self._wake = threading.Event()
+        self._flusher: threading.Thread | None = None
 
     def write_now(self, line: str) -> None:
         with self._lock:
             self.stream.write(line)
             self.stream.flush()
+            self._unflushed = False
 
     def write(self, line: str) -> None:
         with self._lock:
             self.stream.write(line)
-        pending = self._pending
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        if loop is None:
-            self.flush()
-        elif pending is loop:
-            return
-        elif pending is None or pending.is_closed():
-            self._pending = loop
-            loop.call_later(self.flush_s, self._scheduled_flush, loop)
-        else:  # another loop (a test's second broker) has a flush pending: not ours to wait
-            self.flush()
+            if self._unflushed:
+                return
+            self._unflushed = True
+            if self._flusher is None:
+                self._flusher = threading.Thread(target=self._flush_bursts, name="log-flush",
+                                                 daemon=True)
+                self._flusher.start()
+        self._wake.set()
 
-    def _scheduled_flush(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._pending is loop:
-            self._pending = None
-        self.flush()
+    def _flush_bursts(self) -> None:
+        while True:
+            self._wake.wait()
+            time.sleep(self.flush_s)  # the rest of the burst
+            with self._lock:
+                # Cleared under the lock: a line written after this sets both again.
+                self._wake.clear()
+                if self._unflushed:
+                    self._unflushed = False
+                    self.stream.flush()
 
     def flush(self) -> None:
         with self._lock:
             self.stream.flush()
+            self._unflushed = False
 
 
 class BufferedLogger:

@@ -1,10 +1,13 @@
-"""The broker's log lines: buffered, one flush per burst on the loop, at once off it."""
+"""The broker's log lines: buffered, one flush per burst by the flusher thread, warnings at
+once, and flushed while the event loop is stalled."""
 
 from __future__ import annotations
 
 import asyncio
 import io
+import json
 import threading
+import time
 
 import structlog
 
@@ -24,57 +27,60 @@ class CountingStream(io.StringIO):
         self.flushed = self.getvalue()
 
 
-async def test_a_burst_of_lines_on_the_loop_is_one_flush_later() -> None:
+def wait_for(condition: object, timeout: float = 2.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "not within the time"
+        time.sleep(0.005)
+
+
+def test_a_burst_of_lines_is_one_flush_later() -> None:
     stream = CountingStream()
     lines = BufferedLines(stream, flush_s=0.05)
     for i in range(100):
         lines.write(f"line {i}\n")
     assert stream.flushes == 0 and stream.flushed == ""
-    await asyncio.sleep(0.15)
-    assert stream.flushes == 1 and stream.flushed.count("\n") == 100
-    await asyncio.sleep(0.15)
-    assert stream.flushes == 1  # nothing written: no timer, no flush
+    wait_for(lambda: stream.flushes == 1)
+    assert stream.flushed.count("\n") == 100
+    time.sleep(0.15)
+    assert stream.flushes == 1  # nothing written: the flusher sleeps, no flush
     lines.write("one more\n")
-    await asyncio.sleep(0.15)
-    assert stream.flushes == 2 and stream.flushed.endswith("one more\n")
+    wait_for(lambda: stream.flushes == 2)
+    assert stream.flushed.endswith("one more\n")
 
 
-def test_off_the_loop_each_line_is_flushed_at_once() -> None:
+def test_lines_from_several_threads_all_come_out() -> None:
     stream = CountingStream()
-    lines = BufferedLines(stream)
-    lines.write("before the loop\n")
-    assert stream.flushes == 1
+    lines = BufferedLines(stream, flush_s=0.01)
 
-    def worker() -> None:
-        lines.write("from a worker thread\n")
+    def worker(n: int) -> None:
+        for i in range(200):
+            lines.write(f"{n}:{i}\n")
 
-    thread = threading.Thread(target=worker)
-    thread.start()
-    thread.join()
-    assert stream.flushes == 2 and stream.flushed.endswith("from a worker thread\n")
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wait_for(lambda: stream.flushed.count("\n") == 800)
+    assert stream.flushes < 800
 
 
-def test_a_flush_left_pending_on_a_closed_loop_does_not_hold_later_lines() -> None:
+async def test_lines_logged_before_the_loop_stalls_come_out_during_the_stall() -> None:
     stream = CountingStream()
-    lines = BufferedLines(stream, flush_s=10.0)
-
-    async def write(text: str) -> None:
-        lines.write(text)
-
-    asyncio.run(write("first loop\n"))  # its flush never ran: the loop closed first
-    lines.flush()
-
-    async def second() -> None:
-        lines.write("second loop\n")
-        lines.flush_s = 0.01
-        await asyncio.sleep(0.05)
-
-    lines.flush_s = 0.01
-    asyncio.run(second())
-    assert stream.flushed.endswith("second loop\n")
+    lines = BufferedLines(stream, flush_s=0.05)
+    lines.write("rebalance started\n")
+    stalled_until = time.monotonic() + 1.0
+    seen_during_stall = False
+    while time.monotonic() < stalled_until:  # the loop's thread computes, never yields
+        if stream.flushed:
+            seen_during_stall = True
+            break
+    assert seen_during_stall and stream.flushed == "rebalance started\n"
+    await asyncio.sleep(0)
 
 
-async def test_info_lines_wait_for_the_flush_and_a_warning_goes_out_at_once() -> None:
+def test_info_lines_wait_for_the_flush_and_a_warning_goes_out_at_once() -> None:
     stream = CountingStream()
     lines = BufferedLines(stream, flush_s=0.05)
     logger = structlog.wrap_logger(BufferedLoggerFactory(lines)(),
@@ -87,5 +93,41 @@ async def test_info_lines_wait_for_the_flush_and_a_warning_goes_out_at_once() ->
         '{"group": "g", "event": "member joined"}',
         '{"problem": "garbage", "event": "connection closed on bad input"}']
     logger.info("member left", group="g")
-    await asyncio.sleep(0.15)
-    assert stream.flushes == 2 and stream.flushed.endswith('"event": "member left"}\n')
+    wait_for(lambda: stream.flushed.endswith('"event": "member left"}\n'))
+
+
+def test_flush_writes_what_waits() -> None:
+    stream = CountingStream()
+    lines = BufferedLines(stream, flush_s=10.0)
+    lines.write("last words\n")
+    lines.flush()  # as the broker does at exit
+    assert stream.flushed == "last words\n"
+
+
+async def test_an_error_no_callback_caught_is_logged_after_the_lines_before_it() -> None:
+    from coordinator.__main__ import _log_loop_error
+
+    stream = CountingStream()
+    lines = BufferedLines(stream, flush_s=10.0)
+    structlog.configure(processors=[structlog.processors.format_exc_info,
+                                    structlog.processors.JSONRenderer()],
+                        logger_factory=BufferedLoggerFactory(lines),
+                        cache_logger_on_first_use=False)
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(_log_loop_error)
+
+    def broken() -> None:
+        raise RuntimeError("a callback failed")
+
+    try:
+        structlog.get_logger().info("before the failing callback")
+        loop.call_soon(broken)
+        await asyncio.sleep(0.01)
+        first, second = (json.loads(line) for line in stream.flushed.splitlines())
+        assert first["event"] == "before the failing callback"
+        assert second["event"] == "unhandled error in the event loop"
+        assert "RuntimeError: a callback failed" in second["exception"]
+        assert second["detail"].startswith("Exception in callback")
+    finally:
+        loop.set_exception_handler(None)
+        structlog.reset_defaults()

@@ -1,0 +1,50 @@
+"""The broker's log lines as an operator reads them: an info line is in the log within a
+fraction of a second while the broker runs on, and SIGHUP stops the broker as cleanly as
+SIGTERM, with its last lines written."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+from kafka import KafkaAdminClient
+from kafka.admin import NewTopic
+
+from tests.broker_process import BrokerProcess
+
+
+def wait_for_line(broker: BrokerProcess, event: str, timeout: float = 3.0) -> dict[str, object]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in broker.log_text().splitlines():
+            if line.startswith("{") and json.loads(line).get("event") == event:
+                return json.loads(line)
+        time.sleep(0.02)
+    raise AssertionError(f"no {event!r} line within {timeout} s:\n{broker.log_text()[-2000:]}")
+
+
+def test_an_info_line_is_in_the_log_while_the_broker_runs_on(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "data").start()
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=5000)
+        try:
+            admin.create_topics([NewTopic("t", 1, 1)])
+        finally:
+            admin.close()
+        line = wait_for_line(broker, "topic created", timeout=2.0)
+        assert line["topic"] == "t"
+        assert broker.proc is not None and broker.proc.poll() is None
+    finally:
+        broker.stop()
+
+
+def test_sighup_stops_the_broker_cleanly(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "data").start()
+    assert broker.proc is not None
+    broker.proc.send_signal(signal.SIGHUP)
+    assert broker.proc.wait(10) == 0
+    events = [json.loads(line).get("event") for line in broker.log_text().splitlines()
+              if line.startswith("{")]
+    assert "broker stopped" in events
