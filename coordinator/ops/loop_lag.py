@@ -17,19 +17,22 @@ histogram of lags and every collection a histogram of pauses per generation, exp
 and one callback per collection.
 
 While the loop idles (its thread busy under `IDLE_BUSY_SHARE` of the time between two firings),
-the timer backs off to `IDLE_INTERVAL_S`: each firing is a wake-up of the process, which costs
-about 0.1 ms of CPU on a virtual machine, and at 40 a second that was most of an idle broker's
-CPU. Meanwhile the first bytes any connection receives (`protocol.connection.ACTIVITY`, one
-None check per read) are timed to the end of the loop's turn that handles them (`call_soon`, no
-extra wake-up): a turn of `interval_s` or longer is a stall, reported as a lag as long as the
-turn, and the short interval resumes; a shorter one leaves the timer backed off. So a stall a
-request causes is seen after an idle stretch too; only a stall that timer work (a session
-expiry, an offset expiry pass) starts during one is measured against the longer interval, until
-the next firing sees the loop busy.
+the timer backs off to `IDLE_INTERVAL_S` (100 ms): each firing is a wake-up of the process,
+which costs about 0.1 ms of CPU on a virtual machine, and at 40 a second that was most of an
+idle broker's CPU. Meanwhile the first bytes any connection receives
+(`protocol.connection.ACTIVITY`, one None check per read) are timed to the end of the loop's
+turn that handles them and of the callbacks that turn queued (`call_soon`, twice; no extra
+wake-up): a turn of `interval_s` or longer is a stall, reported as a lag as long as the turn,
+and the short interval resumes; a shorter one leaves the timer backed off. So a stall a request
+causes is measured in full after an idle stretch too. A stall that starts elsewhere during one
+(timer work such as a session expiry or an offset expiry pass, an fsync's completion handing
+out answers) delays the backed-off timer: it is reported as a lag of at least its length less
+`IDLE_INTERVAL_S`, and the firing that sees the loop busy brings the short interval back.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import threading
@@ -43,7 +46,7 @@ import structlog
 from coordinator.ops.metrics.counters import Histogram
 
 INTERVAL_S = 0.025
-IDLE_INTERVAL_S = 1.0
+IDLE_INTERVAL_S = 0.1
 # The share of the time between two firings under which the loop's thread counts as idle: a
 # firing's own cost (the wake-up, the clock reads, the pread) is 0.1-0.2 ms of 25.
 IDLE_BUSY_SHARE = 0.04
@@ -139,7 +142,13 @@ class LoopLagMonitor:
         self._activity: Activity | None = None
         self._call_soon: Callable[..., Any] | None = None
         self._thread = 0
-        self._woke = self._woke_cpu = self._woke_wait = 0.0
+        self._woke = self._woke_cpu = 0.0
+        # Collections before the bytes came (since the previous firing): not the turn's.
+        self._woke_gc = (0.0, 0.0, 0)
+        # Bytes woke the backed-off loop and their turn is not looked at yet (`_after_wake`).
+        self._turn_open = False
+        # `_after_wake` looks once more after the callbacks the turn queued.
+        self._second_look = False
         # Backed off to `idle_interval_s`, waiting for a connection's bytes.
         self.idle = False
         self._due = self._last = self._last_cpu = self._last_wait = 0.0
@@ -175,30 +184,49 @@ class LoopLagMonitor:
             return
         self._woke = self._clock()
         self._woke_cpu = self._cpu_clock()
-        self._woke_wait = self._runqueue_wait() if self._runqueue_wait else 0.0
+        self._woke_gc = (self._gc_s, self._gc_gen2_s, self._collections)
+        self._turn_open = True
+        self._second_look = True
         self._call_soon(self._after_wake)
 
     def _after_wake(self) -> None:
-        """The turn that read the bytes is over. Shorter than `interval_s`: no timer set then
-        would have run late, so the timer stays backed off (and no wake-up was spent). Longer:
-        that was a stall, a lag as long as the turn, and the short interval resumes."""
-        if not self.idle or self._call_later is None:
+        """The turn that read the bytes is over; looked at twice, the second time after the
+        callbacks it queued (an answer completed through a future). Shorter than `interval_s`:
+        no timer set then would have run late, so the timer stays backed off (and no wake-up
+        was spent). Longer: that was a stall, a lag as long as the turn, and the short interval
+        resumes. (A firing due during the turn measures it the same way: `_fire`.) Its runqueue
+        wait is counted from the previous firing (an idle thread does not wait for a CPU); its
+        collections from the bytes."""
+        if not self._turn_open or self._call_later is None or self._call_soon is None:
             return
         now = self._clock()
-        held = now - self._woke
-        if held < self.interval_s:
+        if now - self._woke < self.interval_s:
+            if self._second_look:
+                self._second_look = False
+                self._call_soon(self._after_wake)
+                return
+            self._turn_open = False
             if self._activity is not None:
                 self._activity.notify_next(self._wake)
             return
+        self._turn_open = False
         self.idle = False
         self._handle.cancel()
         cpu = self._cpu_clock()
         waited = self._runqueue_wait() if self._runqueue_wait else None
-        self._last, self._last_cpu = self._woke, self._woke_cpu
-        self._last_wait = self._woke_wait
-        self._due = self._woke
+        self._measure_from_wake()
         self._observe(now, cpu, waited)
         self._next(now, self.interval_s)
+
+    def _measure_from_wake(self) -> None:
+        """The lag about to be observed started with the bytes: measure it, the thread's CPU
+        and its collections from them."""
+        self._due = min(self._due, self._woke)
+        self._last, self._last_cpu = self._woke, self._woke_cpu
+        gc_s, gc_gen2_s, collections = self._woke_gc
+        self._gc_s -= gc_s
+        self._gc_gen2_s -= gc_gen2_s
+        self._collections -= collections
 
     def stop(self) -> None:
         if self._activity is not None:
@@ -236,11 +264,15 @@ class LoopLagMonitor:
         cpu = self._cpu_clock()
         waited = self._runqueue_wait() if self._runqueue_wait else None
         idle = cpu - self._last_cpu < IDLE_BUSY_SHARE * (now - self._last)
+        woken = self._turn_open  # the turn of bytes that woke the backed-off loop runs on
+        if woken:
+            self._turn_open = False
+            self._measure_from_wake()
         self._observe(now, cpu, waited)
         interval = self.interval_s
         if self._activity is not None and idle:
             interval = self.idle_interval_s
-            if not self.idle:
+            if not self.idle or woken:
                 self.idle = True
                 self._activity.notify_next(self._wake)
         elif self.idle:  # timer work kept the loop busy: watch closely until it idles again
@@ -257,7 +289,7 @@ class LoopLagMonitor:
             self.lag_max_s = lag
         if lag * 1000 >= self.warn_ms:
             self.lags_over_warn += 1
-            self._on_lag(LoopLag(
+            self._report(LoopLag(
                 lag_ms=lag * 1000, interval_ms=(now - self._last) * 1000,
                 busy_ms=(cpu - self._last_cpu) * 1000,
                 runqueue_wait_ms=None if waited is None else (waited - self._last_wait) * 1000,
@@ -268,6 +300,11 @@ class LoopLagMonitor:
             self._last_wait = waited
         self._gc_s = self._gc_gen2_s = 0.0
         self._collections = 0
+
+    def _report(self, lag: LoopLag) -> None:
+        # A warning that cannot be written (a closed stderr) must not stop the monitor.
+        with contextlib.suppress(Exception):
+            self._on_lag(lag)
 
     def _next(self, now: float, interval: float) -> None:
         self._due = now + interval

@@ -228,6 +228,8 @@ def test_an_idle_loop_backs_the_timer_off_and_times_the_turns_that_read(idle_rig
     clock.advance(2)
     thread.cpu_ms += 2
     soon.pop()()
+    assert len(soon) == 1 and activity.waiting is None  # a second look, after its callbacks
+    soon.pop()()
     assert monitor.idle and activity.waiting is not None
     assert [delay for delay, _ in timers.pending] == [pytest.approx(1.0)]
     assert monitor.lag.count == count and lags == []
@@ -268,9 +270,118 @@ def test_a_few_requests_in_an_idle_second_leave_the_timer_backed_off(idle_rig: A
         activity.waiting()
         thread.cpu_ms += 0.1
         soon.pop()()
+        soon.pop()()
     clock.advance(40)
     timers.fire()
     assert monitor.idle and timers.pending[-1][0] == pytest.approx(1.0)
+
+
+def test_a_stall_in_the_callbacks_a_turn_queued_is_measured_from_the_bytes(
+        idle_rig: Any) -> None:
+    """An answer completed through a future runs after the turn that read the request: the
+    second look sees it. A collection before the bytes came is not the stall's."""
+    clock, thread, timers, monitor, lags, activity, soon = idle_rig
+    _go_idle(clock, timers, monitor)
+    clock.advance(300)
+    monitor.on_gc("start", {"generation": 2})
+    clock.advance(50)
+    monitor.on_gc("stop", {"generation": 2})
+    clock.advance(100)
+    activity.waiting()
+    clock.advance(3)
+    soon.pop()()  # the turn that read the request: short
+    assert lags == [] and len(soon) == 1
+    clock.advance(200)  # the callbacks it queued: the answers, 200 ms of them
+    thread.cpu_ms += 195
+    soon.pop()()
+    [lag] = lags
+    assert lag.lag_ms == pytest.approx(203) and lag.busy_ms == pytest.approx(195)
+    assert (lag.gc_ms, lag.collections) == (0, 0)
+    assert not monitor.idle and timers.pending[-1][0] == pytest.approx(0.025)
+
+
+def test_a_firing_due_during_the_turn_of_the_bytes_measures_it_from_them(
+        idle_rig: Any) -> None:
+    clock, thread, timers, monitor, lags, activity, soon = idle_rig
+    _go_idle(clock, timers, monitor)
+    clock.advance(950)
+    activity.waiting()  # bytes 50 ms before the backed-off firing is due
+    clock.advance(160)
+    thread.cpu_ms += 150
+    timers.fire()  # the firing, late: the turn still holds the loop
+    [lag] = lags
+    assert lag.lag_ms == pytest.approx(160) and lag.busy_ms == pytest.approx(150)
+    assert not monitor.idle and timers.pending[-1][0] == pytest.approx(0.025)
+    soon.pop()()  # the turn's own look finds it measured already
+    assert len(lags) == 1 and not soon
+
+
+def test_a_firing_after_a_short_turn_leaves_the_monitor_waiting_for_bytes(
+        idle_rig: Any) -> None:
+    clock, thread, timers, monitor, lags, activity, soon = idle_rig
+    _go_idle(clock, timers, monitor)
+    clock.advance(999)
+    activity.waiting()
+    clock.advance(1)
+    thread.cpu_ms += 0.5
+    timers.fire()  # due right after a 1 ms turn, before the turn's own look
+    assert lags == [] and monitor.idle and activity.waiting is not None
+    soon.pop()()
+    assert not soon and activity.waiting is not None
+
+
+def test_a_warning_that_cannot_be_written_does_not_stop_the_monitor() -> None:
+    clock, timers = ManualClock(), Timers()
+
+    def broken_pipe(lag: LoopLag) -> None:
+        raise BrokenPipeError("stderr is gone")
+
+    monitor = LoopLagMonitor(interval_s=0.025, warn_ms=100,
+                             clock=lambda: clock.monotonic_ms() / 1000,
+                             on_lag=broken_pipe).start(timers)
+    try:
+        clock.advance(300)
+        timers.fire()
+        assert monitor.lags_over_warn == 1 and timers.pending
+        clock.advance(25)
+        timers.fire()
+        assert timers.pending
+    finally:
+        monitor.stop()
+
+
+def test_timer_work_stalling_a_backed_off_loop_is_seen_on_a_real_loop() -> None:
+    """A stall that no bytes started (a timer's callback), while the timer is backed off to
+    its default 100 ms: reported as at least the stall less that interval."""
+    lags: list[LoopLag] = []
+    activity = Activity()
+
+    async def idle_then_timer_stall() -> None:
+        loop = asyncio.get_running_loop()
+        monitor = LoopLagMonitor(interval_s=0.01, warn_ms=100,
+                                 runqueue_wait=schedstat_reader(), on_lag=lags.append)
+        monitor.start(loop.call_later, activity=activity, call_soon=loop.call_soon)
+        try:
+            deadline = loop.time() + 5
+            while not monitor.idle and loop.time() < deadline:
+                await asyncio.sleep(0.005)
+            assert monitor.idle, "an idle loop kept the short interval"
+
+            def session_expiry_pass() -> None:
+                busy_until = time.thread_time() + 0.3
+                while time.thread_time() < busy_until:
+                    pass
+
+            loop.call_later(0.02, session_expiry_pass)
+            deadline = loop.time() + 5
+            while not lags and loop.time() < deadline:
+                await asyncio.sleep(0.01)
+        finally:
+            monitor.stop()
+
+    asyncio.run(idle_then_timer_stall())
+    assert lags, "the timer's stall was not seen"
+    assert lags[0].lag_ms >= 300 - 100 - 10
 
 
 def test_without_activity_the_interval_never_changes(rig: Any) -> None:
