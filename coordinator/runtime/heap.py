@@ -6,7 +6,11 @@ live blocks above the storm's transients hold megabytes of free pages resident. 
 hands every whole free page back. The broker asks for it when a burst ends (the applier's
 parked requests, past `_SHRINK_FROM`, have all been answered), a little later so that the
 burst's last transients are gone too, and at most once per interval. The trim runs on a worker
-thread: ctypes releases the interpreter lock for the call, and it walks the whole heap.
+thread: ctypes releases the interpreter lock for the call, and it walks the whole heap. It
+does hold the heap's lock while it walks it, so an allocation the event loop makes from the C
+heap meanwhile (an object over 512 bytes, a new pymalloc arena) waits for it: a few
+milliseconds for a heap of tens of megabytes, once per burst and at most once per
+`TRIM_MIN_INTERVAL_S`, where the burst itself held the loop for seconds.
 Where the C library has no `malloc_trim` (musl, macOS), nothing is done.
 """
 
@@ -75,7 +79,11 @@ class HeapTrimmer:
         self._last_s = loop.time()
         trim = self._trim
         assert trim is not None
-        future = loop.run_in_executor(None, trim, 0)
+        try:
+            future = loop.run_in_executor(None, trim, 0)
+        except RuntimeError:  # the loop's executor is already shut down: the process stops
+            self._scheduled = None
+            return
         future.add_done_callback(self._done)
 
     def _done(self, future: asyncio.Future[int]) -> None:

@@ -80,3 +80,17 @@ def test_the_c_library_trim_runs() -> None:
     if trim is None:
         pytest.skip("this C library has no malloc_trim")
     assert trim(0) in (0, 1)
+
+
+async def test_a_trim_due_after_the_executor_shut_down_is_dropped_and_the_next_burst_trims(
+        ) -> None:
+    trim = Recorder()
+    loop = asyncio.get_running_loop()
+    await loop.shutdown_default_executor()  # as at the end of `asyncio.run`
+    heap = HeapTrimmer(trim, delay_s=0.0, min_interval_s=0.0)
+    heap.after_burst()
+    await asyncio.sleep(0.05)  # nothing raised into the loop
+    assert trim.calls == [] and heap.trims == 0
+    heap.after_burst()  # not left waiting for the trim that never ran: the next one is due
+    assert heap._scheduled is not None
+    heap.close()
