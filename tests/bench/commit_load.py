@@ -12,6 +12,8 @@ broker process from /proc/PID/stat, so the fsync worker thread is included). One
 started per fsync policy. `--profile FILE` also samples the broker with py-spy (raw collapsed
 stacks) during the window; profile runs are slower, so their numbers are not comparable.
 
+`--tree PATH` runs the broker of another checkout of the project, for a before-and-after.
+
 `idle`: `groups` one-member groups, each member on its own connection, joined and synced with a
 long session timeout; then the broker's RSS and its CPU while every member stays idle
 (heartbeating every `heartbeat_s`).
@@ -37,7 +39,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.bench.brokers import Broker, Rebalanced, self_cpu_seconds
+from tests.bench.brokers import REPO, Broker, Rebalanced, self_cpu_seconds
 from tests.bench.coordinator_bench import _form_groups, _members
 from tests.bench.dataplane import ensure_topic
 from tests.bench.members import Member, close_all, gather_bounded
@@ -317,9 +319,12 @@ def main(argv: list[str] | None = None) -> int:
     idle.add_argument("--session-ms", type=int, default=ip.session_ms)
     idle.add_argument("--heartbeat-s", type=float, default=ip.heartbeat_s)
     idle.add_argument("--idle-seconds", type=float, default=ip.idle_seconds)
+    parser.add_argument("--tree", type=Path, default=None,
+                        help="run the broker of another checkout of the project (to compare)")
     parser.add_argument("--keep-broker", action="store_true",
                         help="print the broker PID and wait for Enter before stopping it")
     args = parser.parse_args(argv)
+    repo = REPO if args.tree is None else args.tree.resolve()
     workdir = Path(tempfile.mkdtemp(prefix="rebalanced-commit-load-"))
     results: dict[str, Any] = {}
     try:
@@ -327,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
             params = CommitParams(args.members, args.partitions, args.in_flight, args.seconds,
                                   cp.warmup_seconds, args.version)
             for policy in args.fsync or ["always", "100"]:
-                broker = Rebalanced(workdir, {"offsets.commit.fsync": policy})
+                broker = Rebalanced(workdir, {"offsets.commit.fsync": policy}, repo=repo)
                 broker.start()
                 try:
                     profile = None if args.profile is None else args.profile.with_name(
@@ -345,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
             _raise_fd_limit(args.groups + 1000)
             iparams = IdleParams(args.groups, args.session_ms, args.heartbeat_s,
                                  args.idle_seconds)
-            broker = Rebalanced(workdir)
+            broker = Rebalanced(workdir, repo=repo)
             broker.start()
             try:
                 results["idle"] = _run(idle_run(broker, iparams))
