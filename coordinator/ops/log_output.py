@@ -30,44 +30,91 @@ class BufferedLines:
         self.stream = stream
         self.flush_s = flush_s
         self._lock = threading.Lock()
+        # The thread inside the lock, if any: a line logged again on that thread while it
+        # writes (a finalizer a collection runs mid-write, a signal handler) must not wait for
+        # the lock it holds itself; it is queued, and written by the call it interrupted.
+        self._holder: int | None = None
+        self._reentered: list[tuple[str, bool]] = []
         # Lines were written since the last flush (the flusher has been or is being woken).
         self._unflushed = False
         self._wake = threading.Event()
         self._flusher: threading.Thread | None = None
 
     def write_now(self, line: str) -> None:
-        with self._lock:
-            self.stream.write(line)
-            self.stream.flush()
-            self._unflushed = False
+        self._write(line, now=True)
 
     def write(self, line: str) -> None:
+        if self._write(line, now=False):
+            self._wake.set()
+
+    def _write(self, line: str, *, now: bool) -> bool:
+        """Write `line` (and flush when `now`); True when the flusher must be woken."""
+        me = threading.get_ident()
+        if self._holder == me:
+            self._reentered.append((line, now))
+            return False
         with self._lock:
+            self._holder = me
+            try:
+                self.stream.write(line)
+                now = self._write_reentered(now)
+                if now:
+                    self.stream.flush()
+                    self._unflushed = False
+                    return False
+                if self._unflushed:
+                    return False
+                self._unflushed = True
+                if self._flusher is None:
+                    self._flusher = threading.Thread(target=self._flush_bursts,
+                                                     name="log-flush", daemon=True)
+                    self._flusher.start()
+                return True
+            finally:
+                self._holder = None
+
+    def _write_reentered(self, now: bool) -> bool:
+        """Under the lock: write the lines logged while it was held by this thread."""
+        while self._reentered:
+            line, line_now = self._reentered.pop(0)
             self.stream.write(line)
-            if self._unflushed:
-                return
-            self._unflushed = True
-            if self._flusher is None:
-                self._flusher = threading.Thread(target=self._flush_bursts, name="log-flush",
-                                                 daemon=True)
-                self._flusher.start()
-        self._wake.set()
+            now = now or line_now
+        return now
 
     def _flush_bursts(self) -> None:
         while True:
             self._wake.wait()
             time.sleep(self.flush_s)  # the rest of the burst
             with self._lock:
-                # Cleared under the lock: a line written after this sets both again.
-                self._wake.clear()
-                if self._unflushed:
+                self._holder = threading.get_ident()
+                try:
+                    # Cleared under the lock: a line written after this sets both again.
+                    self._wake.clear()
+                    self._write_reentered(False)
+                    if not self._unflushed:
+                        continue
+                    try:
+                        self.stream.flush()
+                    except ValueError:  # the stream was closed: the process is ending
+                        return
+                    except OSError:
+                        # A pipe whose reader is slow (EAGAIN), a full disk: the lines stay
+                        # buffered; try again after another interval.
+                        self._wake.set()
+                        continue
                     self._unflushed = False
-                    self.stream.flush()
+                finally:
+                    self._holder = None
 
     def flush(self) -> None:
         with self._lock:
-            self.stream.flush()
-            self._unflushed = False
+            self._holder = threading.get_ident()
+            try:
+                self._write_reentered(False)
+                self.stream.flush()
+                self._unflushed = False
+            finally:
+                self._holder = None
 
 
 class BufferedLogger:

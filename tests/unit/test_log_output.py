@@ -131,3 +131,60 @@ async def test_an_error_no_callback_caught_is_logged_after_the_lines_before_it()
     finally:
         loop.set_exception_handler(None)
         structlog.reset_defaults()
+
+
+class FailingOnceStream(CountingStream):
+    """Its first flush fails as a pipe whose reader is slow fails (EAGAIN)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed = False
+
+    def flush(self) -> None:
+        if not self.failed:
+            self.failed = True
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+        super().flush()
+
+
+def test_a_failed_flush_is_tried_again_and_the_flusher_goes_on() -> None:
+    stream = FailingOnceStream()
+    lines = BufferedLines(stream, flush_s=0.02)
+    lines.write("one\n")
+    wait_for(lambda: stream.flushed == "one\n")
+    lines.write("two\n")
+    wait_for(lambda: stream.flushed == "one\ntwo\n")
+    assert stream.failed
+
+
+class ReenteringStream(CountingStream):
+    """While a line is being written, another is logged on the same thread, as a finalizer
+    that a collection runs in the middle of the write may log one (the event loop's handler of
+    an exception nobody retrieved)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: BufferedLines | None = None
+
+    def write(self, text: str) -> int:
+        written = super().write(text)
+        if text.startswith("outer") and self.lines is not None:
+            self.lines.write_now("from a finalizer\n")
+        return written
+
+
+def test_a_line_logged_again_on_the_writing_thread_does_not_deadlock() -> None:
+    stream = ReenteringStream()
+    lines = BufferedLines(stream, flush_s=10.0)
+    stream.lines = lines
+    done = threading.Event()
+
+    def log() -> None:
+        lines.write("outer info line\n")
+        done.set()
+
+    thread = threading.Thread(target=log, daemon=True)
+    thread.start()
+    assert done.wait(2.0), "deadlocked on the log's own lock"
+    # The finalizer's line is an error: written right after the line it interrupted, flushed.
+    assert stream.flushed == "outer info line\nfrom a finalizer\n"
