@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import gc
 import logging
 import os
@@ -30,6 +31,9 @@ if TYPE_CHECKING:
 # (`coordinator/ops/log_output.py`).
 _LOG_STREAM = open(sys.stderr.fileno(), "w", buffering=1 << 16, closefd=False)  # noqa: SIM115
 _LOG_LINES = BufferedLines(_LOG_STREAM)
+# `main` flushes on its way out; this covers a line logged after it (its flusher thread keeps
+# the stream alive, so the interpreter's own teardown would not flush it).
+atexit.register(_LOG_LINES.flush)
 
 
 def configure_logging(level: int = logging.INFO, log_format: str = "auto") -> None:
