@@ -384,9 +384,12 @@ class _TlsAcceptor(TlsLayer):
 def install_signal_handlers(stop: Callable[[], None]) -> None:
     """SIGTERM, SIGINT and SIGHUP stop the broker gracefully (SIGHUP as the JVM's shutdown
     hooks take it for Kafka: a closed terminal or session stops the broker cleanly rather than
-    killing it mid-write)."""
+    killing it mid-write). A SIGHUP the broker was started ignoring (`nohup`) stays ignored, as
+    the JVM leaves it."""
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        if sig == signal.SIGHUP and signal.getsignal(sig) == signal.SIG_IGN:
+            continue
         loop.add_signal_handler(sig, stop)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -48,3 +49,22 @@ def test_sighup_stops_the_broker_cleanly(tmp_path: Path) -> None:
     events = [json.loads(line).get("event") for line in broker.log_text().splitlines()
               if line.startswith("{")]
     assert "broker stopped" in events
+
+
+def test_a_broker_started_ignoring_sighup_keeps_ignoring_it(tmp_path: Path) -> None:
+    """As under `nohup`: the terminal closing does not stop it."""
+    broker = BrokerProcess(tmp_path / "data")
+    broker.command = [sys.executable, "-c",
+                      "import runpy, signal, sys; signal.signal(signal.SIGHUP, signal.SIG_IGN); "
+                      "sys.argv[0] = 'coordinator'; "
+                      "runpy.run_module('coordinator', run_name='__main__', alter_sys=True)"]
+    broker.env = {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}  # this source tree
+    broker.start()
+    try:
+        assert broker.proc is not None
+        broker.proc.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+        assert broker.proc.poll() is None
+    finally:
+        broker.stop()
+    assert broker.proc.returncode == 0
