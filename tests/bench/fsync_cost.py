@@ -24,6 +24,7 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 
 from tests.bench.stats import percentile
 
@@ -38,14 +39,7 @@ def measure(directory: str, appends: int, size: int, preallocated: bool = False
             for _ in range(appends):
                 os.write(fd, payload)
             append_cpu = time.process_time() - cpu_before
-            latencies = []
-            cpu_before = time.process_time()
-            for _ in range(appends):
-                os.write(fd, payload)
-                started = time.perf_counter()
-                os.fsync(fd)
-                latencies.append(time.perf_counter() - started)
-            fsync_cpu = time.process_time() - cpu_before
+            fsync_cpu, latencies = _fsynced(fd, appends, lambda _: os.write(fd, payload))
         finally:
             os.close(fd)
         figures = {
@@ -60,19 +54,26 @@ def measure(directory: str, appends: int, size: int, preallocated: bool = False
     return figures
 
 
+def _fsynced(fd: int, appends: int, append: Callable[[int], object]
+             ) -> tuple[float, list[float]]:
+    """`append(n)` then an fsync, `appends` times: CPU seconds for all, each fsync's latency."""
+    latencies = []
+    cpu_before = time.process_time()
+    for n in range(appends):
+        append(n)
+        started = time.perf_counter()
+        os.fsync(fd)
+        latencies.append(time.perf_counter() - started)
+    return time.process_time() - cpu_before, latencies
+
+
 def _preallocated(path: str, appends: int, payload: bytes) -> dict[str, float]:
     fd = os.open(path, os.O_RDWR | os.O_CREAT)
     try:
         os.ftruncate(fd, appends * len(payload))
         os.fsync(fd)
-        latencies = []
-        cpu_before = time.process_time()
-        for n in range(appends):
-            os.pwrite(fd, payload, n * len(payload))
-            started = time.perf_counter()
-            os.fsync(fd)
-            latencies.append(time.perf_counter() - started)
-        cpu = time.process_time() - cpu_before
+        cpu, latencies = _fsynced(fd, appends,
+                                  lambda n: os.pwrite(fd, payload, n * len(payload)))
     finally:
         os.close(fd)
     return {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from coordinator.group.events import (
     journal_record,
     rebalance_cause,
 )
+from coordinator.runtime.event_journal import EventJournal
 from coordinator.runtime.journal_files import ACTIVE_NAME, CLOSED_PATTERN, Journal, closed_sequence
 
 
@@ -219,21 +221,26 @@ def test_rebalance_causes(reason: str, cause: str) -> None:
     assert journal_record(started.as_dict(), 1)["cause"] == cause
 
 
+def _journal_and_events(tmp_path: Path, wall_ms: Callable[[], int], *, segment_ms: int
+                        ) -> tuple[Journal, EventJournal]:
+    """An event journal writing to a journal of `segment_ms` on the given clock."""
+    journal = Journal(tmp_path / "events", wall_ms=wall_ms, segment_bytes=1 << 20,
+                      segment_ms=segment_ms, retention_bytes=-1)
+    events = EventJournal(wall_ms)
+    events.open(journal)
+    return journal, events
+
+
 async def test_an_idle_journal_wakes_only_to_rotate(tmp_path: Path) -> None:
     """Lines are written within 100 ms of their event; with none waiting, the next timer is
     the active file's rotation, not a 100 ms tick, and the file still rotates on time."""
     import asyncio
     import time
 
-    from coordinator.runtime.event_journal import EventJournal
-
     def wall_ms() -> int:
         return int(time.time() * 1000)
 
-    journal = Journal(tmp_path / "events", wall_ms=wall_ms, segment_bytes=1 << 20,
-                      segment_ms=400, retention_bytes=-1)
-    events = EventJournal(wall_ms)
-    events.open(journal)
+    journal, events = _journal_and_events(tmp_path, wall_ms, segment_ms=400)
     try:
         events.offsets_committed("g", "m", 1, 10)
         await asyncio.sleep(0.2)
@@ -258,17 +265,12 @@ async def test_the_active_file_rotates_soon_after_the_wall_clock_steps(tmp_path:
     stepped back it is closed within about a second too."""
     import asyncio
 
-    from coordinator.runtime.event_journal import EventJournal
-
     now = [1_000_000]
 
     def wall_ms() -> int:
         return now[0]
 
-    journal = Journal(tmp_path / "events", wall_ms=wall_ms, segment_bytes=1 << 20,
-                      segment_ms=60_000, retention_bytes=-1)
-    events = EventJournal(wall_ms)
-    events.open(journal)
+    journal, events = _journal_and_events(tmp_path, wall_ms, segment_ms=60_000)
     try:
         events.offsets_committed("g", "m", 1, 10)
         await asyncio.sleep(0.2)

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import gc
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -66,6 +66,37 @@ def _monitored(**start: Any) -> Iterator[tuple[ManualClock, Thread, Timers, Loop
         monitor.stop()
         if was_enabled:
             gc.enable()
+
+
+def _spin(seconds: float) -> None:
+    """Hold the loop's thread for `seconds` of CPU."""
+    busy_until = time.thread_time() + seconds
+    while time.thread_time() < busy_until:
+        pass
+
+
+@contextlib.asynccontextmanager
+async def _backed_off(lags: list[LoopLag], activity: Activity,
+                      **settings: Any) -> AsyncIterator[LoopLagMonitor]:
+    """A monitor on the running loop, as the broker starts it, once it has backed off."""
+    loop = asyncio.get_running_loop()
+    monitor = LoopLagMonitor(interval_s=0.01, warn_ms=100, runqueue_wait=schedstat_reader(),
+                             on_lag=lags.append, **settings)
+    monitor.start(loop.call_later, activity=activity, call_soon=loop.call_soon)
+    try:
+        deadline = loop.time() + 5
+        while not monitor.idle and loop.time() < deadline:
+            await asyncio.sleep(0.005)
+        assert monitor.idle, "an idle loop kept the short interval"
+        yield monitor
+    finally:
+        monitor.stop()
+
+
+async def _until_seen(lags: list[LoopLag], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not lags and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
 
 
 @pytest.fixture
@@ -177,12 +208,8 @@ def test_a_blocking_callback_on_a_real_loop_is_seen_as_the_brokers_lag() -> None
                                  on_lag=lags.append).start(loop.call_later)
         try:
             await asyncio.sleep(0.05)
-            busy_until = time.thread_time() + 0.15
-            while time.thread_time() < busy_until:  # 150 ms of CPU on the loop
-                pass
-            deadline = loop.time() + 10
-            while not lags and loop.time() < deadline:
-                await asyncio.sleep(0.01)
+            _spin(0.15)  # 150 ms of CPU on the loop
+            await _until_seen(lags, 10)
         finally:
             monitor.stop()
 
@@ -357,27 +384,9 @@ def test_timer_work_stalling_a_backed_off_loop_is_seen_on_a_real_loop() -> None:
     activity = Activity()
 
     async def idle_then_timer_stall() -> None:
-        loop = asyncio.get_running_loop()
-        monitor = LoopLagMonitor(interval_s=0.01, warn_ms=100,
-                                 runqueue_wait=schedstat_reader(), on_lag=lags.append)
-        monitor.start(loop.call_later, activity=activity, call_soon=loop.call_soon)
-        try:
-            deadline = loop.time() + 5
-            while not monitor.idle and loop.time() < deadline:
-                await asyncio.sleep(0.005)
-            assert monitor.idle, "an idle loop kept the short interval"
-
-            def session_expiry_pass() -> None:
-                busy_until = time.thread_time() + 0.3
-                while time.thread_time() < busy_until:
-                    pass
-
-            loop.call_later(0.02, session_expiry_pass)
-            deadline = loop.time() + 5
-            while not lags and loop.time() < deadline:
-                await asyncio.sleep(0.01)
-        finally:
-            monitor.stop()
+        async with _backed_off(lags, activity):
+            asyncio.get_running_loop().call_later(0.02, _spin, 0.3)  # a session expiry pass
+            await _until_seen(lags, 5)
 
     asyncio.run(idle_then_timer_stall())
     assert lags, "the timer's stall was not seen"
@@ -397,26 +406,12 @@ def test_a_stall_right_after_an_idle_stretch_is_seen_on_a_real_loop() -> None:
     activity = Activity()
 
     async def idle_then_hold() -> None:
-        loop = asyncio.get_running_loop()
-        monitor = LoopLagMonitor(interval_s=0.01, idle_interval_s=5.0, warn_ms=100,
-                                 runqueue_wait=schedstat_reader(), on_lag=lags.append)
-        monitor.start(loop.call_later, activity=activity, call_soon=loop.call_soon)
-        try:
-            deadline = loop.time() + 5
-            while not monitor.idle and loop.time() < deadline:
-                await asyncio.sleep(0.005)
-            assert monitor.idle, "an idle loop kept the short interval"
+        async with _backed_off(lags, activity, idle_interval_s=5.0) as monitor:
             assert activity.waiting is not None
             activity.waiting()  # what a connection's data_received does
-            busy_until = time.thread_time() + 0.15
-            while time.thread_time() < busy_until:  # the request it carries holds the loop
-                pass
-            deadline = loop.time() + 5
-            while not lags and loop.time() < deadline:
-                await asyncio.sleep(0.01)
+            _spin(0.15)  # the request it carries holds the loop
+            await _until_seen(lags, 5)
             assert not monitor.idle or lags
-        finally:
-            monitor.stop()
 
     asyncio.run(idle_then_hold())
     assert lags, "the stall after the idle stretch was not seen"
