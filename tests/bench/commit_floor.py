@@ -49,107 +49,61 @@ from typing import Any
 import structlog
 import uvloop
 
-from coordinator.runtime.broker import Broker
-from coordinator.settings import defaults
 from protocol.connection import Connection
 from storage import fsync_offload
-from tests.bench.members import assignment, subscription
 from tests.bench.wire import decode, encode
+from tests.integration.test_heartbeat_now import Member, started
 
 _PARTITIONS = 10
 _WARMUP = 500
-_OFFSET_COMMIT, _JOIN_GROUP, _SYNC_GROUP, _CREATE_TOPICS = 8, 11, 14, 19
+_OFFSET_COMMIT, _CREATE_TOPICS = 8, 19
 
 
-class _KeptTransport:
-    """A transport that keeps the bytes written and wakes whoever waits for them."""
-
-    def __init__(self) -> None:
-        self.out: list[bytes] = []
-        self.written: asyncio.Future[None] | None = None
-
-    def get_extra_info(self, name: str) -> Any:
-        return ("127.0.0.1", 5555) if name == "peername" else None
-
-    def write(self, data: bytes) -> None:
-        self.out.append(bytes(data))
-        if self.written is not None and not self.written.done():
-            self.written.set_result(None)
-
-    def pause_reading(self) -> None: ...
-
-    def resume_reading(self) -> None: ...
-
-    def close(self) -> None: ...
-
-
-class _Member:
-    def __init__(self, broker: Broker) -> None:
-        self.transport = _KeptTransport()
-        self.connection = Connection(broker, max_frame_bytes=1 << 20)
-        self.connection.connection_made(self.transport)  # type: ignore[arg-type]
-
-    async def send(self, frame: bytes) -> bytes:
-        self.transport.out.clear()
-        self.transport.written = asyncio.get_running_loop().create_future()
-        self.connection.data_received(frame)
-        await self.transport.written
-        return self.transport.out[0]
-
-    async def call(self, api_key: int, version: int, body: dict[str, Any]) -> Any:
-        return decode(api_key, version, (await self.send(bytes(encode(api_key, version,
-                                                                       body))))[4:])
+async def _send(member: Member, frame: bytes) -> bytes:
+    """`frame` on the member's connection; its answer, once written."""
+    transport = member.transport
+    transport.out.clear()
+    transport.written = asyncio.get_running_loop().create_future()
+    member.connection.data_received(frame)
+    await transport.written
+    return transport.out[0]
 
 
 async def _commit_cost(directory: str, fsync: str, commits: int,
                        split: _Split | None = None, gap_s: float = 0.0,
                        pin: bool = False) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="commit-floor-", dir=directory) as scratch:
-        broker = Broker(defaults().with_overrides({
-            "log.dirs": str(Path(scratch) / "data"), "group.initial.rebalance.delay.ms": "0",
-            "offsets.commit.fsync": fsync}))
-        await broker.start()
+        broker = await started(Path(scratch), **{"offsets.commit.fsync": fsync})
         try:
-            while broker.groups.loader.loading:
-                await asyncio.sleep(0.01)
-            member = _Member(broker)
+            member = Member(broker)
             created = await member.call(_CREATE_TOPICS, 4, {
                 "topics": [{"name": "t", "num_partitions": _PARTITIONS, "replication_factor": 1,
                             "assignments": [], "configs": []}],
                 "timeout_ms": 10_000, "validate_only": False})
             assert created.topics[0].error_code.value == 0, created
-            join = {"group_id": "g", "session_timeout": 45_000, "rebalance_timeout": 60_000,
-                    "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
-                    "protocols": [{"name": "range", "metadata": subscription(["t"])}]}
-            join["member_id"] = (await member.call(_JOIN_GROUP, 5, join)).member_id
-            joined = await member.call(_JOIN_GROUP, 5, join)
-            await member.call(_SYNC_GROUP, 3, {
-                "group_id": "g", "generation_id": joined.generation_id,
-                "member_id": joined.member_id, "group_instance_id": None,
-                "assignments": [{"member_id": joined.member_id,
-                                 "assignment": assignment("t", list(range(_PARTITIONS)))}]})
+            member_id, generation = await member.join_and_sync("g")
             frame = bytearray(encode(_OFFSET_COMMIT, 9, {
-                "group_id": "g", "generation_id_or_member_epoch": joined.generation_id,
-                "member_id": joined.member_id, "group_instance_id": None,
+                "group_id": "g", "generation_id_or_member_epoch": generation,
+                "member_id": member_id, "group_instance_id": None,
                 "topics": [{"name": "t", "partitions": [
                     {"partition_index": p, "committed_offset": 1 << 40 | p,
                      "committed_leader_epoch": -1, "committed_metadata": ""}
                     for p in range(_PARTITIONS)]}]}))
             positions = [bytes(frame).index(struct.pack(">q", 1 << 40 | p))
                          for p in range(_PARTITIONS)]
-            ok = await member.send(_next(frame, positions, 0))
+            ok = await _send(member, _next(frame, positions, 0))
             if pin:
                 _pin_fsync_threads()
             reply = decode(_OFFSET_COMMIT, 9, ok[4:])
             assert all(p.error_code.value == 0 for t in reply.topics for p in t.partitions), reply
             for n in range(1, _WARMUP):
-                await member.send(_next(frame, positions, n))
+                await _send(member, _next(frame, positions, n))
             if split is not None:
                 split.reset()
             thread_before, process_before = time.thread_time(), time.process_time()
             wall_before = time.perf_counter()
             for n in range(_WARMUP, _WARMUP + commits):
-                await member.send(_next(frame, positions, n))
+                await _send(member, _next(frame, positions, n))
                 if gap_s:
                     await asyncio.sleep(gap_s)
             figures = {

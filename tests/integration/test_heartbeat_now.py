@@ -29,12 +29,16 @@ HEARTBEAT = 12
 class KeptTransport:
     def __init__(self) -> None:
         self.out: list[bytes] = []
+        # Completed by the next write, for a caller that awaits an answer without polling.
+        self.written: asyncio.Future[None] | None = None
 
     def get_extra_info(self, name: str) -> Any:
         return ("127.0.0.1", 5555) if name == "peername" else None
 
     def write(self, data: bytes) -> None:
         self.out.append(bytes(data))
+        if self.written is not None and not self.written.done():
+            self.written.set_result(None)
 
     def pause_reading(self) -> None: ...
 
