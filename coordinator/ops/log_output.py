@@ -16,8 +16,10 @@ do not go through here.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any, TextIO
 
 FLUSH_S = 0.1
@@ -49,27 +51,31 @@ class BufferedLines:
 
     def _write(self, line: str, *, now: bool) -> bool:
         """Write `line` (and flush when `now`); True when the flusher must be woken."""
-        me = threading.get_ident()
-        if self._holder == me:
+        if self._holder == threading.get_ident():
             self._reentered.append((line, now))
             return False
+        with self._held():
+            self.stream.write(line)
+            if self._write_reentered(now):
+                self.stream.flush()
+                self._unflushed = False
+                return False
+            if self._unflushed:
+                return False
+            self._unflushed = True
+            if self._flusher is None:
+                self._flusher = threading.Thread(target=self._flush_bursts, name="log-flush",
+                                                 daemon=True)
+                self._flusher.start()
+            return True
+
+    @contextlib.contextmanager
+    def _held(self) -> Iterator[None]:
+        """The lock, with this thread noted as its holder (see `_holder`)."""
         with self._lock:
-            self._holder = me
+            self._holder = threading.get_ident()
             try:
-                self.stream.write(line)
-                now = self._write_reentered(now)
-                if now:
-                    self.stream.flush()
-                    self._unflushed = False
-                    return False
-                if self._unflushed:
-                    return False
-                self._unflushed = True
-                if self._flusher is None:
-                    self._flusher = threading.Thread(target=self._flush_bursts,
-                                                     name="log-flush", daemon=True)
-                    self._flusher.start()
-                return True
+                yield
             finally:
                 self._holder = None
 
@@ -85,36 +91,28 @@ class BufferedLines:
         while True:
             self._wake.wait()
             time.sleep(self.flush_s)  # the rest of the burst
-            with self._lock:
-                self._holder = threading.get_ident()
+            with self._held():
+                # Cleared under the lock: a line written after this sets both again.
+                self._wake.clear()
+                self._write_reentered(False)
+                if not self._unflushed:
+                    continue
                 try:
-                    # Cleared under the lock: a line written after this sets both again.
-                    self._wake.clear()
-                    self._write_reentered(False)
-                    if not self._unflushed:
-                        continue
-                    try:
-                        self.stream.flush()
-                    except ValueError:  # the stream was closed: the process is ending
-                        return
-                    except OSError:
-                        # A pipe whose reader is slow (EAGAIN), a full disk: the lines stay
-                        # buffered; try again after another interval.
-                        self._wake.set()
-                        continue
-                    self._unflushed = False
-                finally:
-                    self._holder = None
+                    self.stream.flush()
+                except ValueError:  # the stream was closed: the process is ending
+                    return
+                except OSError:
+                    # A pipe whose reader is slow (EAGAIN), a full disk: the lines stay
+                    # buffered; try again after another interval.
+                    self._wake.set()
+                    continue
+                self._unflushed = False
 
     def flush(self) -> None:
-        with self._lock:
-            self._holder = threading.get_ident()
-            try:
-                self._write_reentered(False)
-                self.stream.flush()
-                self._unflushed = False
-            finally:
-                self._holder = None
+        with self._held():
+            self._write_reentered(False)
+            self.stream.flush()
+            self._unflushed = False
 
 
 class BufferedLogger:
