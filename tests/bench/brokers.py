@@ -44,12 +44,17 @@ class ProcStats:
         self.pid = pid
 
     def cpu_seconds(self) -> float:
+        user, system = self.user_system_seconds()
+        return user + system
+
+    def user_system_seconds(self) -> tuple[float, float]:
+        """CPU seconds in user space and in the kernel, all threads."""
         with open(f"/proc/{self.pid}/stat", "rb") as f:
             data = f.read()
         # Fields after the command name, which may itself contain spaces and parentheses.
         rest = data[data.rindex(b")") + 2:].split()
         utime, stime = int(rest[11]), int(rest[12])  # fields 14 and 15 of proc(5)
-        return (utime + stime) / _CLK_TCK
+        return utime / _CLK_TCK, stime / _CLK_TCK
 
     def rss_bytes(self) -> int:
         with open(f"/proc/{self.pid}/status", encoding="ascii") as f:

@@ -181,11 +181,14 @@ async def commit_run(broker: Broker, p: CommitParams,
         await asyncio.sleep(p.warmup_seconds)
         spy = None if profile is None else _start_profiler(broker.pid, profile, p.seconds)
         load.recording = True
-        cpu0, self0, t0 = stats.cpu_seconds(), self_cpu_seconds(), time.monotonic()
+        (user0, system0), self0, t0 = (stats.user_system_seconds(), self_cpu_seconds(),
+                                       time.monotonic())
         await asyncio.sleep(p.seconds)
         load.recording = False
-        cpu, own, elapsed = (stats.cpu_seconds() - cpu0, self_cpu_seconds() - self0,
-                             time.monotonic() - t0)
+        (user, system), own, elapsed = (stats.user_system_seconds(), self_cpu_seconds(),
+                                        time.monotonic())
+        user, system, own, elapsed = user - user0, system - system0, own - self0, elapsed - t0
+        cpu = user + system
         await asyncio.wait_for(load.finished, 30)
         if spy is not None:
             spy.wait(60)
@@ -204,6 +207,7 @@ async def commit_run(broker: Broker, p: CommitParams,
             "p50_ms": percentile(load.latencies, 50) * 1000,
             "p99_ms": percentile(load.latencies, 99) * 1000,
             "broker_cpu_us_per_commit": cpu / count * 1e6,
+            "broker_system_us_per_commit": system / count * 1e6,
             "broker_cpu_pct": cpu / elapsed * 100,
             "load_generator_cpu_pct": own / elapsed * 100,
             "partition_errors": load.errors,
