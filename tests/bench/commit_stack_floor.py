@@ -15,6 +15,9 @@ request in flight per member's connection) against three subjects, alternated ro
   commit (one fsync on the C fsync thread for the appends written while the last one ran), the
   answer (a prepared v9 response with the request's correlation id) queued in the request's slot
   and written. Everything else (metadata, the group's join and sync) is the real broker's;
+* `floor-gathered`: the floor, but an fsync starts only once every member's commit is waiting
+  (10) or 1 ms after the first of them: one fsync per 10 commits, what any durable broker could
+  at best make of this load, at the cost of the commits that wait for the others;
 * `floor-memory`: the floor without the write and the fsync: each commit is answered at once,
   as an in-memory broker would (what the event loop and the connection alone cost);
 * `mock`: librdkafka's in-memory mock cluster.
@@ -38,7 +41,9 @@ from typing import Any
 
 _OFFSET_COMMIT = 8
 _FLOOR_FILE = "commit-floor.log"
-_MODE_ENV = "REBALANCED_COMMIT_FLOOR"  # "durable" or "memory"
+_MODE_ENV = "REBALANCED_COMMIT_FLOOR"  # "durable", "gathered" or "memory"
+_GATHER = 10  # commits one fsync waits for in the "gathered" mode: one per member
+_GATHER_WAIT_S = 0.001
 
 
 def _v9_answer_tail(partitions: int) -> bytes:
@@ -91,7 +96,9 @@ def _serve(argv: list[str]) -> int:
     batch = _record_batch(10)
     tail = _v9_answer_tail(10)
     size = struct.pack(">i", 4 + len(tail))
-    state: dict[str, Any] = {"offload": None, "in_flight": False, "pending": []}
+    state: dict[str, Any] = {"offload": None, "in_flight": False, "pending": [], "timer": None}
+    mode = os.environ.get(_MODE_ENV, "durable")
+    gathered = mode == "gathered"
     receive = Connection._receive
 
     def synced(covered: list[tuple[Connection, Any, bytes]], error: int, _named: bool) -> None:
@@ -100,11 +107,28 @@ def _serve(argv: list[str]) -> int:
         for connection, slot, correlation in covered:
             connection.complete(slot, size + correlation + tail)
         state["in_flight"] = False
-        if state["pending"]:
+        ready()
+
+    def ready() -> None:
+        """Start the next fsync if its commits are waiting (all of them, when gathering)."""
+        pending = state["pending"]
+        if not pending or state["in_flight"]:
+            return
+        if not gathered or len(pending) >= _GATHER:
+            fsync()
+        elif state["timer"] is None:
+            state["timer"] = asyncio.get_running_loop().call_later(_GATHER_WAIT_S, waited)
+
+    def waited() -> None:
+        state["timer"] = None
+        if state["pending"] and not state["in_flight"]:
             fsync()
 
     def fsync() -> None:
         covered, state["pending"] = state["pending"], []
+        if state["timer"] is not None:
+            state["timer"].cancel()
+            state["timer"] = None
         state["in_flight"] = True
         offload = state["offload"]
         if offload is None:
@@ -124,13 +148,11 @@ def _serve(argv: list[str]) -> int:
         slot = self._reserve(None)
         os.write(fd, batch)
         state["pending"].append((self, slot, body[4:8]))
-        if not state["in_flight"]:
-            fsync()
+        ready()
         return True
 
-    memory = os.environ.get(_MODE_ENV) == "memory"
     Connection._receive = (  # type: ignore[method-assign]
-        memory_receive if memory else floor_receive)
+        memory_receive if mode == "memory" else floor_receive)
     return broker_main(argv)
 
 
@@ -148,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=3.0)
     args = parser.parse_args(args_in)
     params = CommitParams(seconds=args.seconds, version=9, in_flight=1)
-    subjects = ("rebalanced", "floor", "floor-memory", "mock")
+    subjects = ("rebalanced", "floor", "floor-gathered", "floor-memory", "mock")
     rows: dict[str, list[dict[str, Any]]] = {name: [] for name in subjects}
     with tempfile.TemporaryDirectory(prefix="commit-stack-floor-") as scratch:
         workdir = Path(scratch)
@@ -161,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
                     floor = name.startswith("floor")
                     entry = (("-m", "tests.bench.commit_stack_floor", "--serve") if floor
                              else ("-m", "coordinator"))
-                    mode = "memory" if name == "floor-memory" else "durable"
+                    mode = {"floor-memory": "memory", "floor-gathered": "gathered"}.get(
+                        name, "durable")
                     broker = Rebalanced(workdir, {"offsets.commit.fsync": "always"},
                                         entry=entry, environment={_MODE_ENV: mode})
                 broker.start()
