@@ -11,6 +11,8 @@ import urllib.parse
 from typing import Any
 
 _POLL_SECONDS = 0.01
+# The events that end a rebalance (forensics/journal_pass.py ends it on the same three).
+_REBALANCE_ENDS = frozenset({"group_stabilized", "group_empty", "group_dead"})
 
 
 class ControlError(RuntimeError):
@@ -197,8 +199,9 @@ class Control:
     def wait_for_member_removed(self, group_id: str, *, member_id: str | None = None,
                                 cause: str | None = None,
                                 timeout: float = 30.0) -> dict[str, Any]:
-        """Wait until a member (any, or `member_id`) was removed (with `cause`: session_expiry,
-        member_leave, disconnect, ...); the `member_removed` event."""
+        """Wait until a member (any, or `member_id`) was removed (with `cause`: leave,
+        session_expiry, rebalance_timeout, fenced, max_size, disconnect; docs/events.md); the
+        `member_removed` event."""
         return self._wait_event(
             group_id, f"member removed ({cause or 'any cause'})",
             lambda e: e["event_type"] == "member_removed"
@@ -206,15 +209,17 @@ class Control:
             and (cause is None or e.get("cause") == cause), timeout, 0)
 
     def pauses(self, group_id: str) -> list[int]:
-        """Each rebalance's paused time in ms: from `rebalance_started` to the next
-        `group_stabilized` (a rebalance still running counts up to now)."""
+        """Each rebalance's paused time in ms: from `rebalance_started` to the event that ends
+        it - `group_stabilized`, or `group_empty` / `group_dead` when the group emptied or was
+        deleted in it, as the forensics report and the group page end it (a rebalance still
+        running counts up to now)."""
         paused: list[int] = []
         started: int | None = None
         for event in self.events(group_id):
             kind = event["event_type"]
             if kind == "rebalance_started" and started is None:
                 started = int(event["ts_ms"])
-            elif kind == "group_stabilized" and started is not None:
+            elif kind in _REBALANCE_ENDS and started is not None:
                 paused.append(int(event["ts_ms"]) - started)
                 started = None
         if started is not None:

@@ -18,7 +18,7 @@ from kafka import TopicPartition as KafkaTopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from coordinator.testkit import RebalancedBroker
-from tests.testkit.clients import create_topic
+from tests.testkit.clients import PolledConsumer, create_topic
 
 
 def produce(bootstrap: str, topic: str, count: int, partitions: int = 2) -> None:
@@ -208,3 +208,19 @@ def test_killing_one_instance_of_three_pauses_the_group_within_budget(
             if instance.poll() is None:
                 instance.kill()
                 instance.wait()
+
+
+def test_a_group_its_last_member_leaves_is_not_paused_ever_after(
+        rebalanced_broker: RebalancedBroker) -> None:
+    # The leave starts a rebalance that the group's emptying ends (`group_empty`, no
+    # `group_stabilized`): its pause ends there, as the forensics report ends it.
+    bootstrap, control = rebalanced_broker.bootstrap, rebalanced_broker.control
+    create_topic(bootstrap, "audit", partitions=2)
+    with PolledConsumer(bootstrap, "audit-readers", "audit"):
+        control.wait_for_group("audit-readers", members=1, timeout=60)
+    control.wait_for_member_removed("audit-readers", cause="leave", timeout=30)
+    control.wait_for_group("audit-readers", state="Empty", members=0)
+    settled = control.pauses("audit-readers")
+    time.sleep(1.5)
+    assert control.pauses("audit-readers") == settled
+    assert control.assert_max_pause("audit-readers", 1_000) < 1_000
