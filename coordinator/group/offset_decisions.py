@@ -25,6 +25,7 @@ from coordinator.group import offset_commands as oc
 from coordinator.group.classic.state import GroupState
 from coordinator.group.embedded_protocol import subscribed_topics
 from coordinator.group.offsets import (
+    CommitTopics,
     FetchedOffset,
     GroupExpiryView,
     OffsetStore,
@@ -67,6 +68,28 @@ def _unstorable(text: str) -> bool:
         text.encode()) > MAX_STORED_STRING_BYTES
 
 
+def _names_a_known_partition(topics: CommitTopics,
+                             topic_exists: Callable[[str, int], bool]) -> bool:
+    """Whether any partition of the commit exists; a commit's first partition nearly always
+    does, so this is one lookup."""
+    if topics:
+        topic, partitions = topics[0]
+        if partitions and topic_exists(topic, partitions[0][0]):
+            return True
+    return any(topic_exists(topic, entry[0]) for topic, partitions in topics
+               for entry in partitions)
+
+
+def _errors_for(topics: CommitTopics, topic_exists: Callable[[str, int], bool],
+                error: ErrorCode | None) -> PartitionErrors:
+    """UNKNOWN_TOPIC_OR_PARTITION on the partitions that do not exist, `error` on the
+    others."""
+    unknown = ErrorCode.unknown_topic_or_partition
+    return [(topic, [(entry[0], error if error is not None and topic_exists(topic, entry[0])
+                      else unknown) for entry in partitions])
+            for topic, partitions in topics]
+
+
 class GroupOffsets:
     def __init__(self, groups: GroupCoordinatorService, offsets: OffsetStore) -> None:
         self.groups = groups
@@ -87,6 +110,12 @@ class GroupOffsets:
             # The group log keys offsets by group id with an int16 length: a longer id could
             # never be written. Kafka answers a group id it cannot use INVALID_GROUP_ID.
             return CommitDecision(ErrorCode.invalid_group_id, [], [], Result())
+        if not _names_a_known_partition(cmd.topics, topic_exists):
+            # Kafka answers unknown topics and partitions before the coordinator sees the
+            # request (`KafkaApis.handleOffsetCommitRequest`); with nothing left, the group is
+            # neither asked nor created.
+            return CommitDecision(None, _errors_for(cmd.topics, topic_exists, None), [],
+                                  Result())
         group_known = self.groups.group(cmd.group_id) is not None
         error, result = self.groups.validate_offset_commit(
             cmd.group_id, cmd.member_id, cmd.generation_id, cmd.group_instance_id, now_ms,
@@ -96,7 +125,9 @@ class GroupOffsets:
         if error is ErrorCode.illegal_generation and not group_known and api_version >= 9:
             error = ErrorCode.group_id_not_found  # KIP-848 changed this answer from v9 on
         if error is not None:
-            return CommitDecision(error, [], [], result)
+            # The group's refusal on the partitions that exist; the others stay unknown.
+            return CommitDecision(error, _errors_for(cmd.topics, topic_exists, error), [],
+                                  result)
         expire = expire_timestamp_ms(cmd.retention_time_ms, now_ms)
         errors, records = self.offsets.commit(
             cmd.group_id, cmd.topics, now_ms, topic_exists=topic_exists, expire_timestamp=expire,

@@ -178,7 +178,8 @@ class GroupCoordinatorService:
         decision = self.offsets.commit(cmd, api_version, now_ms, topic_exists, pending)
         result = decision.result
         if decision.error is not None:
-            result.replies.append(Reply(cmd.ref, oc.OffsetCommitOutcome.failed(
+            result.replies.append(Reply(cmd.ref, oc.OffsetCommitOutcome.from_errors(
+                decision.errors) if decision.errors else oc.OffsetCommitOutcome.failed(
                 cmd, decision.error)))
             return result
         result.replies.append(Reply(cmd.ref, oc.OffsetCommitOutcome.from_errors(

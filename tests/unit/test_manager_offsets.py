@@ -6,6 +6,8 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.group.classic.state import GroupState
 from coordinator.group.config import GroupConfig
+from coordinator.group.offset_commands import OffsetCommit
+from coordinator.group.result import RequestRef
 from coordinator.group.service import GroupCoordinatorService
 from coordinator.grouplog.records import GroupMetadataRecord
 from tests.builders import JoinGroupBuilder, describe, heartbeat, leave, list_groups, sync
@@ -126,3 +128,39 @@ def test_new_member_id_is_injected() -> None:
     cmd = JoinGroupBuilder(client_id="cid").build()
     result = service.handle(cmd, 0)
     assert result.replies[0].outcome.member_id == "cid-fixed" and seen == ["cid"]
+
+
+def _known(topic: str, partition: int) -> bool:
+    return topic == "t" and partition < 2
+
+
+def _offset_commit(ctx: GroupTestContext, group: str, generation: int, member: str,
+                   topics: tuple[tuple[str, tuple[int, ...]], ...]) -> list[object]:
+    ref = RequestRef(1, 1_000_000 + len(ctx.sent))
+    command = OffsetCommit(ref=ref, group_id=group, generation_id=generation, member_id=member,
+                           topics=tuple((t, tuple((p, 5, -1, "") for p in ps)) for t, ps in topics))
+    ctx.sent[ref] = command  # type: ignore[assignment]
+    ctx.apply(ctx.service.offset_commit(command, 8, ctx.now_ms, _known, pending=False))
+    return list(ctx.reply(ref).topics)
+
+
+def test_commit_to_unknown_partitions_only_neither_asks_nor_creates_the_group() -> None:
+    # Kafka answers unknown topics before the coordinator sees the request
+    # (KafkaApis.handleOffsetCommitRequest): no group is created, none refuses.
+    ctx = GroupTestContext()
+    unknown = ErrorCode.unknown_topic_or_partition
+    assert _offset_commit(ctx, "solo", -1, "", (("nope", (0,)), ("t", (7,)))) == [
+        ("nope", ((0, unknown),)), ("t", ((7, unknown),))]
+    assert ctx.service.group("solo") is None
+    ctx.stable_group(1)
+    assert _offset_commit(ctx, "g", 1, "ghost", (("nope", (0,)),)) == [("nope", ((0, unknown),))]
+
+
+def test_group_refusal_keeps_unknown_partitions_unknown() -> None:
+    ctx = GroupTestContext()
+    a = ctx.stable_group(1)[0]
+    assert _offset_commit(ctx, "g", 4, a, (("t", (0, 5)), ("nope", (1,)))) == [
+        ("t", ((0, ErrorCode.illegal_generation), (5, ErrorCode.unknown_topic_or_partition))),
+        ("nope", ((1, ErrorCode.unknown_topic_or_partition),))]
+    assert _offset_commit(ctx, "g", 1, a, (("t", (0, 5)),)) == [
+        ("t", ((0, ErrorCode.none), (5, ErrorCode.unknown_topic_or_partition)))]

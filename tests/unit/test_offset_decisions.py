@@ -33,7 +33,8 @@ def core_with_standalone_offsets() -> tuple[GroupTestContext, GroupOffsets]:
 def test_a_commit_to_an_unknown_group_with_a_generation_is_refused_by_version() -> None:
     ctx = GroupTestContext()
     core = GroupOffsets(ctx.service, OffsetStore())
-    cmd = oc.OffsetCommit(ref=REF, group_id="nobody", generation_id=3, member_id="m")
+    cmd = oc.OffsetCommit(ref=REF, group_id="nobody", generation_id=3, member_id="m",
+                          topics=(("t", ((0, 1, -1, ""),)),))
     exists = lambda topic, partition: True  # noqa: E731
     assert core.commit(cmd, 8, 0, exists).error is ErrorCode.illegal_generation
     assert core.commit(cmd, 9, 0, exists).error is ErrorCode.group_id_not_found
