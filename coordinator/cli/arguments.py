@@ -24,13 +24,31 @@ def required_subcommands(parser: argparse.ArgumentParser, dest: str,
     return subcommands
 
 
+def positive_seconds(text: str) -> float:
+    """A `--timeout`: a number of seconds above 0 (a socket cannot wait less)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number of seconds: {text!r}") from None
+    if not seconds > 0 or seconds == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, not {text!r}")
+    return seconds
+
+
+def group_id(text: str) -> str:
+    """A GROUP argument: Kafka has no group with an empty id."""
+    if not text:
+        raise argparse.ArgumentTypeError("a group id cannot be empty")
+    return text
+
+
 def connection_arguments(timeout_s: float) -> OneLineParser:
     """A parent parser: the broker, the client properties of a secured listener, the timeout
     and the output format."""
     common = OneLineParser(add_help=False)
     common.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
                         help=f"the broker to talk to (default: {DEFAULT_BOOTSTRAP})")
-    common.add_argument("--timeout", type=float, default=timeout_s, metavar="SECONDS",
+    common.add_argument("--timeout", type=positive_seconds, default=timeout_s, metavar="SECONDS",
                         help=f"give up on the broker after this long (default: {timeout_s:g})")
     common.add_argument("--json", action="store_true", help="print JSON instead of a table")
     common.add_argument("--command-config", type=Path, metavar="FILE",

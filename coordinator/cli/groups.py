@@ -20,7 +20,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from coordinator.cli.admin import AdminError, GroupAdmin, GroupDescription, Member
-from coordinator.cli.arguments import OneLineParser, connection_arguments, required_subcommands
+from coordinator.cli.arguments import (
+    OneLineParser,
+    connection_arguments,
+    group_id,
+    required_subcommands,
+)
 from coordinator.cli.reset import (
     PartitionRange,
     ResetSpec,
@@ -52,7 +57,7 @@ def argument_parser() -> argparse.ArgumentParser:
     describe = commands.add_parser(
         "describe", parents=[common], allow_abbrev=False,
         help="a group's offsets and lag (default), members, or state")
-    describe.add_argument("group", metavar="GROUP")
+    describe.add_argument("group", metavar="GROUP", type=group_id)
     view = describe.add_mutually_exclusive_group()
     view.add_argument("--offsets", action="store_const", dest="view", const="offsets",
                       help="committed offsets, log-end offsets and lag per partition (default)")
@@ -66,7 +71,7 @@ def argument_parser() -> argparse.ArgumentParser:
     reset = commands.add_parser(
         "reset-offsets", parents=[common], allow_abbrev=False,
         help="move a stopped group's committed offsets (dry run unless --execute)")
-    reset.add_argument("group", metavar="GROUP")
+    reset.add_argument("group", metavar="GROUP", type=group_id)
     scope = reset.add_mutually_exclusive_group(required=True)
     scope.add_argument("--topic", action="append", metavar="TOPIC[:P,...]",
                        help="a topic, or some of its partitions (repeatable)")
@@ -91,13 +96,13 @@ def argument_parser() -> argparse.ArgumentParser:
     delete_offsets = commands.add_parser(
         "delete-offsets", parents=[common], allow_abbrev=False,
         help="delete a group's committed offsets for topics or partitions")
-    delete_offsets.add_argument("group", metavar="GROUP")
+    delete_offsets.add_argument("group", metavar="GROUP", type=group_id)
     delete_offsets.add_argument("--topic", action="append", required=True,
                                 metavar="TOPIC[:P,...]", help="repeatable")
 
     delete = commands.add_parser("delete", parents=[common], allow_abbrev=False,
                                  help="delete groups that have no members")
-    delete.add_argument("groups", metavar="GROUP", nargs="+")
+    delete.add_argument("groups", metavar="GROUP", nargs="+", type=group_id)
     return parser
 
 
@@ -357,10 +362,14 @@ def _check_before_connecting(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-    args = argument_parser().parse_args(list(argv))
-    admin: GroupAdmin | None = None
+    parser = argument_parser()
+    args = parser.parse_args(list(argv))
     try:
         _check_before_connecting(args)
+    except ResetSpecError as exc:
+        parser.error(str(exc))  # a mistake in the options: one line and exit 2, as argparse's
+    admin: GroupAdmin | None = None
+    try:
         try:
             security = client_config(args.command_config)
         except CommandError as exc:

@@ -222,8 +222,8 @@ def cmd_acls(args: argparse.Namespace) -> int:
         (p, AclPermissionType.DENY) for p in args.deny_principal or ()]
     if not principals or not args.operation:
         raise CommandError("give --allow-principal or --deny-principal, and --operation")
-    bindings = [AclBinding(resource_type, name, pattern, principal, args.host,
-                           AclOperation[operation.upper()], permission)
+    bindings = [AclBinding(resource_type, name, pattern, principal, args.host, operation,
+                           permission)
                 for principal, permission in principals for operation in args.operation]
     if args.action == "add":
         for future in admin.create_acls(bindings, request_timeout=args.timeout).values():
@@ -274,10 +274,29 @@ def argument_parser(command: str) -> argparse.ArgumentParser:
             continue
         sub.add_argument("--allow-principal", action="append", metavar="TYPE:NAME")
         sub.add_argument("--deny-principal", action="append", metavar="TYPE:NAME")
-        sub.add_argument("--operation", action="append", metavar="OP",
-                         help="Read, Write, Create, Delete, Alter, Describe, All, ...")
+        sub.add_argument("--operation", action="append", metavar="OP", type=acl_operation,
+                         help=f"one of {', '.join(_OPERATION_NAMES)}")
         sub.add_argument("--host", default="*", metavar="HOST")
     return parser
+
+
+# The operations an ACL can name, as kafka-acls.sh spells them (`--operation ClusterAction`).
+_OPERATION_NAMES = ("All", "Read", "Write", "Create", "Delete", "Alter", "Describe",
+                    "ClusterAction", "DescribeConfigs", "AlterConfigs", "IdempotentWrite")
+_UPPER_SNAKE = re.compile(r"(?<=[a-z])(?=[A-Z])")  # where ClusterAction gets its underscore
+
+
+def acl_operation(text: str) -> Any:
+    """`--operation`: one of `_OPERATION_NAMES`, in any case, with or without underscores;
+    the client library's `AclOperation`."""
+    from confluent_kafka.admin import AclOperation
+
+    wanted = text.replace("_", "").replace("-", "").lower()
+    for name in _OPERATION_NAMES:
+        if name.lower() == wanted:
+            return AclOperation[_UPPER_SNAKE.sub("_", name).upper()]
+    raise argparse.ArgumentTypeError(
+        f"unknown operation {text!r} (choose from {', '.join(_OPERATION_NAMES)})")
 
 
 def main(command: str, argv: Sequence[str]) -> int:

@@ -189,3 +189,12 @@ def test_mistakes_are_one_line_and_nonzero(live: BrokerProcess) -> None:
         live, "reset-offsets", group, "--topic", f"{TOPIC}:x", "--to-earliest"))
     usage = groups_cli(live, "reset-offsets", group, "--to-earliest")
     assert usage.returncode == 2 and len(usage.stderr.strip().splitlines()) == 1
+    # Option mistakes are usage errors (exit 2), found before any broker is asked.
+    for args in (("describe", ""), ("delete-offsets", "", "--topic", TOPIC),
+                 ("reset-offsets", "", "--topic", TOPIC, "--to-earliest"), ("delete", "g", ""),
+                 ("list", "--timeout", "-1"), ("list", "--timeout", "0"),
+                 ("reset-offsets", group, "--topic", TOPIC, "--to-offset", "-1")):
+        mistake = groups_cli(live, *args)
+        assert mistake.returncode == 2, (args, mistake.stderr)
+        (line,) = mistake.stderr.strip().splitlines()
+        assert line.startswith("rebalanced groups") and ": error: " in line

@@ -1,0 +1,47 @@
+"""The operators' commands refuse option mistakes before asking a broker: one line, exit 2."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka.admin import AclOperation
+
+from coordinator.cli import groups, security
+
+
+@pytest.mark.parametrize("argv", [
+    ["describe", ""],
+    ["delete", "billing", ""],
+    ["list", "--timeout", "-1"],
+    ["list", "--timeout", "0"],
+    ["list", "--timeout", "nan"],
+    ["reset-offsets", "billing", "--all-topics", "--to-offset", "-1"],
+    ["reset-offsets", "billing", "--topic", "orders:x", "--to-earliest"],
+])
+def test_group_command_mistakes_are_usage_errors(
+        argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        groups.main([*argv, "--bootstrap-server", "127.0.0.1:1"])
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and error[0].startswith("rebalanced groups")
+    assert ": error: " in error[0]
+
+
+@pytest.mark.parametrize(("spelled", "operation"), [
+    ("Read", AclOperation.READ), ("describe", AclOperation.DESCRIBE),
+    ("ClusterAction", AclOperation.CLUSTER_ACTION),
+    ("DESCRIBE_CONFIGS", AclOperation.DESCRIBE_CONFIGS),
+    ("IdempotentWrite", AclOperation.IDEMPOTENT_WRITE), ("All", AclOperation.ALL),
+])
+def test_acl_operations_as_kafka_acls_spells_them(spelled: str, operation: AclOperation) -> None:
+    assert security.acl_operation(spelled) is operation
+
+
+def test_an_unknown_acl_operation_names_the_known_ones(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        security.main("acls", ["add", "--allow-principal", "User:b", "--operation", "Fly",
+                               "--group", "x"])
+    assert stopped.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "unknown operation 'Fly'" in line and "ClusterAction" in line
