@@ -25,6 +25,7 @@ from coordinator.group import offset_commands as oc
 from coordinator.group.classic.state import GroupState
 from coordinator.group.embedded_protocol import subscribed_topics
 from coordinator.group.offsets import (
+    CONSUMER_PROTOCOL_TYPE,
     CommitTopics,
     FetchedOffset,
     GroupExpiryView,
@@ -214,6 +215,10 @@ class GroupOffsets:
         """OffsetDelete: refused for a group the runtime does not serve now, an unknown or
         Dead group, and a live group whose subscriptions cannot be read; a topic the group
         subscribes to keeps its offsets."""
+        if not cmd.group_id:
+            # Kafka (`GroupCoordinatorService.deleteOffsets`) refuses the empty group id here,
+            # though OffsetCommit takes it for backward compatibility.
+            return oc.OffsetDeleteOutcome(error=ErrorCode.invalid_group_id), Result()
         refused = refusal(cmd.group_id)
         if refused is not None:
             return oc.OffsetDeleteOutcome(error=refused), Result()
@@ -223,11 +228,16 @@ class GroupOffsets:
         ):
             return oc.OffsetDeleteOutcome(error=ErrorCode.group_id_not_found), Result()
         subscribed = self.subscriptions(cmd.group_id)
-        if group is not None and group.members and subscribed is None:
-            # A live group whose subscriptions we cannot read (not the consumer protocol):
-            # Kafka refuses to delete its offsets.
+        live_classic = group is not None and bool(group.members)
+        if group is not None and live_classic and group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            # Kafka (`ClassicGroup.validateOffsetDelete`) refuses a live group that does not
+            # use the consumer protocol: nothing says which topics it reads.
             return oc.OffsetDeleteOutcome(error=ErrorCode.non_empty_group), Result()
-        errors, tombstones = self.offsets.delete(cmd.group_id, cmd.topics, subscribed or set())
+        # A live consumer-protocol group whose subscriptions are not known (its first
+        # rebalance has chosen no protocol yet, or a member's metadata does not parse) reads
+        # every topic as far as Kafka's `isSubscribedToTopic` can tell.
+        errors, tombstones = self.offsets.delete(cmd.group_id, cmd.topics, subscribed or set(),
+                                                 every_topic=live_classic and subscribed is None)
         return oc.OffsetDeleteOutcome.from_errors(errors), Result(records=list(tombstones))
 
     def delete_groups(
@@ -322,7 +332,8 @@ class GroupOffsets:
         if consumer_group is not None:
             return set(consumer_group.subscription_metadata) if consumer_group.members else None
         group = self.groups.group(group_id)
-        if group is None or group.protocol_type != "consumer" or not group.members:
+        if (group is None or group.protocol_type != CONSUMER_PROTOCOL_TYPE or not group.members
+                or group.protocol_name is None):  # no generation has chosen a protocol yet
             return None
         topics: set[str] = set()
         for member in group.members.values():

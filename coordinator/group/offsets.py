@@ -235,19 +235,22 @@ class OffsetStore:
         group_id: str,
         topic_partitions: TopicPartitions,
         subscribed_topics: AbstractSet[str],
+        *,
+        every_topic: bool = False,
     ) -> tuple[PartitionErrors, list[OffsetCommitRecord]]:
         """OffsetDelete: GROUP_SUBSCRIBED_TO_TOPIC for topics the group still consumes, else NONE
         with a tombstone when an offset exists (deleting a missing offset is not an error).
 
         `subscribed_topics` are the topics the group consumes, as the core decides it (Kafka's
-        `isSubscribedToTopic`; empty for an Empty group).
+        `isSubscribedToTopic`; empty for an Empty group); `every_topic` counts every topic as
+        consumed (a live consumer-protocol group whose subscriptions are not known).
         """
         committed = self._offsets.get(group_id, {})
         errors: PartitionErrors = []
         records: list[OffsetCommitRecord] = []
         seen: set[tuple[str, int]] = set()
         for topic, partitions in topic_partitions:
-            subscribed = topic in subscribed_topics
+            subscribed = every_topic or topic in subscribed_topics
             topic_errors: list[tuple[int, ErrorCode]] = []
             errors.append((topic, topic_errors))
             for partition in partitions:

@@ -228,3 +228,49 @@ def test_the_steady_commit_does_what_the_full_checks_do() -> None:
                         == full.service.classic.validate_offset_commit_in_full(
                             "g", member, generation, None, ctx.now_ms, 100)[0]), name
     assert taken >= 10  # the steady state was exercised in every scenario that has one
+
+
+def _delete(core: GroupOffsets, group: str, topic: str = "t") -> oc.OffsetDeleteOutcome:
+    outcome, _ = core.delete_offsets(
+        oc.OffsetDelete(ref=REF, group_id=group, topics=((topic, (0,)),)), lambda g: None)
+    return outcome
+
+
+def test_a_group_in_its_first_rebalance_keeps_its_offsets() -> None:
+    # A standalone commit made the group; a consumer joins and no generation has chosen a
+    # protocol yet: Kafka's `isSubscribedToTopic` counts every topic as subscribed.
+    ctx, core = core_with_standalone_offsets()
+    ctx.join_dynamic(JoinGroupBuilder(group="solo").with_protocols(
+        *protocols("range", metadata=subscription(["t"]))))
+    assert ctx.group("solo").protocol_name is None and ctx.group("solo").members
+    outcome = _delete(core, "solo")
+    assert outcome.error is ErrorCode.none
+    assert outcome.topics == (("t", ((0, ErrorCode.group_subscribed_to_topic),)),)
+    assert core.offsets.fetch("solo", [("t", [0])])[0].offset == 5
+
+
+def test_unreadable_subscriptions_of_a_consumer_group_count_as_every_topic() -> None:
+    ctx = GroupTestContext()
+    core = GroupOffsets(ctx.service, OffsetStore())
+    ctx.stable_group(1, group="c", offered=protocols("range", metadata=b"\x00\x07junk"))
+    outcome = _delete(core, "c", topic="anything")
+    assert outcome.error is ErrorCode.none
+    assert outcome.topics == (("anything", ((0, ErrorCode.group_subscribed_to_topic),)),)
+
+
+def test_a_live_group_of_another_protocol_type_is_not_empty() -> None:
+    ctx = GroupTestContext()
+    core = GroupOffsets(ctx.service, OffsetStore())
+    ctx.stable_group(1, group="w", protocol_type="connect")
+    assert _delete(core, "w").error is ErrorCode.non_empty_group
+
+
+def test_offsets_of_the_empty_group_id_are_not_deleted() -> None:
+    ctx = GroupTestContext()
+    core = GroupOffsets(ctx.service, OffsetStore())
+    commit = oc.OffsetCommit(ref=REF, group_id="", topics=(("t", ((0, 5, -1, ""),)),))
+    decision = core.commit(commit, 8, ctx.now_ms, lambda topic, partition: True)
+    assert decision.error is None  # OffsetCommit takes it, for backward compatibility
+    core.offsets.apply_all(decision.records)
+    assert _delete(core, "").error is ErrorCode.invalid_group_id
+    assert core.offsets.fetch("", [("t", [0])])[0].offset == 5
