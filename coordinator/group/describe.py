@@ -49,7 +49,9 @@ def _describe_group(classic: ClassicGroups, consumer: ConsumerGroupCoordinator, 
                                else f"Group {group_id} not found."),
                 state=GroupState.DEAD.value,
             )
-        return DescribedGroup(group_id=group_id, state=GroupState.DEAD.value)
+        # Kafka fills in the operations of every group answered without an error, Dead too.
+        return DescribedGroup(group_id=group_id, state=GroupState.DEAD.value,
+                              authorized_operations=_operations(cmd))
     stable = group.is_state(GroupState.STABLE) and group.protocol_name is not None
     protocol = group.protocol_name if stable else None
     return DescribedGroup(
@@ -68,15 +70,17 @@ def _describe_group(classic: ClassicGroups, consumer: ConsumerGroupCoordinator, 
             )
             for m in group.members.values()
         ),
-        authorized_operations=(
-            GROUP_AUTHORIZED_OPERATIONS if cmd.include_authorized_operations else -(2**31)
-        ),
+        authorized_operations=_operations(cmd),
     )
+
+
+def _operations(cmd: c.DescribeGroups) -> int:
+    return GROUP_AUTHORIZED_OPERATIONS if cmd.include_authorized_operations else -(2**31)
 
 
 def list_groups(classic: ClassicGroups, consumer: ConsumerGroupCoordinator,
                 cmd: c.ListGroups) -> ListGroupsOutcome:
-    states = {s.lower() for s in cmd.states_filter}
+    states = {s.lower().strip() for s in cmd.states_filter}  # as Kafka: trimmed too
     types = {t.lower() for t in cmd.types_filter}
     classic_groups: tuple[ListedGroup, ...] = ()
     if not types or "classic" in types:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from kio.schema.errors import ErrorCode
 
 from coordinator.group.classic.state import GroupState
@@ -113,7 +115,13 @@ def test_describe_and_list() -> None:
     assert v6.error is ErrorCode.group_id_not_found
     listed = ctx.send(list_groups(states=frozenset({"stable"}))).groups
     assert [g.group_id for g in listed] == ["g"]
+    # Kafka trims each state as it lowers its case.
+    padded = ctx.send(list_groups(states=frozenset({" Stable", "empty "}))).groups
+    assert sorted(g.group_id for g in padded) == ["g", "h"]
     assert ctx.send(list_groups(types=frozenset({"consumer"}))).groups == ()
+    # The operations are filled in for every group answered without an error, a Dead one too.
+    with_operations = replace(describe("g", "missing"), include_authorized_operations=True)
+    assert {d.authorized_operations for d in ctx.send(with_operations).groups} == {328}
     assert len(ctx.send(list_groups()).groups) == 2
 
 
