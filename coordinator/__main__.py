@@ -303,18 +303,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     gc.disable()
     try:
         from coordinator.runtime.broker import Broker
-        from coordinator.settings import ConfigError, load
+        from coordinator.settings import ConfigError, load, log_setting_warnings
         from protocol.server import new_event_loop
     finally:
         gc.enable()
 
     configure_logging()
     try:
-        settings, args = load(argv)
+        settings, args = load(argv, defer_warnings=True)
     except ConfigError as exc:
         print(f"rebalanced: configuration error: {exc}", file=sys.stderr)
         return 2
     configure_logging(log_format=settings["log.format"])
+    log_setting_warnings(args.setting_warnings)
     from coordinator.security.listeners import listener_security
 
     try:

@@ -538,8 +538,14 @@ def argument_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def log_setting_warnings(warnings: Sequence[tuple[str, dict[str, Any]]]) -> None:
+    for event, fields in warnings:
+        structlog.get_logger("rebalanced.settings").warning(event, **fields)
+
+
 def load(argv: Sequence[str] | None = None,
-         environ: Mapping[str, str] | None = None) -> tuple[BrokerSettings, argparse.Namespace]:
+         environ: Mapping[str, str] | None = None, *,
+         defer_warnings: bool = False) -> tuple[BrokerSettings, argparse.Namespace]:
     parser = argument_parser()
     args, rest = parser.parse_known_args(argv)
     # `--listener.name.<listener>.<key> VALUE`: per-listener settings have open-ended names.
@@ -601,13 +607,23 @@ def load(argv: Sequence[str] | None = None,
                          and name not in _ENV_NAMES and name not in _OTHER_ENV
                          and name not in listener_env)
     settings = defaults().with_overrides(overrides)
+    # With `defer_warnings` the caller logs `args.setting_warnings` itself, once its logging
+    # has the format these settings choose.
+    warnings: list[tuple[str, dict[str, Any]]] = []
     if unknown_env:
-        structlog.get_logger("rebalanced.settings").warning(
-            "environment variables naming no setting ignored", variables=unknown_env)
-    _check_listeners(settings)
+        warnings.append(("environment variables naming no setting ignored",
+                         {"variables": unknown_env}))
+    try:
+        _check_listeners(settings)
+    except ConfigError:
+        log_setting_warnings(warnings)  # a misspelt variable may be why
+        raise
     if ignored:
-        structlog.get_logger("rebalanced.settings").warning(
-            "settings not used by this broker ignored", file=str(args.config), keys=ignored)
+        warnings.append(("settings not used by this broker ignored",
+                         {"file": str(args.config), "keys": ignored}))
+    args.setting_warnings = warnings
+    if not defer_warnings:
+        log_setting_warnings(warnings)
     if settings["group.min.session.timeout.ms"] > settings["group.max.session.timeout.ms"]:
         raise ConfigError("group.min.session.timeout.ms exceeds group.max.session.timeout.ms")
     budget = settings["queued.max.request.bytes"]

@@ -68,3 +68,19 @@ def test_a_broker_started_ignoring_sighup_keeps_ignoring_it(tmp_path: Path) -> N
     finally:
         broker.stop()
     assert broker.proc.returncode == 0
+
+
+def test_a_configuration_warning_is_written_in_the_chosen_format(tmp_path: Path) -> None:
+    """`--log.format console`: the warning about a server.properties key the broker does not
+    use is a console line too, not the JSON of the format before the settings were read."""
+    properties = tmp_path / "server.properties"
+    properties.write_text("log.retention.hours=5\n")
+    broker = BrokerProcess(tmp_path / "data")
+    broker.flags = ["--config", str(properties), "--log.format", "console"]
+    broker.start()
+    try:
+        lines = broker.log_text().splitlines()
+        warning = next(line for line in lines if "settings not used by this broker" in line)
+        assert not warning.startswith("{") and "log.retention.hours" in warning
+    finally:
+        broker.stop()

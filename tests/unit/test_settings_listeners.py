@@ -119,3 +119,12 @@ def test_the_fault_commands_mistakes_are_one_line_and_exit_2(
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("rebalanced faults"), err
         assert ": error: " in err
+
+
+def test_deferred_warnings_are_left_to_the_caller() -> None:
+    with structlog.testing.capture_logs() as logs:
+        _, args = load([], {"REBALANCED_ADVERTISED_LISTENER": "PLAINTEXT://h:1"},
+                       defer_warnings=True)
+    assert logs == []
+    assert args.setting_warnings == [("environment variables naming no setting ignored",
+                                      {"variables": ["REBALANCED_ADVERTISED_LISTENER"]})]
