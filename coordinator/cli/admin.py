@@ -372,5 +372,7 @@ def kafka_python_error_text(error: Any) -> str:
     name = getattr(error, "__name__", None) or type(error).__name__
     description = getattr(error, "description", "") or ""
     message = str(error) if not isinstance(error, type) else ""
+    if message.startswith(f"{name}: "):  # kafka-python's errors name their class themselves
+        message = message[len(name) + 2:]
     parts = [name] + [p for p in (message, description) if p and p != name]
     return " ".join(": ".join(parts).split())

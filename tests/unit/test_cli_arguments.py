@@ -45,3 +45,12 @@ def test_an_unknown_acl_operation_names_the_known_ones(
     assert stopped.value.code == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "unknown operation 'Fly'" in line and "ClusterAction" in line
+
+
+def test_a_kafka_python_error_is_named_once() -> None:
+    from kafka.errors import KafkaTimeoutError
+
+    from coordinator.cli.admin import kafka_python_error_text
+
+    text = kafka_python_error_text(KafkaTimeoutError("Unable to bootstrap from 127.0.0.1:1"))
+    assert text == "KafkaTimeoutError: Unable to bootstrap from 127.0.0.1:1"
