@@ -52,7 +52,10 @@ def main(argv: Sequence[str]) -> int:
     args = parser.parse_args(list(argv))
     if not args.control:
         parser.exit(2, "rebalanced faults: no endpoint: --control or REBALANCED_CONTROL\n")
-    control = Control(args.control, args.token)
+    try:
+        control = Control(args.control, args.token)
+    except ValueError as exc:
+        parser.exit(2, f"rebalanced faults: {exc}\n")
     try:
         if args.command == "add":
             text = args.rule

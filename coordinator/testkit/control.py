@@ -69,8 +69,15 @@ class Fault:
 class Control:
     def __init__(self, url: str, token: str) -> None:
         parsed = urllib.parse.urlsplit(url)
-        self.host = parsed.hostname or "127.0.0.1"
-        self.port = parsed.port or 80
+        try:
+            port = parsed.port
+        except ValueError:
+            port = None
+        if parsed.scheme != "http" or not parsed.hostname or port is None:
+            raise ValueError(f"not a test control endpoint: {url!r} (expected http://HOST:PORT)")
+        self.url = url
+        self.host = parsed.hostname
+        self.port = port
         self.token = token
         self._connection: http.client.HTTPConnection | None = None
 
@@ -89,13 +96,24 @@ class Control:
             try:
                 self._connection.request(method, path, body=data, headers=headers)
                 response = self._connection.getresponse()
-                payload = json.loads(response.read() or b"null")
+                body_bytes = response.read()
                 break
-            except (ConnectionError, http.client.HTTPException):
+            except (ConnectionError, http.client.HTTPException) as exc:
                 self.close()  # a kept-alive connection the broker closed: once more
                 if attempt == 2:
-                    raise
+                    raise ControlError(f"cannot reach the test control endpoint at {self.url}: "
+                                       f"{exc.strerror or exc}" if isinstance(exc, OSError)
+                                       else f"{self.url}: {exc!r}") from None
+            except OSError as exc:  # timed out, no route, ...
+                self.close()
+                raise ControlError(f"cannot reach the test control endpoint at {self.url}: "
+                                   f"{exc.strerror or exc}") from None
         status = response.status
+        try:
+            payload = json.loads(body_bytes or b"null")
+        except ValueError:
+            raise ControlError(f"{self.url} is not a test control endpoint: {method} {path} "
+                               f"answered HTTP {status} without JSON") from None
         if status == 400:
             raise ValueError(payload.get("error", "bad request"))
         if status == 401:

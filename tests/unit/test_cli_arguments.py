@@ -54,3 +54,36 @@ def test_a_kafka_python_error_is_named_once() -> None:
 
     text = kafka_python_error_text(KafkaTimeoutError("Unable to bootstrap from 127.0.0.1:1"))
     assert text == "KafkaTimeoutError: Unable to bootstrap from 127.0.0.1:1"
+
+
+def test_a_wrong_control_endpoint_is_named_in_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import http.server
+    import threading
+
+    from coordinator.testkit import cli as faults_cli
+
+    with pytest.raises(SystemExit) as stopped:
+        faults_cli.main(["--control", "notaurl", "list"])
+    assert stopped.value.code == 2
+    assert "expected http://HOST:PORT" in capsys.readouterr().err
+
+    # Another HTTP server (the metrics port, say) answers without the endpoint's JSON.
+    class Quiet(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        assert faults_cli.main(["--control", f"http://127.0.0.1:{port}", "list"]) == 1
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.endswith("is not a test control endpoint: GET /faults answered HTTP 501 "
+                             "without JSON")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert faults_cli.main(["--control", f"http://127.0.0.1:{port}", "list"]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"cannot reach the test control endpoint at http://127.0.0.1:{port}" in line
