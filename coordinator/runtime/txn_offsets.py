@@ -86,8 +86,17 @@ class TransactionalOffsets:
                     for name, partitions in errors]))
 
         def answer_all(code: ErrorCode) -> None:
-            answer([(name, [(p[0], code) for p in partitions]) for name, partitions in topics])
+            # Kafka answers unknown topics and partitions before the coordinator sees the
+            # request (`KafkaApis.handleTxnOffsetCommitRequest`): they keep that answer.
+            exists = self.topic_exists
+            answer([(name, [(p[0], code if exists(name, p[0]) else unknown) for p in partitions])
+                    for name, partitions in topics])
 
+        unknown = ErrorCode.unknown_topic_or_partition
+        if not any(self.topic_exists(name, p[0]) for name, partitions in topics
+                   for p in partitions):
+            answer_all(unknown)  # nothing left for the coordinator: no group is made
+            return
         if self.is_loading(group_id):
             answer_all(self.unavailable(group_id))
             return

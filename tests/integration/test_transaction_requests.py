@@ -83,3 +83,19 @@ async def test_transactional_requests_answer_kafkas_errors(connection: wire.Conn
         "transactional_id": "tx", "producer_id": first.producer_id, "producer_epoch": 1,
         "committed": True})
     assert committed.error_code.value == 0
+
+
+async def test_txn_offsets_of_unknown_topics_are_answered_before_the_group(
+        connection: wire.Connection) -> None:
+    # Kafka answers unknown topics and partitions itself; with none left the group
+    # coordinator never sees the request, so no group is made.
+    producer = await init(connection)
+    answer = await connection.call(28, 3, {
+        "transactional_id": "tx", "group_id": "ghost", "producer_id": producer.producer_id,
+        "producer_epoch": producer.producer_epoch, "generation_id": -1, "member_id": "",
+        "group_instance_id": None, "topics": [{"name": "missing", "partitions": [
+            {"partition_index": 0, "committed_offset": 5, "committed_leader_epoch": -1,
+             "committed_metadata": ""}]}]})
+    assert [p.error_code.value for t in answer.topics for p in t.partitions] == [3]
+    listed = await connection.call(16, 4, {"states_filter": []})
+    assert [g.group_id for g in listed.groups] == []
