@@ -28,20 +28,30 @@ class _OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
+def _endpoint_options(parser: argparse.ArgumentParser, default: object) -> None:
+    parser.add_argument("--control", default=default or os.environ.get("REBALANCED_CONTROL", ""),
+                        help="http://HOST:PORT of test.control.listener "
+                        "(default: $REBALANCED_CONTROL)")
+    parser.add_argument("--token",
+                        default=default or os.environ.get("REBALANCED_CONTROL_TOKEN", ""),
+                        help="test.control.token (default: $REBALANCED_CONTROL_TOKEN)")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(prog="rebalanced faults",
                             description="fault rules of a test control endpoint")
-    parser.add_argument("--control", default=os.environ.get("REBALANCED_CONTROL", ""),
-                        help="http://HOST:PORT of test.control.listener "
-                        "(default: $REBALANCED_CONTROL)")
-    parser.add_argument("--token", default=os.environ.get("REBALANCED_CONTROL_TOKEN", ""),
-                        help="test.control.token (default: $REBALANCED_CONTROL_TOKEN)")
+    _endpoint_options(parser, None)
+    # The same options after the command too (`rebalanced faults list --control URL`), as
+    # `rebalanced groups` takes its own; given there, they win.
+    after = _OneLineParser(add_help=False)
+    _endpoint_options(after, argparse.SUPPRESS)
     commands = parser.add_subparsers(dest="command", required=True,
                                      parser_class=_OneLineParser)
-    add = commands.add_parser("add", help="install a rule; prints it with its id")
+    add = commands.add_parser("add", parents=[after],
+                              help="install a rule; prints it with its id")
     add.add_argument("rule", help="the rule as JSON, @FILE, or - for stdin")
-    commands.add_parser("list", help="the rules with their matches and hits")
-    remove = commands.add_parser("remove", help="remove a rule, or all")
+    commands.add_parser("list", parents=[after], help="the rules with their matches and hits")
+    remove = commands.add_parser("remove", parents=[after], help="remove a rule, or all")
     remove.add_argument("rule_id", nargs="?", type=int)
     remove.add_argument("--all", action="store_true")
     return parser

@@ -87,3 +87,15 @@ def test_a_wrong_control_endpoint_is_named_in_one_line(
     assert faults_cli.main(["--control", f"http://127.0.0.1:{port}", "list"]) == 1
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert f"cannot reach the test control endpoint at http://127.0.0.1:{port}" in line
+
+
+def test_the_control_endpoint_may_follow_the_command(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from coordinator.testkit import cli as faults_cli
+
+    for argv in (["list", "--control", "notaurl"], ["--control", "http://127.0.0.1:1", "list",
+                                                    "--control", "notaurl"]):
+        with pytest.raises(SystemExit) as stopped:
+            faults_cli.main(argv)
+        assert stopped.value.code == 2
+        assert "'notaurl'" in capsys.readouterr().err
