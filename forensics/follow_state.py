@@ -103,12 +103,12 @@ class LiveFollower:
             }
         return write_outputs(self.out_dir, tables, found, self.summary, self.problems,
                              source=self.source, has_group_log=has_group_log,
-                             timelines=self.timelines, renderer=renderer)
+                             timelines=self.timelines, renderer=renderer, live_source=True)
 
     def _tally(self, records: pa.Table) -> None:
         """The totals and problems `reader.summarize_group_log` gives, added up batch by
         batch."""
-        for record_type, key_version, count, lo, hi, groups in _tallies(records):
+        for record_type, key_version, tombstone, count, lo, hi, groups in _tallies(records):
             if record_type == "undecodable":
                 self.problems.undecodable_records += count
             elif record_type == "unknown":
@@ -116,7 +116,8 @@ class LiveFollower:
                 key = key_version if key_version is not None else -1
                 unknown[key] = unknown.get(key, 0) + count
             elif record_type in ("offset_commit", "group_metadata"):
-                self.summary.add(count, record_type == "offset_commit", lo, hi, groups)
+                self.summary.add(count, record_type == "offset_commit" and not tombstone, lo, hi,
+                                 groups)
         self.summary.events = 0  # records, not journal events
         corrupt = records.filter(pc.equal(records.column("record_type"), "corrupt"))
         room = _MAX_CORRUPT_EXAMPLES - len(self.problems.corrupt_batches)
@@ -126,17 +127,20 @@ class LiveFollower:
                 (row["source_file"], row["position"], row["error"]))
 
 
-def _tallies(records: pa.Table) -> list[tuple[str, int | None, int, int | None, int | None,
-                                              list[str]]]:
-    """(record_type, key_version, records, first and last positive timestamp, groups)."""
+def _tallies(records: pa.Table) -> list[tuple[str, int | None, bool | None, int, int | None,
+                                              int | None, list[str]]]:
+    """(record_type, key_version, tombstone, records, first and last positive timestamp,
+    groups)."""
     timestamps = records.column("timestamp")
     positive = pc.if_else(pc.greater(timestamps, 0), timestamps,
                           pa.scalar(None, timestamps.type))
     table = pa.table({"record_type": records.column("record_type"),
                       "key_version": records.column("key_version"),
+                      "tombstone": records.column("tombstone"),
                       "ts": positive, "group_id": records.column("group_id")})
-    grouped = table.group_by(["record_type", "key_version"], use_threads=False).aggregate(
+    grouped = table.group_by(["record_type", "key_version", "tombstone"],
+                             use_threads=False).aggregate(
         [([], "count_all"), ("ts", "min"), ("ts", "max"), ("group_id", "distinct")])
-    return [(row["record_type"], row["key_version"], row["count_all"], row["ts_min"],
-             row["ts_max"], [g for g in row["group_id_distinct"] if g is not None])
+    return [(row["record_type"], row["key_version"], row["tombstone"], row["count_all"],
+             row["ts_min"], row["ts_max"], [g for g in row["group_id_distinct"] if g is not None])
             for row in grouped.to_pylist()]

@@ -126,14 +126,15 @@ def _run(spark: SparkSession, data_dir: str | Path | None, out_dir: Path, timeli
     outcome = write_outputs(out_dir, tables, found, log_summary, problems,
                             source=live.display if live is not None else str(data_dir),
                             has_group_log=records is not None, timelines=timelines,
-                            renderer=renderer)
+                            renderer=renderer, live_source=live is not None)
     spark.catalog.clearCache()  # --follow runs this again and again in one session
     return outcome
 
 
 def write_outputs(out_dir: Path, tables: dict[str, pa.Table | None], found: JournalTables,
                   log_summary: Summary, problems: Problems, *, source: str,
-                  has_group_log: bool, timelines: int, renderer: Renderer) -> Outcome:
+                  has_group_log: bool, timelines: int, renderer: Renderer,
+                  live_source: bool = False) -> Outcome:
     """The tables as Parquet (a table that is None is removed: not computable from these
     inputs), the rankings, the timelines and the report, from the tables of the journal
     (`found`) and the group log."""
@@ -153,11 +154,14 @@ def write_outputs(out_dir: Path, tables: dict[str, pa.Table | None], found: Jour
     counts = {
         "groups": len(summary.groups | log_summary.groups),
         "members": len(members),
-        # Commit requests as the journal shows them, else commit records in the group log.
-        "commits": summary.commits if has_journal else log_summary.commits,
+        # One commit per partition, as the `commits` table counts them: the group log's
+        # records; from the journal alone (no group log) only its requests can be counted.
+        "commits": log_summary.commits if has_group_log else summary.commits,
     }
     data = ReportData(
         data_dir=source, has_journal=has_journal, has_group_log=has_group_log,
+        live_source=live_source,
+        commits_label="partition commits" if has_group_log else "commit requests",
         span=(span_start, span_end), counts=counts, rebalances=rb, worst_groups=worst,
         causes=S.top_causes(rb), culprits=S.top_culprits(rb),
         static_restarts=_static_restarts(listed), problems=problems,

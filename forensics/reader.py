@@ -165,7 +165,7 @@ def summarize_group_log(records: DataFrame, problems: Problems) -> Summary:
     """One aggregation over `group_log_frame` gives both the problems (undecodable, unknown
     and corrupt records) and the summary of the modelled ones."""
     positive = F.when(F.col("timestamp") > 0, F.col("timestamp"))
-    tally = records.groupBy("record_type", "key_version").agg(
+    tally = records.groupBy("record_type", "key_version", "tombstone").agg(
         F.count(F.lit(1)).alias("n"), F.min(positive).alias("lo"), F.max(positive).alias("hi"),
         F.collect_set("group_id").alias("groups")).collect()
     summary = Summary()
@@ -175,8 +175,9 @@ def summarize_group_log(records: DataFrame, problems: Problems) -> Summary:
         elif row["record_type"] == "unknown":
             problems.unknown_record_types[row["key_version"]] = row["n"]
         elif row["record_type"] in _MODELLED_RECORDS:
-            summary.add(row["n"], row["record_type"] == "offset_commit", row["lo"], row["hi"],
-                        row["groups"])
+            # A tombstone deletes an offset (OffsetDelete, expiry): not a commit.
+            summary.add(row["n"], row["record_type"] == "offset_commit" and not row["tombstone"],
+                        row["lo"], row["hi"], row["groups"])
     summary.events = 0  # records, not journal events
     if any(row["record_type"] == "corrupt" for row in tally):
         for row in records.filter(F.col("record_type") == "corrupt").select(

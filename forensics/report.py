@@ -44,8 +44,11 @@ CAUSE_COLOURS = {
 OTHER_COLOUR = "#999999"
 
 # What a report built from the group log alone cannot know (never invented).
+NO_JOURNAL_HERE = "This directory has no event journal"
+NO_JOURNAL_LIVE = ("No event journal was read (a live cluster's <code>__consumer_offsets</code>, "
+                   "over the Kafka protocol; <code>--journal DIR</code> adds a broker's)")
 INFERRED_NOTE = (
-    "This directory has no event journal: rebalances are reconstructed from the "
+    ": rebalances are reconstructed from the "
     "<code>__consumer_offsets</code> GroupMetadata records alone. From the records: each "
     "generation's members (member id, static instance id, client id, host), its protocol, "
     "leader and assignment, the time the generation's metadata was written (≈ the end of the "
@@ -75,6 +78,8 @@ class ReportData:
     write_failures: pd.DataFrame | None = None
     # `group_converted` events (transforms.group_conversions); None: not looked for
     conversions: pd.DataFrame | None = None
+    live_source: bool = False  # a cluster's offsets topic, not a directory
+    commits_label: str = "partition commits"  # what counts["commits"] counts
     shown_rebalances: int = 50  # per group; every row is in the Parquet table
     detailed_groups: int = 30
 
@@ -167,7 +172,8 @@ def render_html(data: ReportData) -> str:
     if data.has_journal:
         sources.append("event journal (<code>events/</code>)")
     if data.has_group_log:
-        sources.append("group log (<code>__consumer_offsets-*</code>)")
+        sources.append("group log (<code>__consumer_offsets</code> topic)" if data.live_source
+                       else "group log (<code>__consumer_offsets-*</code>)")
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         "<title>Rebalance forensics</title>",
@@ -177,10 +183,14 @@ def render_html(data: ReportData) -> str:
         f"{' + '.join(sources) or 'none found'} · span {fmt_ts(start)} → {fmt_ts(end)} UTC</p>",
     ]
     if not data.has_journal and data.has_group_log:
-        parts.append(f"<div class='note'>{INFERRED_NOTE}</div>")
+        opening = NO_JOURNAL_LIVE if data.live_source else NO_JOURNAL_HERE
+        parts.append(f"<div class='note'>{opening}{INFERRED_NOTE}</div>")
     if not data.has_journal and not data.has_group_log:
-        parts.append("<div class='note'>No event journal and no <code>__consumer_offsets-*</code>"
-                     " directory here: nothing to report.</div>")
+        parts.append("<div class='note'>"
+                     + ("The offsets topic held no records and no event journal was read"
+                        if data.live_source else "No event journal and no "
+                        "<code>__consumer_offsets-*</code> directory here")
+                     + ": nothing to report.</div>")
     parts.append("<div class='cards'>")
     cards = [
         ("groups", str(data.counts.get("groups", 0))),
@@ -188,7 +198,7 @@ def render_html(data: ReportData) -> str:
         ("total paused time" if data.has_journal else "total commit gaps",
          fmt_ms(paused if data.has_journal else gap_total)),
         ("members seen", str(data.counts.get("members", 0))),
-        ("commits", str(data.counts.get("commits", 0))),
+        (data.commits_label, str(data.counts.get("commits", 0))),
     ]
     for label, value in cards:
         parts.append(f"<div class='card'><div class='v'>{value}</div>"

@@ -112,6 +112,17 @@ def test_micro_batches_give_the_batch_jobs_tables(spark: Any, tmp_path: Path) ->
             == expected.problems.unknown_record_types != {})
     page = (tmp_path / "follow" / "report.html").read_text(encoding="utf-8")
     assert page == (tmp_path / "batch" / "report.html").read_text(encoding="utf-8")
+    # The headline counts one commit per partition, tombstones (deleted offsets) not among
+    # them, as the `commits` table does; and the note speaks of a cluster, not a directory.
+    kinds, tombstones = records.column("record_type"), records.column("tombstone")
+    commits = sum(1 for kind, tombstone in zip(kinds.to_pylist(), tombstones.to_pylist(),
+                                              strict=True)
+                  if kind == "offset_commit" and not tombstone)
+    assert commits < sum(1 for kind in kinds.to_pylist() if kind == "offset_commit")
+    assert (f"<div class='v'>{commits}</div><div class='l'>partition commits</div>"
+            in page)
+    assert "No event journal was read (a live cluster" in page
+    assert "This directory" not in page
 
 
 def test_an_empty_start_writes_an_empty_report(spark: Any, tmp_path: Path) -> None:

@@ -51,6 +51,7 @@ def test_the_page_names_cause_culprit_and_paused_time() -> None:
     assert "No space left" in page
     assert "3 → 2" in page and "events/x.jsonl at byte 42" in page
     assert "no event journal" not in page
+    assert "<div class='v'>10</div><div class='l'>partition commits</div>" in page
     assert "Group type conversions" in page and "downgrade: consumer → classic" in page
     assert "the last consumer member left" in page
 
