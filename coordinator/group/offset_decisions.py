@@ -39,7 +39,8 @@ from coordinator.grouplog.records import MAX_STORED_STRING_BYTES, OffsetCommitRe
 if TYPE_CHECKING:
     from coordinator.group.service import GroupCoordinatorService
 
-__all__ = ["CommitDecision", "ExpiryDecision", "GroupOffsets", "Refusal"]
+__all__ = ["CommitDecision", "ExpiryDecision", "GroupOffsets", "Refusal",
+           "names_a_known_partition", "partition_errors"]
 
 
 
@@ -69,7 +70,7 @@ def _unstorable(text: str) -> bool:
         text.encode()) > MAX_STORED_STRING_BYTES
 
 
-def _names_a_known_partition(topics: CommitTopics,
+def names_a_known_partition(topics: CommitTopics,
                              topic_exists: Callable[[str, int], bool]) -> bool:
     """Whether any partition of the commit exists; a commit's first partition nearly always
     does, so this is one lookup."""
@@ -81,7 +82,7 @@ def _names_a_known_partition(topics: CommitTopics,
                for entry in partitions)
 
 
-def _errors_for(topics: CommitTopics, topic_exists: Callable[[str, int], bool],
+def partition_errors(topics: CommitTopics, topic_exists: Callable[[str, int], bool],
                 error: ErrorCode | None) -> PartitionErrors:
     """UNKNOWN_TOPIC_OR_PARTITION on the partitions that do not exist, `error` on the
     others."""
@@ -111,11 +112,11 @@ class GroupOffsets:
             # The group log keys offsets by group id with an int16 length: a longer id could
             # never be written. Kafka answers a group id it cannot use INVALID_GROUP_ID.
             return CommitDecision(ErrorCode.invalid_group_id, [], [], Result())
-        if not _names_a_known_partition(cmd.topics, topic_exists):
+        if not names_a_known_partition(cmd.topics, topic_exists):
             # Kafka answers unknown topics and partitions before the coordinator sees the
             # request (`KafkaApis.handleOffsetCommitRequest`); with nothing left, the group is
             # neither asked nor created.
-            return CommitDecision(None, _errors_for(cmd.topics, topic_exists, None), [],
+            return CommitDecision(None, partition_errors(cmd.topics, topic_exists, None), [],
                                   Result())
         group_known = self.groups.group(cmd.group_id) is not None
         error, result = self.groups.validate_offset_commit(
@@ -127,7 +128,7 @@ class GroupOffsets:
             error = ErrorCode.group_id_not_found  # KIP-848 changed this answer from v9 on
         if error is not None:
             # The group's refusal on the partitions that exist; the others stay unknown.
-            return CommitDecision(error, _errors_for(cmd.topics, topic_exists, error), [],
+            return CommitDecision(error, partition_errors(cmd.topics, topic_exists, error), [],
                                   result)
         expire = expire_timestamp_ms(cmd.retention_time_ms, now_ms)
         errors, records = self.offsets.commit(
@@ -210,11 +211,13 @@ class GroupOffsets:
                                                      partitions=tuple(fetched)))
         return oc.OffsetFetchOutcome(groups=tuple(results))
 
-    def delete_offsets(self, cmd: oc.OffsetDelete, refusal: Refusal
+    def delete_offsets(self, cmd: oc.OffsetDelete, refusal: Refusal,
+                       topic_exists: Callable[[str, int], bool] | None = None
                        ) -> tuple[oc.OffsetDeleteOutcome, Result]:
         """OffsetDelete: refused for a group the runtime does not serve now, an unknown or
         Dead group, and a live group whose subscriptions cannot be read; a topic the group
-        subscribes to keeps its offsets."""
+        subscribes to keeps its offsets, and a partition that does not exist (`topic_exists`)
+        is answered UNKNOWN_TOPIC_OR_PARTITION, as Kafka's request handler does."""
         if not cmd.group_id:
             # Kafka (`GroupCoordinatorService.deleteOffsets`) refuses the empty group id here,
             # though OffsetCommit takes it for backward compatibility.
@@ -223,7 +226,8 @@ class GroupOffsets:
         if refused is not None:
             return oc.OffsetDeleteOutcome(error=refused), Result()
         group = self.groups.group(cmd.group_id)
-        if (group is None and not self.offsets.has_offsets(cmd.group_id)) or (
+        if (group is None and self.groups.consumer.group(cmd.group_id) is None
+                and not self.offsets.has_offsets(cmd.group_id)) or (
             group is not None and group.state is GroupState.DEAD
         ):
             return oc.OffsetDeleteOutcome(error=ErrorCode.group_id_not_found), Result()
@@ -237,7 +241,8 @@ class GroupOffsets:
         # rebalance has chosen no protocol yet, or a member's metadata does not parse) reads
         # every topic as far as Kafka's `isSubscribedToTopic` can tell.
         errors, tombstones = self.offsets.delete(cmd.group_id, cmd.topics, subscribed or set(),
-                                                 every_topic=live_classic and subscribed is None)
+                                                 every_topic=live_classic and subscribed is None,
+                                                 topic_exists=topic_exists)
         return oc.OffsetDeleteOutcome.from_errors(errors), Result(records=list(tombstones))
 
     def delete_groups(
@@ -332,9 +337,13 @@ class GroupOffsets:
         if consumer_group is not None:
             return set(consumer_group.subscription_metadata) if consumer_group.members else None
         group = self.groups.group(group_id)
-        if (group is None or group.protocol_type != CONSUMER_PROTOCOL_TYPE or not group.members
-                or group.protocol_name is None):  # no generation has chosen a protocol yet
+        if group is None or group.protocol_type != CONSUMER_PROTOCOL_TYPE or not group.members:
             return None
+        if group.protocol_name is None:
+            # Members joining, no protocol chosen. Kafka keeps the topics of the last
+            # generation: none once the group emptied (a generation ended empty), unknown
+            # while it never had one (a group a standalone commit made).
+            return set() if group.generation_id > 0 else None
         topics: set[str] = set()
         for member in group.members.values():
             for protocol in member.protocols:

@@ -237,13 +237,16 @@ class OffsetStore:
         subscribed_topics: AbstractSet[str],
         *,
         every_topic: bool = False,
+        topic_exists: Callable[[str, int], bool] | None = None,
     ) -> tuple[PartitionErrors, list[OffsetCommitRecord]]:
         """OffsetDelete: GROUP_SUBSCRIBED_TO_TOPIC for topics the group still consumes, else NONE
         with a tombstone when an offset exists (deleting a missing offset is not an error).
 
         `subscribed_topics` are the topics the group consumes, as the core decides it (Kafka's
         `isSubscribedToTopic`; empty for an Empty group); `every_topic` counts every topic as
-        consumed (a live consumer-protocol group whose subscriptions are not known).
+        consumed (a live consumer-protocol group whose subscriptions are not known). A
+        partition `topic_exists` does not know is UNKNOWN_TOPIC_OR_PARTITION and keeps its
+        offset, whatever the subscriptions.
         """
         committed = self._offsets.get(group_id, {})
         errors: PartitionErrors = []
@@ -254,6 +257,9 @@ class OffsetStore:
             topic_errors: list[tuple[int, ErrorCode]] = []
             errors.append((topic, topic_errors))
             for partition in partitions:
+                if topic_exists is not None and not topic_exists(topic, partition):
+                    topic_errors.append((partition, ErrorCode.unknown_topic_or_partition))
+                    continue
                 if subscribed:
                     topic_errors.append((partition, ErrorCode.group_subscribed_to_topic))
                     continue

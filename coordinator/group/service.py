@@ -190,9 +190,10 @@ class GroupCoordinatorService:
             result.records = decision.records  # type: ignore[assignment]
         return result
 
-    def offset_delete(self, cmd: oc.OffsetDelete, refusal: Refusal) -> Result:
+    def offset_delete(self, cmd: oc.OffsetDelete, refusal: Refusal,
+                      topic_exists: Callable[[str, int], bool] | None = None) -> Result:
         """OffsetDelete (`GroupOffsets.delete_offsets`)."""
-        outcome, result = self.offsets.delete_offsets(cmd, refusal)
+        outcome, result = self.offsets.delete_offsets(cmd, refusal, topic_exists)
         result.replies.append(Reply(cmd.ref, outcome))
         return result
 

@@ -44,6 +44,7 @@ from coordinator.group import offset_commands as oc
 from coordinator.group.config import GroupConfig
 from coordinator.group.consumer.config import ConsumerGroupConfig
 from coordinator.group.consumer.group import TopicImage, TopicInfo
+from coordinator.group.offset_decisions import partition_errors
 from coordinator.group.offsets import OffsetStore
 from coordinator.group.outcomes import refused_outcome
 from coordinator.group.result import RequestRef
@@ -269,8 +270,10 @@ class GroupRuntime:
                 command, ErrorCode.unsupported_version))
             return
         if self.loader.is_loading(command.group_id):
-            self._answer_commit(ctx, oc.OffsetCommitOutcome.failed(
-                command, self.loader.unavailable(command.group_id)))
+            # Unknown partitions keep their own answer, given before the coordinator's.
+            self._answer_commit(ctx, oc.OffsetCommitOutcome.from_errors(partition_errors(
+                command.topics, self._partition_exists,
+                self.loader.unavailable(command.group_id))))
             return
         # When the append is acknowledged as soon as it is written, the records are applied
         # (or aborted) by `apply` before anything else runs: no reader can see them pending.
@@ -320,7 +323,8 @@ class GroupRuntime:
 
     def offset_delete(self, ctx: ClientRequest, request: Any) -> None:
         command = offset_delete.to_command(request, ctx.version, self._ref(ctx))
-        result = self.service.offset_delete(command, self.loader.refusal)
+        result = self.service.offset_delete(command, self.loader.refusal,
+                                            self._partition_exists)
         if result.records and self.host.metrics is not None:
             self.host.metrics.offset_deletions += len(result.records)
         self.applier.park(command.ref, ctx, offset_delete, command)

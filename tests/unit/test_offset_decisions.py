@@ -12,7 +12,8 @@ from coordinator.group.offsets import OffsetStore, OffsetStoreConfig
 from coordinator.group.result import APPEND_FAILED, RequestRef
 from coordinator.grouplog.records import GroupMetadataRecord, OffsetCommitRecord
 from tests.bench.members import subscription
-from tests.builders import JoinGroupBuilder, protocols
+from tests.builders import JoinGroupBuilder, leave, protocols
+from tests.consumer_helpers import image, join
 from tests.context import GroupTestContext
 from tests.unit.test_heartbeat import _scenarios
 
@@ -274,3 +275,49 @@ def test_offsets_of_the_empty_group_id_are_not_deleted() -> None:
     core.offsets.apply_all(decision.records)
     assert _delete(core, "").error is ErrorCode.invalid_group_id
     assert core.offsets.fetch("", [("t", [0])])[0].offset == 5
+
+
+def test_a_group_that_emptied_and_is_rejoined_gives_up_its_offsets() -> None:
+    # Kafka keeps the topics of the last generation: none once the group emptied, so a
+    # consumer rejoining (no protocol chosen yet) does not protect them.
+    ctx = GroupTestContext()
+    core = GroupOffsets(ctx.service, OffsetStore())
+    offered = protocols("range", metadata=subscription(["t"]))
+    (member,) = ctx.stable_group(1, group="c", offered=offered)
+    decision = core.commit(oc.OffsetCommit(ref=REF, group_id="c", generation_id=1,
+                                           member_id=member, topics=(("t", ((0, 5, -1, ""),)),)),
+                           8, ctx.now_ms, lambda topic, partition: True)
+    core.offsets.apply_all(decision.records)
+    ctx.send(leave(member, group="c"))
+    ctx.sleep(0)
+    assert ctx.group("c").generation_id == 2 and not ctx.group("c").members
+    ctx.join_dynamic(JoinGroupBuilder(group="c").with_protocols(*offered))
+    assert ctx.group("c").protocol_name is None and ctx.group("c").members
+    outcome, result = core.delete_offsets(
+        oc.OffsetDelete(ref=REF, group_id="c", topics=(("t", (0,)),)), lambda g: None)
+    assert outcome.topics == (("t", ((0, ErrorCode.none),)),) and len(result.records) == 1
+
+
+def test_unknown_partitions_are_answered_as_such_and_keep_their_offsets() -> None:
+    _, core = core_with_standalone_offsets()
+    outcome, result = core.delete_offsets(
+        oc.OffsetDelete(ref=REF, group_id="solo", topics=(("t", (0, 9)), ("gone", (0,)))),
+        lambda g: None, lambda topic, partition: topic == "t" and partition == 0)
+    assert outcome.topics == (
+        ("t", ((0, ErrorCode.none), (9, ErrorCode.unknown_topic_or_partition))),
+        ("gone", ((0, ErrorCode.unknown_topic_or_partition),)))
+    assert [(r.key.topic, r.key.partition) for r in result.records  # type: ignore[union-attr]
+            ] == [("t", 0)]
+
+
+def test_a_live_consumer_protocol_group_without_offsets_exists() -> None:
+    ctx = GroupTestContext()
+    ctx.service.consumer.set_topic_image(image({"t": 2, "u": 1}))
+    ctx.send(join("m1", ("t",), group="cg"))
+    core = GroupOffsets(ctx.service, OffsetStore())
+    outcome, _ = core.delete_offsets(
+        oc.OffsetDelete(ref=REF, group_id="cg", topics=(("u", (0,)), ("t", (0,)))),
+        lambda g: None)
+    assert outcome.error is ErrorCode.none
+    assert outcome.topics == (("u", ((0, ErrorCode.none),)),
+                              ("t", ((0, ErrorCode.group_subscribed_to_topic),)))
