@@ -79,6 +79,12 @@ class TransactionalOffsets:
             for topic in request.topics]
 
         def answer(errors: Sequence[tuple[str, Sequence[tuple[int, ErrorCode]]]]) -> None:
+            if ctx.version < 2:
+                # Producers of clients before 2.0 fail on COORDINATOR_LOAD_IN_PROGRESS here;
+                # Kafka answers them COORDINATOR_NOT_AVAILABLE, which they retry.
+                errors = [(name, [(p, ErrorCode.coordinator_not_available
+                                   if code == ErrorCode.coordinator_load_in_progress else code)
+                                  for p, code in partitions]) for name, partitions in errors]
             ctx.respond(build(
                 response_type(TXN_OFFSET_COMMIT, ctx.version), throttle_time=0,
                 topics=[{"name": name, "partitions": [

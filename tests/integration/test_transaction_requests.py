@@ -90,6 +90,11 @@ async def test_txn_offsets_of_unknown_topics_are_answered_before_the_group(
     # Kafka answers unknown topics and partitions itself; with none left the group
     # coordinator never sees the request, so no group is made.
     producer = await init(connection)
+    # The group is in the transaction, so only the unknown topic can refuse the commit.
+    added = await connection.call(25, 3, {
+        "transactional_id": "tx", "producer_id": producer.producer_id,
+        "producer_epoch": producer.producer_epoch, "group_id": "ghost"})
+    assert added.error_code.value == 0
     answer = await connection.call(28, 3, {
         "transactional_id": "tx", "group_id": "ghost", "producer_id": producer.producer_id,
         "producer_epoch": producer.producer_epoch, "generation_id": -1, "member_id": "",
