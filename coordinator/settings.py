@@ -613,17 +613,23 @@ def load(argv: Sequence[str] | None = None,
     if unknown_env:
         warnings.append(("environment variables naming no setting ignored",
                          {"variables": unknown_env}))
-    try:
-        _check_listeners(settings)
-    except ConfigError:
-        log_setting_warnings(warnings)  # a misspelt variable may be why
-        raise
     if ignored:
         warnings.append(("settings not used by this broker ignored",
                          {"file": str(args.config), "keys": ignored}))
     args.setting_warnings = warnings
+    try:
+        _check_settings(settings)
+    except ConfigError:
+        log_setting_warnings(warnings)  # a misspelt variable or key may be why
+        raise
     if not defer_warnings:
         log_setting_warnings(warnings)
+    return settings, args
+
+
+def _check_settings(settings: BrokerSettings) -> None:
+    """The rules between settings; ConfigError names the first one broken."""
+    _check_listeners(settings)
     if settings["group.min.session.timeout.ms"] > settings["group.max.session.timeout.ms"]:
         raise ConfigError("group.min.session.timeout.ms exceeds group.max.session.timeout.ms")
     budget = settings["queued.max.request.bytes"]
@@ -631,7 +637,6 @@ def load(argv: Sequence[str] | None = None,
         raise ConfigError("queued.max.request.bytes is smaller than socket.request.max.bytes "
                           "(a largest request could never be read)")
     _check_consumer_group_bounds(settings)
-    return settings, args
 
 
 def env_name(key: str) -> str:

@@ -128,3 +128,11 @@ def test_deferred_warnings_are_left_to_the_caller() -> None:
     assert logs == []
     assert args.setting_warnings == [("environment variables naming no setting ignored",
                                       {"variables": ["REBALANCED_ADVERTISED_LISTENER"]})]
+
+
+def test_deferred_warnings_are_written_when_the_settings_are_refused() -> None:
+    # The misspelt variable (no _MS) is why the session timeout is out of bounds: say so.
+    with structlog.testing.capture_logs() as logs, pytest.raises(ConfigError):
+        load(["--group.consumer.session.timeout.ms", "90000"],
+             {"REBALANCED_GROUP_CONSUMER_MAX_SESSION_TIMEOUT": "120000"}, defer_warnings=True)
+    assert [e["variables"] for e in logs] == [["REBALANCED_GROUP_CONSUMER_MAX_SESSION_TIMEOUT"]]
