@@ -87,7 +87,9 @@ class Control:
             self._connection = None
 
     def _call(self, method: str, path: str, body: Any = None, *,
-              missing_ok: bool = False) -> Any:
+              missing_ok: bool = False, shape: type = dict) -> Any:
+        """The endpoint's answer to `method path`: a JSON object (`shape` dict) or array
+        (list); anything else means the URL is not a test control endpoint."""
         data = None if body is None else json.dumps(body).encode()
         headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
         for attempt in (1, 2):
@@ -114,15 +116,27 @@ class Control:
         except ValueError:
             raise ControlError(f"{self.url} is not a test control endpoint: {method} {path} "
                                f"answered HTTP {status} without JSON") from None
+        if status < 300:
+            if isinstance(payload, shape):
+                return payload
+            raise ControlError(f"{self.url} is not a test control endpoint: {method} {path} "
+                               f"answered HTTP {status} with {_kind(payload, shape)}")
+        if not isinstance(payload, dict) or "error" not in payload:  # the endpoint's errors
+            raise ControlError(f"{self.url} is not a test control endpoint: {method} {path} "
+                               f"answered HTTP {status} with {_kind(payload, dict)}")
         if status == 400:
-            raise ValueError(payload.get("error", "bad request"))
+            raise ValueError(payload["error"])
         if status == 401:
-            raise PermissionError(payload.get("error", "unauthorized"))
+            raise PermissionError(payload["error"])
         if status == 404 and missing_ok:
             return None
-        if status >= 300:
-            raise ControlError(f"{method} {path}: {status} {payload.get('error', '')}")
-        return payload
+        raise ControlError(f"{method} {path}: {status} {payload['error']}")
+
+    def _field(self, payload: dict[str, Any], name: str, method: str, path: str) -> Any:
+        if name not in payload:
+            raise ControlError(f"{self.url} is not a test control endpoint: {method} {path} "
+                               f"answered without {name!r}")
+        return payload[name]
 
     # faults ---------------------------------------------------------------------------------
 
@@ -130,13 +144,15 @@ class Control:
         """Install a rule (coordinator/testkit/faults.py): a dict, or its parts as keywords
         (`match=`, `action=`, `trigger=`, `for_ms=`). A malformed rule raises ValueError."""
         spec = dict(rule or {}, **parts)
-        return Fault(self, self._call("POST", "/faults", spec))
+        answer = self._call("POST", "/faults", spec)
+        self._field(answer, "id", "POST", "/faults")
+        return Fault(self, answer)
 
     def faults(self) -> list[dict[str, Any]]:
-        return list(self._call("GET", "/faults"))
+        return list(self._call("GET", "/faults", shape=list))
 
     def clear_faults(self) -> int:
-        return int(self._call("DELETE", "/faults")["removed"])
+        return int(self._field(self._call("DELETE", "/faults"), "removed", "DELETE", "/faults"))
 
     def fail_group_log(self, times: int = 1, op: str = "write") -> None:
         """The broker's next `times` group-log writes (or fsyncs: `op="fsync"`) fail with an
@@ -164,7 +180,7 @@ class Control:
     def events(self, group_id: str) -> list[dict[str, Any]]:
         """The group's journal events since the broker started (journal field names)."""
         return list(self._call("GET", f"/groups/{urllib.parse.quote(group_id, safe='')}"
-                               "/events"))
+                               "/events", shape=list))
 
     def expire_member(self, group_id: str, member_id: str) -> None:
         """End the member's session now, as if its session timeout had passed (either
@@ -252,3 +268,11 @@ class Control:
         assert longest <= ms, (f"group {group_id} paused {longest} ms (> {ms} ms) in a "
                                f"rebalance; pauses: {pauses}")
         return longest
+
+
+def _kind(payload: Any, shape: type) -> str:
+    """What a JSON answer was, for a one-line error."""
+    if payload is None:
+        return "no JSON body"
+    wanted = "an array" if shape is list else "an object"
+    return f"a JSON {type(payload).__name__} where {wanted} was expected"

@@ -89,6 +89,45 @@ def test_a_wrong_control_endpoint_is_named_in_one_line(
     assert f"cannot reach the test control endpoint at http://127.0.0.1:{port}" in line
 
 
+@pytest.mark.parametrize(("status", "body", "command", "answer"), [
+    (404, b"", ["list"], "answered HTTP 404 with no JSON body"),
+    (200, b"{}", ["list"], "answered HTTP 200 with a JSON dict where an array was expected"),
+    (200, b"{}", ["remove", "--all"], "answered without 'removed'"),
+    (401, b"[]", ["list"], "answered HTTP 401 with a JSON list where an object was expected"),
+])
+def test_an_http_server_that_is_not_the_endpoint_gets_one_line(
+        status: int, body: bytes, command: list[str], answer: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import http.server
+    import threading
+
+    from coordinator.testkit import cli as faults_cli
+
+    class Answers(http.server.BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_DELETE = _answer
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answers)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        assert faults_cli.main(["--control", url, *command]) == 1
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith(f"rebalanced faults: {url} is not a test control endpoint")
+        assert line.endswith(answer)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_the_control_endpoint_may_follow_the_command(
         capsys: pytest.CaptureFixture[str]) -> None:
     from coordinator.testkit import cli as faults_cli
