@@ -78,9 +78,13 @@ def _operations(cmd: c.DescribeGroups) -> int:
     return GROUP_AUTHORIZED_OPERATIONS if cmd.include_authorized_operations else -(2**31)
 
 
+# What Java's String.trim() removes from both ends: every character up to the space.
+_JAVA_TRIMMED = "".join(map(chr, range(0x21)))
+
+
 def list_groups(classic: ClassicGroups, consumer: ConsumerGroupCoordinator,
                 cmd: c.ListGroups) -> ListGroupsOutcome:
-    states = {s.lower().strip() for s in cmd.states_filter}  # as Kafka: trimmed too
+    states = {s.lower().strip(_JAVA_TRIMMED) for s in cmd.states_filter}  # as Kafka's trim()
     types = {t.lower() for t in cmd.types_filter}
     classic_groups: tuple[ListedGroup, ...] = ()
     if not types or "classic" in types:
