@@ -69,7 +69,9 @@ async def test_an_undecodable_record_stops_the_broker_naming_file_and_position(
         assert error.path.name.endswith(".log") and error.path.parent.name == "__consumer_offsets-0"
         assert (error.offset, error.position) == (offset, 0)
         assert str(error.path) in str(error) and "position 0" in str(error)
-        # Never "loading" for ever: the partition's groups are told to look elsewhere.
+        # Never "loading" for ever: the partition's groups are told to look elsewhere. (Of
+        # a partition that exists: an unknown one is answered before the group is asked.)
+        broker.create_topic("t", 1, {}, reason="test")
         commit = send(broker, 8, 8, {
             "group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "",
             "topics": [{"name": "t", "partitions": [
