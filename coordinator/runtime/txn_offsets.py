@@ -27,7 +27,11 @@ import structlog
 from kio.schema.errors import ErrorCode
 
 from coordinator.api.context import ApiVersionRange, ClientRequest
-from coordinator.group.offset_decisions import GroupOffsets
+from coordinator.group.offset_decisions import (
+    GroupOffsets,
+    names_a_known_partition,
+    partition_errors,
+)
 from coordinator.group.offsets import CommitPartition, OffsetStore
 from coordinator.group.result import APPEND_FAILED
 from coordinator.grouplog.log import GroupLog
@@ -91,17 +95,13 @@ class TransactionalOffsets:
                     {"partition_index": p, "error_code": code} for p, code in partitions]}
                     for name, partitions in errors]))
 
-        def answer_all(code: ErrorCode) -> None:
+        def answer_all(code: ErrorCode | None) -> None:
             # Kafka answers unknown topics and partitions before the coordinator sees the
             # request (`KafkaApis.handleTxnOffsetCommitRequest`): they keep that answer.
-            exists = self.topic_exists
-            answer([(name, [(p[0], code if exists(name, p[0]) else unknown) for p in partitions])
-                    for name, partitions in topics])
+            answer(partition_errors(topics, self.topic_exists, code))
 
-        unknown = ErrorCode.unknown_topic_or_partition
-        if not any(self.topic_exists(name, p[0]) for name, partitions in topics
-                   for p in partitions):
-            answer_all(unknown)  # nothing left for the coordinator: no group is made
+        if not names_a_known_partition(topics, self.topic_exists):
+            answer_all(None)  # nothing left for the coordinator: no group is made
             return
         if self.is_loading(group_id):
             answer_all(self.unavailable(group_id))
