@@ -83,7 +83,7 @@ def names_a_known_partition(topics: CommitTopics,
 
 
 def partition_errors(topics: CommitTopics, topic_exists: Callable[[str, int], bool],
-                error: ErrorCode | None) -> PartitionErrors:
+                     error: ErrorCode | None) -> PartitionErrors:
     """UNKNOWN_TOPIC_OR_PARTITION on the partitions that do not exist, `error` on the
     others."""
     unknown = ErrorCode.unknown_topic_or_partition
